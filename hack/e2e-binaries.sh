@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the real control-plane binaries the e2e tests and the demo run
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) from
+# the modules pinned under test/e2e/tools, into a cache outside the repository
+# keyed by their versions. A warm cache builds nothing.
+#
+# Prints the directory holding the binaries as its last line of stdout.
+# Env: FENCE_E2E_CACHE (default ~/.cache/fence-attacher/e2e-bin).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=$repo/test/e2e/tools
+
+version_of() { # module go.mod path
+	awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) { print ($1 == "require") ? $3 : $2; exit }' "$2"
+}
+k8s=$(version_of k8s.io/kubernetes "$tools/k8s/go.mod")
+etcd=$(version_of go.etcd.io/etcd/server/v3 "$tools/etcd/go.mod")
+kwok=$(version_of sigs.k8s.io/kwok "$tools/kwok/go.mod")
+[ -n "$k8s" ] && [ -n "$etcd" ] && [ -n "$kwok" ] || { echo "cannot read pinned versions under $tools" >&2; exit 1; }
+
+cache=${FENCE_E2E_CACHE:-$HOME/.cache/fence-attacher/e2e-bin}
+out=$cache/k8s-$k8s.etcd-$etcd.kwok-$kwok
+mkdir -p "$out"
+
+log() { echo "e2e-binaries: $*" >&2; }
+
+build() { # name module-dir ldflags packages...
+	local name=$1 dir=$2 ldflags=$3; shift 3
+	local tmp=$out/.tmp-$name
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	log "building $name (cold builds take minutes: Kubernetes ~7-14 min, etcd and kwok ~2 min each)"
+	local start=$SECONDS
+	(cd "$dir" && GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 \
+		go build -trimpath -ldflags "$ldflags" -o "$tmp/" "$@")
+	mv "$tmp"/* "$out/" && rmdir "$tmp"
+	log "built $name in $((SECONDS - start))s"
+}
+
+if [ ! -x "$out/etcd" ]; then
+	build etcd "$tools/etcd" "-s -w" go.etcd.io/etcd/server/v3
+	mv "$out/v3" "$out/etcd" 2>/dev/null || true
+fi
+if [ ! -x "$out/kwok" ]; then
+	build kwok "$tools/kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
+fi
+if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kube-controller-manager" ] || [ ! -x "$out/kube-scheduler" ]; then
+	minor=${k8s#v1.}; minor=${minor%%.*}
+	ver="-X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1"
+	ver="$ver -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+	ver="$ver -X k8s.io/client-go/pkg/version.gitVersion=$k8s"
+	build kubernetes "$tools/k8s" "-s -w $ver" \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+fi
+
+# kwok ships its stage definitions in its module, not in its binary.
+if [ ! -d "$out/kwok-stages" ]; then
+	moddir=$(cd "$tools/kwok" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+	mkdir -p "$out/kwok-stages.tmp"
+	for s in node-initialize node-heartbeat-with-lease; do cp "$moddir/kustomize/stage/node/$s/$s.yaml" "$out/kwok-stages.tmp/" 2>/dev/null || true; done
+	for s in pod-ready pod-complete pod-delete; do cp "$moddir/kustomize/stage/pod/general/$s.yaml" "$out/kwok-stages.tmp/" 2>/dev/null || true; done
+	mv "$out/kwok-stages.tmp" "$out/kwok-stages"
+fi
+echo "$out"

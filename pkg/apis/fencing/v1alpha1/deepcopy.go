@@ -1,0 +1,79 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// DeepCopyInto copies in into out.
+func (in *FencingRequest) DeepCopyInto(out *FencingRequest) {
+	*out = *in
+	out.TypeMeta = in.TypeMeta
+	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Spec = in.Spec
+	in.Status.DeepCopyInto(&out.Status)
+}
+
+// DeepCopy returns a deep copy.
+func (in *FencingRequest) DeepCopy() *FencingRequest {
+	if in == nil {
+		return nil
+	}
+	out := new(FencingRequest)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *FencingRequest) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+
+// DeepCopyInto copies in into out.
+func (in *FencingRequestStatus) DeepCopyInto(out *FencingRequestStatus) {
+	*out = *in
+	if in.Conditions != nil {
+		out.Conditions = make([]metav1.Condition, len(in.Conditions))
+		for i := range in.Conditions {
+			in.Conditions[i].DeepCopyInto(&out.Conditions[i])
+		}
+	}
+	out.StartTime = in.StartTime.DeepCopy()
+	out.CompletionTime = in.CompletionTime.DeepCopy()
+	if in.Volumes != nil {
+		out.Volumes = make([]FencedVolume, len(in.Volumes))
+		for i := range in.Volumes {
+			in.Volumes[i].DeepCopyInto(&out.Volumes[i])
+		}
+	}
+}
+
+// DeepCopyInto copies in into out.
+func (in *FencedVolume) DeepCopyInto(out *FencedVolume) {
+	*out = *in
+	out.FencedTime = in.FencedTime.DeepCopy()
+	out.CleanedTime = in.CleanedTime.DeepCopy()
+}
+
+// DeepCopyInto copies in into out.
+func (in *FencingRequestList) DeepCopyInto(out *FencingRequestList) {
+	*out = *in
+	in.ListMeta.DeepCopyInto(&out.ListMeta)
+	if in.Items != nil {
+		out.Items = make([]FencingRequest, len(in.Items))
+		for i := range in.Items {
+			in.Items[i].DeepCopyInto(&out.Items[i])
+		}
+	}
+}
+
+// DeepCopy returns a deep copy.
+func (in *FencingRequestList) DeepCopy() *FencingRequestList {
+	if in == nil {
+		return nil
+	}
+	out := new(FencingRequestList)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *FencingRequestList) DeepCopyObject() runtime.Object { return in.DeepCopy() }

@@ -1,0 +1,120 @@
+// Package v1alpha1 is the FencingRequest API (group fencing.csi-fence.io): the
+// Node Fencing KEP's request object, which is both the manual trigger an admin
+// creates and the durable record of what was fenced on a node and whether it
+// was cleaned up, so that a restart of any component loses nothing.
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
+
+// SchemeGroupVersion is the group and version of this API.
+var SchemeGroupVersion = schema.GroupVersion{Group: contract.FencingGroup, Version: contract.FencingVersion}
+
+// Resource is the GroupVersionResource of FencingRequests.
+var Resource = SchemeGroupVersion.WithResource(contract.FencingResource)
+
+// FencingRequest asks for a node to be fenced and records the progress. It is
+// cluster-scoped; by convention its name is the node's name, one per node.
+type FencingRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FencingRequestSpec   `json:"spec"`
+	Status FencingRequestStatus `json:"status,omitempty"`
+}
+
+// Origin says who asked for fencing.
+type Origin string
+
+const (
+	// OriginManual: an admin created the request. Only a manual request may
+	// fence a node that is Ready (safety invariant S4).
+	OriginManual Origin = "Manual"
+	// OriginAutomatic: the failover controller created it for a node it
+	// found NotReady.
+	OriginAutomatic Origin = "Automatic"
+)
+
+// FencingRequestSpec is what is asked.
+type FencingRequestSpec struct {
+	// NodeName is the node to fence.
+	NodeName string `json:"nodeName"`
+	// Origin is Manual (the default) or Automatic.
+	Origin Origin `json:"origin,omitempty"`
+	// Reason is a short, human-readable reason for the request.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Phase is a summary of a request's progress.
+type Phase string
+
+const (
+	// PhasePending: accepted, nothing fenced yet.
+	PhasePending Phase = "Pending"
+	// PhaseFencing: fencing is under way (or being retried after an error).
+	PhaseFencing Phase = "Fencing"
+	// PhaseFenced: every attachment on the node is fenced; the node is
+	// quarantined until it returns and is cleaned.
+	PhaseFenced Phase = "Fenced"
+	// PhaseCleaning: the node is back and its node agent is cleaning up.
+	PhaseCleaning Phase = "Cleaning"
+	// PhaseComplete: every fenced volume was cleaned up on the node and the
+	// quarantine was lifted.
+	PhaseComplete Phase = "Complete"
+)
+
+// Condition types of a FencingRequest.
+const (
+	// ConditionFenced is True when every attachment on the node is fenced.
+	ConditionFenced = "Fenced"
+	// ConditionCleaned is True when every fenced volume was cleaned up.
+	ConditionCleaned = "Cleaned"
+)
+
+// FencingRequestStatus is the record of progress.
+type FencingRequestStatus struct {
+	Phase Phase `json:"phase,omitempty"`
+	// Conditions are Fenced and Cleaned.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// StartTime is when fencing started.
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the node was cleaned and released.
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// ErrorReason and ErrorMessage describe the last error, if any.
+	ErrorReason  string `json:"errorReason,omitempty"`
+	ErrorMessage string `json:"errorMessage,omitempty"`
+	// Volumes is the durable list of volumes fenced on the node, per driver.
+	Volumes []FencedVolume `json:"volumes,omitempty"`
+}
+
+// FencedVolume is one volume fenced on the request's node.
+type FencedVolume struct {
+	// Driver is the CSI driver name.
+	Driver string `json:"driver"`
+	// VolumeHandle is the CSI volume ID.
+	VolumeHandle string `json:"volumeHandle"`
+	// PersistentVolumeName is the PV, when known.
+	PersistentVolumeName string `json:"persistentVolumeName,omitempty"`
+	// NodeID is the CSI node ID the volume was fenced from.
+	NodeID string `json:"nodeID,omitempty"`
+	// FencedTime is when ControllerUnpublishVolume(fence=true) succeeded;
+	// nil while the fence has not succeeded yet.
+	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
+	// FenceError is the last fence error, if it has not succeeded.
+	FenceError string `json:"fenceError,omitempty"`
+	// CleanedTime is when the node agent finished the forced cleanup.
+	CleanedTime *metav1.Time `json:"cleanedTime,omitempty"`
+	// CleanupError is the last cleanup error, if cleanup has not succeeded.
+	CleanupError string `json:"cleanupError,omitempty"`
+}
+
+// FencingRequestList is a list of FencingRequests.
+type FencingRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FencingRequest `json:"items"`
+}

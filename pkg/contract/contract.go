@@ -1,0 +1,107 @@
+// Package contract names every key, value and number that fence-attacher shares
+// with users, drivers and other components (DESIGN.md section 3). Code
+// everywhere else imports these names instead of spelling them.
+package contract
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Our own API prefix.
+const Prefix = "csi-fence.io"
+
+// CSIDriver annotation that marks a driver as SafeDetach (the seed's
+// CSIDriverSpec.SafeDetach, which the real CSIDriverSpec lacks).
+const (
+	SafeDetachAnnotation = Prefix + "/safe-detach"
+	SafeDetachTrue       = "true"
+)
+
+// Taints.
+const (
+	// QuarantineTaintKey (NoSchedule) keeps new pods off a node whose volumes
+	// were fenced, until the node agent has cleaned them up.
+	QuarantineTaintKey = Prefix + "/quarantine"
+	// OutOfServiceTaintKey is KEP-2268's taint (NoExecute).
+	OutOfServiceTaintKey = "node.kubernetes.io/out-of-service"
+	// OutOfServiceTaintValue is the value this system writes when it adds the
+	// out-of-service taint itself.
+	OutOfServiceTaintValue = "nodeshutdown"
+	// FencingRequiredTaintKey and FencingTriagedTaintKey are the Node Fencing
+	// KEP's optional taints (NoSchedule and PreferNoSchedule).
+	FencingRequiredTaintKey = "node.kubernetes.io/fencingrequired"
+	FencingTriagedTaintKey  = "node.kubernetes.io/fencingtriaged"
+)
+
+// OutOfServiceProvenanceAnnotation on a Node says this system added the
+// out-of-service taint (value: the driver that added it), so that it removes
+// only taints it added.
+const OutOfServiceProvenanceAnnotation = Prefix + "/out-of-service-added-by"
+
+// Node condition types of the Node Fencing KEP.
+const (
+	ConditionFencingTriaged  = "FencingTriaged"
+	ConditionFencingRequired = "FencingRequired"
+	ConditionFencingComplete = "FencingComplete"
+)
+
+// FencingRequest custom resource.
+const (
+	FencingGroup    = "fencing." + Prefix
+	FencingVersion  = "v1alpha1"
+	FencingKind     = "FencingRequest"
+	FencingResource = "fencingrequests"
+)
+
+// Feature gate that enables the SafeDetach pod GC.
+const NonGracefulFailoverGate = "NonGracefulFailover"
+
+// Pod termination reasons (the Pod Termination Reason design) and where they
+// are recorded on a pod this system deletes.
+const (
+	TerminationReasonAnnotation = Prefix + "/termination-reason"
+	TerminationReasonEnv        = "KUBE_POD_TERM_REASON"
+	TerminationReasonHeader     = "KUBE-POD-TERM-REASON"
+
+	TerminationEviction         = "Eviction"
+	TerminationIntolerableTaint = "IntolerableTaint"
+	TerminationDecommissioned   = "Decommissioned"
+	TerminationUpdate           = "Update"
+)
+
+// NodeIDAnnotation is the VolumeAttachment annotation that external-attacher
+// writes with the CSI node ID, used when the Node or CSINode is gone.
+const NodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
+
+var badFinalizerChars = regexp.MustCompile(`[^a-zA-Z0-9-]`)
+
+// SanitizeDriverName turns a CSI driver name into the form external-attacher
+// uses in its finalizer and Lease names: every character outside
+// [a-zA-Z0-9-] becomes '-', and an 'X' is appended if the result ends in '-'.
+func SanitizeDriverName(driver string) string {
+	name := badFinalizerChars.ReplaceAllString(driver, "-")
+	if strings.HasSuffix(name, "-") {
+		name += "X"
+	}
+	return name
+}
+
+// AttacherFinalizer is the VolumeAttachment and PersistentVolume finalizer,
+// the same as external-attacher's so that swapping the image adopts existing
+// attachments.
+func AttacherFinalizer(driver string) string {
+	return "external-attacher/" + SanitizeDriverName(driver)
+}
+
+// AttacherLeaseName is external-attacher's leader-election Lease name, shared
+// so that an old and a new replica never act at once.
+func AttacherLeaseName(driver string) string {
+	return "external-attacher-leader-" + SanitizeDriverName(driver)
+}
+
+// FailoverLeaseName is the Lease of the pod GC / fencing controller of one
+// driver; it is separate from the attacher's so the two can be placed apart.
+func FailoverLeaseName(driver string) string {
+	return "csi-fence-failover-leader-" + SanitizeDriverName(driver)
+}
