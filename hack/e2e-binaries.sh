@@ -38,8 +38,10 @@ build() { # name module-dir ldflags packages...
 }
 
 if [ ! -x "$out/etcd" ]; then
+	# The etcd server module's main package is its root, so go build names the
+	# binary after the last path element of the module ("v3" or "server").
 	build etcd "$tools/etcd" "-s -w" go.etcd.io/etcd/server/v3
-	mv "$out/v3" "$out/etcd" 2>/dev/null || true
+	for n in v3 server; do [ -x "$out/$n" ] && mv "$out/$n" "$out/etcd"; done
 fi
 if [ ! -x "$out/kwok" ]; then
 	build kwok "$tools/kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
@@ -56,9 +58,12 @@ fi
 # kwok ships its stage definitions in its module, not in its binary.
 if [ ! -d "$out/kwok-stages" ]; then
 	moddir=$(cd "$tools/kwok" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-	mkdir -p "$out/kwok-stages.tmp"
-	for s in node-initialize node-heartbeat-with-lease; do cp "$moddir/kustomize/stage/node/$s/$s.yaml" "$out/kwok-stages.tmp/" 2>/dev/null || true; done
-	for s in pod-ready pod-complete pod-delete; do cp "$moddir/kustomize/stage/pod/general/$s.yaml" "$out/kwok-stages.tmp/" 2>/dev/null || true; done
+	rm -rf "$out/kwok-stages.tmp" && mkdir -p "$out/kwok-stages.tmp"
+	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+		pod/general/pod-ready.yaml pod/general/pod-complete.yaml pod/general/pod-delete.yaml; do
+		cp "$moddir/kustomize/stage/$f" "$out/kwok-stages.tmp/"
+	done
+	chmod u+w "$out"/kwok-stages.tmp/*
 	mv "$out/kwok-stages.tmp" "$out/kwok-stages"
 fi
 echo "$out"
