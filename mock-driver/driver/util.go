@@ -1,0 +1,5 @@
+package driver
+
+import "sort"
+
+func sortStrings(s []string) { sort.Strings(s) }
