@@ -1,6 +1,8 @@
-// Package csiclient is the thin gRPC client the attacher and the failover
-// controller use to talk to a CSI controller plugin: publish, unpublish (with
-// or without fence) and list. Tests replace it with a scripted fake.
+// Package csiclient is the thin gRPC client the attacher (and the failover
+// controller) use to talk to a CSI controller plugin: publish, unpublish with
+// or without fence, and list. It holds no policy: the caller decides whether
+// to fence, and bounds every call with its context. Tests of the callers
+// replace it with a scripted fake through the Attacher and Lister interfaces.
 package csiclient
 
 import (
@@ -13,13 +15,17 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/fence"
 )
 
-// Attacher is what the controllers need from the CSI controller plugin.
+// Attacher publishes and unpublishes volumes.
 type Attacher interface {
-	// Attach calls ControllerPublishVolume and returns the publish context.
+	// Attach calls ControllerPublishVolume and returns the publish context
+	// (the VolumeAttachment's attachmentMetadata).
 	Attach(ctx context.Context, req AttachRequest) (map[string]string, error)
-	// Detach calls ControllerUnpublishVolume. fence=true asks the plugin to
-	// cut the node off the volume before it returns (the caller must only
-	// set it when the plugin advertises UNPUBLISH_FENCE).
+	// Detach calls ControllerUnpublishVolume. With fence=true the request
+	// carries the fence field of the extension (DESIGN.md section 4), asking
+	// the plugin to make the volume inaccessible from the node before it
+	// returns; the caller must set it only when the plugin advertises
+	// UNPUBLISH_FENCE. With fence=false the request is the stock message,
+	// byte for byte, as external-attacher sends it.
 	Detach(ctx context.Context, volumeID, nodeID string, secrets map[string]string, fence bool) error
 }
 
@@ -33,25 +39,33 @@ type AttachRequest struct {
 	Secrets       map[string]string
 }
 
-// Lister lists the volumes of the plugin with the nodes each is published to.
+// Lister lists the plugin's volumes with the nodes each is published to.
 type Lister interface {
+	// ListVolumes returns, per volume ID, the IDs of the nodes the volume is
+	// published to. It needs LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES.
 	ListVolumes(ctx context.Context) (map[string][]string, error)
 }
 
 // Client implements Attacher and Lister over a gRPC connection.
 type Client struct {
-	conn       grpc.ClientConnInterface
+	controller csi.ControllerClient
 	maxEntries int32
 }
 
-// New returns a Client. maxEntries bounds a ListVolumes page (0: no limit).
+var (
+	_ Attacher = &Client{}
+	_ Lister   = &Client{}
+)
+
+// New returns a Client. maxEntries is the ListVolumes page size
+// (--max-entries; 0 lets the plugin choose).
 func New(conn grpc.ClientConnInterface, maxEntries int32) *Client {
-	return &Client{conn: conn, maxEntries: maxEntries}
+	return &Client{controller: csi.NewControllerClient(conn), maxEntries: maxEntries}
 }
 
 // Attach implements Attacher.
 func (c *Client) Attach(ctx context.Context, r AttachRequest) (map[string]string, error) {
-	rsp, err := csi.NewControllerClient(c.conn).ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+	rsp, err := c.controller.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
 		VolumeId:         r.VolumeID,
 		NodeId:           r.NodeID,
 		VolumeCapability: r.Capability,
@@ -71,35 +85,37 @@ func (c *Client) Detach(ctx context.Context, volumeID, nodeID string, secrets ma
 	if fenced {
 		fence.SetFence(req, true)
 	}
-	_, err := csi.NewControllerClient(c.conn).ControllerUnpublishVolume(ctx, req)
+	_, err := c.controller.ControllerUnpublishVolume(ctx, req)
 	return err
 }
 
-// ListVolumes implements Lister: it pages through ListVolumes and returns,
-// per volume ID, the node IDs it is published to.
+// ListVolumes implements Lister. It follows next_token until the plugin
+// returns an empty one; the caller's context bounds the whole walk, and a
+// token that repeats (a plugin that would loop forever) is an error.
 func (c *Client) ListVolumes(ctx context.Context) (map[string][]string, error) {
-	client := csi.NewControllerClient(c.conn)
-	out := map[string][]string{}
+	published := map[string][]string{}
+	seen := map[string]bool{}
 	token := ""
-	for page := 0; ; page++ {
-		rsp, err := client.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: c.maxEntries, StartingToken: token})
+	for {
+		rsp, err := c.controller.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: c.maxEntries, StartingToken: token})
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range rsp.GetEntries() {
+		for i, e := range rsp.GetEntries() {
 			id := e.GetVolume().GetVolumeId()
 			if id == "" {
-				return nil, fmt.Errorf("ListVolumes returned an entry without a volume ID")
+				return nil, fmt.Errorf("ListVolumes: entry %d of the page at token %q has no volume ID", i, token)
 			}
-			out[id] = append(out[id], e.GetStatus().GetPublishedNodeIds()...)
+			published[id] = append(published[id], e.GetStatus().GetPublishedNodeIds()...)
 		}
 		next := rsp.GetNextToken()
 		if next == "" {
-			return out, nil
+			return published, nil
 		}
-		if next == token || page > 100000 {
-			return nil, fmt.Errorf("ListVolumes returned the same next_token %q again", next)
+		if seen[next] {
+			return nil, fmt.Errorf("ListVolumes: the plugin returned next_token %q a second time", next)
 		}
+		seen[next] = true
 		token = next
 	}
 }
