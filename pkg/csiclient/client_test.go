@@ -170,7 +170,10 @@ func TestTimeout(t *testing.T) {
 		name string
 		call func(ctx context.Context, c *Client) error
 	}{
-		{"Attach", func(ctx context.Context, c *Client) error { _, err := c.Attach(ctx, AttachRequest{VolumeID: "v", NodeID: "n"}); return err }},
+		{"Attach", func(ctx context.Context, c *Client) error {
+			_, err := c.Attach(ctx, AttachRequest{VolumeID: "v", NodeID: "n"})
+			return err
+		}},
 		{"Detach", func(ctx context.Context, c *Client) error { return c.Detach(ctx, "v", "n", nil, true) }},
 		{"ListVolumes", func(ctx context.Context, c *Client) error { _, err := c.ListVolumes(ctx); return err }},
 	}
