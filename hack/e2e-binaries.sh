@@ -56,11 +56,12 @@ if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kube-controller-manager" ] || 
 fi
 
 # kwok ships its stage definitions in its module, not in its binary.
-if [ ! -d "$out/kwok-stages" ]; then
+if [ ! -f "$out/kwok-stages/pod-create.yaml" ]; then
+	rm -rf "$out/kwok-stages"
 	moddir=$(cd "$tools/kwok" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 	rm -rf "$out/kwok-stages.tmp" && mkdir -p "$out/kwok-stages.tmp"
 	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-		pod/general/pod-ready.yaml pod/general/pod-complete.yaml pod/general/pod-delete.yaml; do
+		pod/general/pod-create.yaml pod/general/pod-ready.yaml pod/general/pod-complete.yaml pod/general/pod-delete.yaml; do
 		cp "$moddir/kustomize/stage/$f" "$out/kwok-stages.tmp/"
 	done
 	chmod u+w "$out"/kwok-stages.tmp/*

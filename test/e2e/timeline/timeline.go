@@ -26,19 +26,19 @@ import (
 
 // Milestone names, in the order of a failover.
 const (
-	NodeDown         = "node down"
-	NodeNotReady     = "node NotReady"
-	Quarantined      = "node quarantined"
-	PodEvicted       = "pod evicted (Terminating)"
-	StorageFenced    = "storage fenced"
-	PodForceDeleted  = "pod force-deleted"
-	OldVADeleted     = "old attachment removed"
-	PodReplaced      = "pod replaced on another node"
+	NodeDown          = "node down"
+	NodeNotReady      = "node NotReady"
+	Quarantined       = "node quarantined"
+	PodEvicted        = "pod evicted (Terminating)"
+	StorageFenced     = "storage fenced"
+	PodForceDeleted   = "pod force-deleted"
+	OldVADeleted      = "old attachment removed"
+	PodReplaced       = "pod replaced on another node"
 	AttachedElsewhere = "volume attached elsewhere"
-	NodeBack         = "node back"
-	NodeReady        = "node Ready"
-	NodeCleaned      = "node cleaned"
-	TaintsRemoved    = "taints removed"
+	NodeBack          = "node back"
+	NodeReady         = "node Ready"
+	NodeCleaned       = "node cleaned"
+	TaintsRemoved     = "taints removed"
 )
 
 // Event is one observed milestone.
@@ -275,4 +275,3 @@ func (r *Recorder) Since(from, to string) (time.Duration, bool) {
 	}
 	return b.Sub(a), true
 }
-

@@ -1,0 +1,147 @@
+//go:build e2e
+
+// End-to-end tests on a real control plane (see test/e2e/framework): one
+// cluster per package run, one namespace-free prefix per test.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+var (
+	cluster *framework.Cluster
+	product *framework.Product
+)
+
+type stdLogger struct{}
+
+func (stdLogger) Logf(format string, args ...interface{}) {
+	fmt.Printf("e2e: "+format+"\n", args...)
+}
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	var err error
+	cluster, err = framework.Start(ctx, stdLogger{}, framework.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
+		os.Exit(1)
+	}
+	product, err = cluster.StartProduct(ctx, framework.ProductOptions{})
+	cancel()
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting fence-attacher:", err)
+	} else {
+		code = m.Run()
+	}
+	cluster.Cleanup(code != 0)
+	os.Exit(code)
+}
+
+type tLogger struct{ t *testing.T }
+
+func (l tLogger) Logf(format string, args ...interface{}) { l.t.Helper(); l.t.Logf(format, args...) }
+
+func expectNoViolations(t *testing.T) {
+	t.Helper()
+	v, err := product.Violations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v["S1"] != 0 || v["S2"] != 0 {
+		s, _ := product.Array.Snapshot()
+		t.Fatalf("safety violations on the array: %v: %+v", v, s.Violations)
+	}
+}
+
+// A StatefulSet's volume is published by csi-fence-attacher through the real
+// attach/detach controller, and deleting the pod detaches it gracefully:
+// no fence, nothing quarantined.
+func TestAttachDetachThroughADC(t *testing.T) {
+	ctx := context.Background()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "ad", 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := product.Array.Snapshot()
+	if p := s.Volumes[env.Volumes[0]].Publications[node]; p == nil || p.Access != "granted" {
+		t.Fatalf("array does not show %s published to %s: %+v", env.Volumes[0], node, s.Volumes[env.Volumes[0]])
+	}
+	if err := cluster.Client.AppsV1().StatefulSets(env.NS).Delete(ctx, env.App, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 60*time.Second, "VolumeAttachment deleted", func(ctx context.Context) (bool, error) {
+		va, err := env.VA(ctx, env.Volumes[0], node)
+		return va == nil, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = product.Array.Snapshot()
+	if p := s.Volumes[env.Volumes[0]].Publications[node]; p != nil {
+		t.Fatalf("graceful detach left the volume on the array as %+v (a fence here would quarantine a healthy node)", p)
+	}
+	if _, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, node); err == nil {
+		t.Fatalf("a graceful detach created a FencingRequest for %s", node)
+	}
+	expectNoViolations(t)
+}
+
+// Out-of-service failover (KEP-2268's manual path): the node is powered off,
+// the operator adds the taint, the pod moves to a healthy node and its old
+// attachment is unpublished with fence=true and recorded.
+func TestOutOfServiceFailover(t *testing.T) {
+	ctx := context.Background()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "oos", 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: env.Volumes[0]},
+		func(e timeline.Event) { t.Logf("milestone: %s %s", e.What, e.Detail) })
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Failover(ctx, rec, scenario.FailoverOptions{OutOfServiceTaint: true, Return: true}); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, victim)
+	if err != nil {
+		t.Fatalf("no FencingRequest recorded for %s: %v", victim, err)
+	}
+	if !fencerecord.IsQuarantined(fr, framework.DriverName, env.Volumes[0]) {
+		t.Fatalf("volume %s not recorded as fenced on %s: %+v", env.Volumes[0], victim, fr.Status)
+	}
+	s, _ := product.Array.Snapshot()
+	if p := s.Volumes[env.Volumes[0]].Publications[victim]; p == nil || p.Access != "fenced" {
+		t.Fatalf("array does not show the volume fenced on %s: %+v", victim, p)
+	}
+	var b = &testWriter{t}
+	rec.Print(b)
+	expectNoViolations(t)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -1,0 +1,299 @@
+// Package scenario holds the stories the end-to-end tests and the demo play on
+// the real control plane: a StatefulSet on KWOK nodes with volumes of the mock
+// driver, attached by csi-fence-attacher, and a node failure that fails over.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+// Env is a cluster with the product running on nodes.
+type Env struct {
+	C       *framework.Cluster
+	P       *framework.Product
+	Log     framework.Logger
+	Nodes   []string
+	NS      string
+	App     string
+	Volumes []string // volume handles, one per replica
+}
+
+// Setup creates nodes with their mock node instances, one pre-provisioned
+// volume (PV pre-bound to the StatefulSet's claim) per replica, and the
+// StatefulSet; it waits until every replica runs with its volume attached.
+func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log framework.Logger, prefix string, nodes, replicas int) (*Env, error) {
+	e := &Env{C: c, P: p, Log: log, NS: "default", App: prefix + "-db"}
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("%s-node-%d", prefix, i)
+		if err := c.CreateNode(ctx, name, framework.DriverName); err != nil {
+			return nil, err
+		}
+		if _, err := p.StartNode(ctx, name); err != nil {
+			return nil, err
+		}
+		e.Nodes = append(e.Nodes, name)
+	}
+	for _, n := range e.Nodes {
+		if err := c.WaitNodeReady(ctx, n, true, 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	log.Logf("%d KWOK nodes Ready, each with a mock node instance", nodes)
+	for i := 0; i < replicas; i++ {
+		handle := fmt.Sprintf("%s-vol-%d", prefix, i)
+		if err := p.Array.AddVolume(handle, 1<<30); err != nil {
+			return nil, err
+		}
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: handle},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				StorageClassName:              "fence-static",
+				ClaimRef:                      &corev1.ObjectReference{Namespace: e.NS, Name: fmt.Sprintf("data-%s-%d", e.App, i)},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+					Driver: framework.DriverName, VolumeHandle: handle, FSType: "ext4",
+				}},
+			},
+		}
+		if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		e.Volumes = append(e.Volumes, handle)
+	}
+	labels := map[string]string{"app": e.App}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: e.App, Namespace: e.NS},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(int32(replicas)),
+			Selector:            &metav1.LabelSelector{MatchLabels: labels},
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"type": "kwok"},
+					Containers:   []corev1.Container{{Name: "db", Image: "postgres", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+					// One replica per node, and a workload that wants to fail
+					// over fast: it tolerates an unreachable node for 2 s only.
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname",
+						}},
+					}},
+					Tolerations: []corev1.Toleration{
+						{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
+						{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
+						{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+					},
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: ptr.To("fence-static"),
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				},
+			}},
+		},
+	}
+	if _, err := c.Client.AppsV1().StatefulSets(e.NS).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	for i := 0; i < replicas; i++ {
+		if _, err := e.WaitAttached(ctx, i, "", 90*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	log.Logf("StatefulSet %s: %d replicas Running, each volume published by csi-fence-attacher", e.App, replicas)
+	return e, nil
+}
+
+// PodName is the name of replica i.
+func (e *Env) PodName(i int) string { return fmt.Sprintf("%s-%d", e.App, i) }
+
+// WaitAttached waits until replica i runs on a node other than notOn with
+// its volume's VolumeAttachment attached there, and returns the node.
+func (e *Env) WaitAttached(ctx context.Context, i int, notOn string, timeout time.Duration) (string, error) {
+	var node string
+	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%s running with its volume attached", e.PodName(i)), func(ctx context.Context) (bool, error) {
+		pod, err := e.C.Client.CoreV1().Pods(e.NS).Get(ctx, e.PodName(i), metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if pod.DeletionTimestamp != nil || pod.Spec.NodeName == "" || pod.Spec.NodeName == notOn || pod.Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		va, err := e.VA(ctx, e.Volumes[i], pod.Spec.NodeName)
+		if err != nil || va == nil || !va.Status.Attached {
+			return false, err
+		}
+		node = pod.Spec.NodeName
+		return true, nil
+	})
+	return node, err
+}
+
+// VA returns the VolumeAttachment of the volume's PV on node, or nil.
+func (e *Env) VA(ctx context.Context, pvName, node string) (*storagev1.VolumeAttachment, error) {
+	list, err := e.C.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		va := &list.Items[i]
+		if va.Spec.NodeName == node && va.Spec.Source.PersistentVolumeName != nil && *va.Spec.Source.PersistentVolumeName == pvName {
+			return va, nil
+		}
+	}
+	return nil, nil
+}
+
+// Writer keeps writing to a volume from one node every interval, as the
+// workload would, and counts accepted and refused writes.
+type Writer struct {
+	Accepted, Refused atomic.Int64
+	cancel            context.CancelFunc
+	done              chan struct{}
+}
+
+// StartWriter starts a Writer on node n for volume.
+func StartWriter(ctx context.Context, n *framework.NodeInstance, volume string, interval time.Duration) *Writer {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &Writer{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			if err := n.Write(ctx, volume); err != nil {
+				w.Refused.Add(1)
+			} else {
+				w.Accepted.Add(1)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w
+}
+
+// Stop stops the writer and waits for it.
+func (w *Writer) Stop() { w.cancel(); <-w.done }
+
+// FailoverOptions choose how the node fails and how failover is driven.
+type FailoverOptions struct {
+	// Partition keeps the node's mock instance running and its workload
+	// writing, as a node cut off from the control plane would; otherwise the
+	// node is powered off (its instance killed).
+	Partition bool
+	// OutOfServiceTaint: the operator adds node.kubernetes.io/out-of-service
+	// once the node is NotReady (KEP-2268's manual path).
+	OutOfServiceTaint bool
+	// Return brings the node back after the failover.
+	Return bool
+}
+
+// Failover fails the node of replica 0 and follows the failover to its end,
+// recording milestones in rec.
+func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts FailoverOptions) error {
+	victim, err := e.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	vol := e.Volumes[0]
+	inst := e.P.Nodes[victim]
+	writer := StartWriter(ctx, inst, vol, 100*time.Millisecond)
+	defer writer.Stop()
+	if err := framework.WaitFor(ctx, 10*time.Second, "first write of the workload", func(context.Context) (bool, error) {
+		return writer.Accepted.Load() > 0, nil
+	}); err != nil {
+		return err
+	}
+
+	how := "powered off"
+	if opts.Partition {
+		how = "partitioned (its workload keeps writing)"
+	}
+	rec.Mark(timeline.NodeDown, victim+" "+how)
+	if err := e.C.ShutDown(ctx, victim); err != nil {
+		return err
+	}
+	if !opts.Partition {
+		writer.Stop()
+		inst.Process.Kill()
+	}
+	if err := e.C.WaitNodeReady(ctx, victim, false, 60*time.Second); err != nil {
+		return err
+	}
+	rec.Mark(timeline.NodeNotReady, "")
+	if opts.OutOfServiceTaint {
+		if err := framework.WaitFor(ctx, 60*time.Second, "pod evicted", func(context.Context) (bool, error) { return rec.Has(timeline.PodEvicted), nil }); err != nil {
+			return err
+		}
+		if err := e.C.AddTaint(ctx, victim, corev1.Taint{Key: contract.OutOfServiceTaintKey, Value: contract.OutOfServiceTaintValue, Effect: corev1.TaintEffectNoExecute}); err != nil {
+			return err
+		}
+		rec.Mark("out-of-service taint added", "by the operator ("+contract.OutOfServiceTaintKey+")")
+	}
+	newNode, err := e.WaitAttached(ctx, 0, victim, 120*time.Second)
+	if err != nil {
+		return err
+	}
+	rec.Mark(timeline.AttachedElsewhere, "on "+newNode)
+	// The workload runs again on the new node.
+	if err := e.P.Nodes[newNode].Write(ctx, vol); err != nil {
+		return fmt.Errorf("the replacement cannot write to its volume: %w", err)
+	}
+	if opts.Partition {
+		before := writer.Refused.Load()
+		if err := framework.WaitFor(ctx, 10*time.Second, "the partitioned node's writes refused", func(context.Context) (bool, error) {
+			return writer.Refused.Load() > before, nil
+		}); err != nil {
+			return err
+		}
+		rec.Mark("old node's writes refused", fmt.Sprintf("%d refused since the fence", writer.Refused.Load()))
+	}
+	writer.Stop()
+
+	if opts.Return {
+		if err := e.C.BringBack(ctx, victim); err != nil {
+			return err
+		}
+		rec.Mark(timeline.NodeBack, victim)
+		if inst.Process.Exited() {
+			if _, err := e.P.StartNode(ctx, victim); err != nil {
+				return err
+			}
+		}
+		if err := e.C.WaitNodeReady(ctx, victim, true, 60*time.Second); err != nil {
+			return err
+		}
+		rec.Mark(timeline.NodeReady, "")
+		if opts.OutOfServiceTaint {
+			if err := e.C.RemoveTaint(ctx, victim, contract.OutOfServiceTaintKey); err != nil {
+				return err
+			}
+			rec.Mark(timeline.TaintsRemoved, "out-of-service taint removed by the operator")
+		}
+	}
+	return nil
+}
