@@ -1,0 +1,270 @@
+package fencerecord
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+)
+
+const drv = "fence.csi.example.com"
+
+var t0 = metav1.Unix(1000, 0)
+
+func newClient(t *testing.T, objs ...*fencingv1alpha1.FencingRequest) (*dynamicfake.FakeDynamicClient, *fencingv1alpha1.Client) {
+	t.Helper()
+	var rt []runtime.Object
+	for _, fr := range objs {
+		u, err := fencingv1alpha1.ToUnstructured(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt = append(rt, u)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, rt...)
+	return dyn, fencingv1alpha1.NewClient(dyn)
+}
+
+func fr(node string, origin fencingv1alpha1.Origin, phase fencingv1alpha1.Phase, vols ...fencingv1alpha1.FencedVolume) *fencingv1alpha1.FencingRequest {
+	return &fencingv1alpha1.FencingRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: node, Origin: origin, Reason: "admin"},
+		Status:     fencingv1alpha1.FencingRequestStatus{Phase: phase, Volumes: vols},
+	}
+}
+
+func TestIsQuarantined(t *testing.T) {
+	fenced := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}
+	tests := []struct {
+		name string
+		fr   *fencingv1alpha1.FencingRequest
+		want bool
+	}{
+		{"no FencingRequest", nil, false},
+		{"no entry", fr("n", fencingv1alpha1.OriginManual, fencingv1alpha1.PhaseFencing), false},
+		{"fenced, not cleaned", fr("n", "", "", fenced), true},
+		{"fence not yet succeeded", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FenceError: "refused"}), false},
+		{"fenced and cleaned", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanedTime: &t0}), false},
+		{"cleanup failed: still quarantined", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanupError: "busy"}), true},
+		{"same handle, other driver", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: "other.csi", VolumeHandle: "v1", FencedTime: &t0}), false},
+		{"other handle, same driver", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v2", FencedTime: &t0}), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsQuarantined(tc.fr, drv, "v1"); got != tc.want {
+				t.Errorf("IsQuarantined = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRecordFenced(t *testing.T) {
+	vol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", PersistentVolumeName: "pv1", NodeID: "id-1"}
+	tests := []struct {
+		name       string
+		existing   *fencingv1alpha1.FencingRequest
+		wantOrigin fencingv1alpha1.Origin
+		wantReason string
+		wantPhase  fencingv1alpha1.Phase
+		wantVols   int
+		// keepsTime: the entry's fencedTime must stay t0.
+		keepsTime bool
+	}{
+		{name: "creates the request when absent", wantOrigin: fencingv1alpha1.OriginAutomatic, wantReason: "node-not-ready", wantPhase: fencingv1alpha1.PhaseFencing, wantVols: 1},
+		{name: "adds to a manual request and keeps its origin", existing: fr("node-1", fencingv1alpha1.OriginManual, fencingv1alpha1.PhasePending),
+			wantOrigin: fencingv1alpha1.OriginManual, wantReason: "admin", wantPhase: fencingv1alpha1.PhaseFencing, wantVols: 1},
+		{name: "keeps other volumes", existing: fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced,
+			fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v0", FencedTime: &t0}),
+			wantOrigin: fencingv1alpha1.OriginAutomatic, wantReason: "admin", wantPhase: fencingv1alpha1.PhaseFenced, wantVols: 2},
+		{name: "already recorded: idempotent, first time kept", existing: fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced,
+			fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}),
+			wantOrigin: fencingv1alpha1.OriginAutomatic, wantReason: "admin", wantPhase: fencingv1alpha1.PhaseFenced, wantVols: 1, keepsTime: true},
+		{name: "fenced again after cleanup: quarantined again, request reopened", existing: fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseComplete,
+			fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanedTime: &t0}),
+			wantOrigin: fencingv1alpha1.OriginAutomatic, wantReason: "admin", wantPhase: fencingv1alpha1.PhaseFencing, wantVols: 1},
+		{name: "clears an earlier fence error", existing: fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
+			fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FenceError: "refused"}),
+			wantOrigin: fencingv1alpha1.OriginAutomatic, wantReason: "admin", wantPhase: fencingv1alpha1.PhaseFencing, wantVols: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			var objs []*fencingv1alpha1.FencingRequest
+			if tc.existing != nil {
+				objs = append(objs, tc.existing)
+			}
+			_, c := newClient(t, objs...)
+			if err := RecordFenced(ctx, c, "node-1", "node-not-ready", vol); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Get(ctx, "node-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Spec.NodeName != "node-1" || got.Spec.Origin != tc.wantOrigin || got.Spec.Reason != tc.wantReason {
+				t.Errorf("spec = %+v", got.Spec)
+			}
+			if got.Status.Phase != tc.wantPhase || len(got.Status.Volumes) != tc.wantVols {
+				t.Errorf("phase %q with %d volumes, want %q with %d", got.Status.Phase, len(got.Status.Volumes), tc.wantPhase, tc.wantVols)
+			}
+			if !IsQuarantined(got, drv, "v1") {
+				t.Errorf("not quarantined after RecordFenced: %+v", got.Status.Volumes)
+			}
+			e := Find(got, drv, "v1")
+			if e.FenceError != "" || e.CleanedTime != nil {
+				t.Errorf("entry = %+v", e)
+			}
+			if tc.keepsTime != e.FencedTime.Equal(&t0) {
+				t.Errorf("fencedTime = %v, keepsTime %v", e.FencedTime, tc.keepsTime)
+			}
+			if got.Status.StartTime == nil && !tc.keepsTime {
+				t.Error("startTime not set")
+			}
+			if tc.wantVols == 1 && (e.PersistentVolumeName != "pv1" || e.NodeID != "id-1") {
+				t.Errorf("entry lost the PV or node ID: %+v", e)
+			}
+		})
+	}
+}
+
+// Other writers (the failover controller, the node agent, other drivers'
+// attachers) update the same status: a conflict means re-read and retry, and
+// nobody's entry is lost.
+func TestRecordFencedRetriesOnConflict(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dyn, c := newClient(t, fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing))
+	var conflicts atomic.Int32
+	dyn.PrependReactor("update", "fencingrequests", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && conflicts.Add(1) <= 2 {
+			// Another writer got there first: add its entry, then conflict.
+			other := fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
+				fencingv1alpha1.FencedVolume{Driver: "other.csi", VolumeHandle: "x", FencedTime: &t0})
+			u, _ := fencingv1alpha1.ToUnstructured(other)
+			if err := dyn.Tracker().Update(fencingv1alpha1.Resource, u, ""); err != nil {
+				t.Errorf("tracker update: %v", err)
+			}
+			return true, nil, apierrors.NewConflict(fencingv1alpha1.Resource.GroupResource(), "node-1", errors.New("stale"))
+		}
+		return false, nil, nil
+	})
+	if err := RecordFenced(ctx, c, "node-1", "quarantined", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.Get(ctx, "node-1")
+	if !IsQuarantined(got, drv, "v1") || !IsQuarantined(got, "other.csi", "x") {
+		t.Errorf("an entry was lost: %+v", got.Status.Volumes)
+	}
+	if n := conflicts.Load(); n != 3 {
+		t.Errorf("%d status updates, want 3 (two conflicts, one success)", n)
+	}
+}
+
+// A conflict that never ends is bounded: the caller gets the error and
+// retries with its own backoff.
+func TestRecordFencedGivesUpOnEndlessConflicts(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dyn, c := newClient(t, fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing))
+	dyn.PrependReactor("update", "fencingrequests", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(fencingv1alpha1.Resource.GroupResource(), "node-1", errors.New("stale"))
+	})
+	err := RecordFenced(ctx, c, "node-1", "quarantined", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1"})
+	if !apierrors.IsConflict(errors.Unwrap(err)) && !apierrors.IsConflict(err) {
+		t.Errorf("err = %v, want a conflict", err)
+	}
+}
+
+func TestRecordFencedCreateRace(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dyn, c := newClient(t)
+	dyn.PrependReactor("create", "fencingrequests", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		// The failover controller created it a moment earlier.
+		u, _ := fencingv1alpha1.ToUnstructured(fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhasePending))
+		if err := dyn.Tracker().Add(u); err != nil {
+			t.Errorf("tracker add: %v", err)
+		}
+		return true, nil, apierrors.NewAlreadyExists(fencingv1alpha1.Resource.GroupResource(), "node-1")
+	})
+	if err := RecordFenced(ctx, c, "node-1", "node-deleted", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.Get(ctx, "node-1")
+	if !IsQuarantined(got, drv, "v1") || got.Spec.Reason != "admin" {
+		t.Errorf("got %+v", got)
+	}
+}
+
+func TestRecordFenceError(t *testing.T) {
+	tests := []struct {
+		name      string
+		existing  *fencingv1alpha1.FencingRequest
+		wantError string
+		wantQuar  bool
+	}{
+		{name: "creates the request with the error", wantError: "refused: node still writing"},
+		{name: "does not undo a recorded fence", existing: fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced,
+			fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}), wantError: "", wantQuar: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			var objs []*fencingv1alpha1.FencingRequest
+			if tc.existing != nil {
+				objs = append(objs, tc.existing)
+			}
+			_, c := newClient(t, objs...)
+			vol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1"}
+			if err := RecordFenceError(ctx, c, "node-1", "node-not-ready", vol, "refused: node still writing"); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Get(ctx, "node-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := Find(got, drv, "v1")
+			if e == nil || e.FenceError != tc.wantError || IsQuarantined(got, drv, "v1") != tc.wantQuar {
+				t.Errorf("entry = %+v", e)
+			}
+			if tc.wantError != "" && (got.Status.ErrorReason != ErrorReasonFenceFailed || !strings.Contains(got.Status.ErrorMessage, "refused")) {
+				t.Errorf("status error = %q %q", got.Status.ErrorReason, got.Status.ErrorMessage)
+			}
+		})
+	}
+}
+
+func TestRecordCleaned(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	_, c := newClient(t, fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced,
+		fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}))
+	if err := RecordCleanupError(ctx, c, "node-1", drv, "v1", "device busy"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.Get(ctx, "node-1")
+	if !IsQuarantined(got, drv, "v1") || Find(got, drv, "v1").CleanupError != "device busy" {
+		t.Fatalf("after cleanup error: %+v", got.Status.Volumes)
+	}
+	if err := RecordCleaned(ctx, c, "node-1", drv, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = c.Get(ctx, "node-1")
+	if IsQuarantined(got, drv, "v1") || Find(got, drv, "v1").CleanupError != "" {
+		t.Fatalf("after cleanup: %+v", got.Status.Volumes)
+	}
+	// No request: nothing to clean, nothing created.
+	if err := RecordCleaned(ctx, c, "node-2", drv, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "node-2"); !apierrors.IsNotFound(err) {
+		t.Errorf("RecordCleaned created a request: %v", err)
+	}
+}
