@@ -362,4 +362,3 @@ func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, timeout time.
 		return true, nil
 	})
 }
-
