@@ -1,0 +1,104 @@
+// Command fence-bench measures the failover overhead on the local real
+// control plane: from the moment a pod becomes eligible (Terminating on a
+// NotReady node) to its replacement's volume attached on another node, over
+// repeated trials, for each failover path, and prints p50/p95.
+//
+//	go run ./cmd/fence-bench --trials=5 --paths=out-of-service,automatic
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+type quiet struct{}
+
+func (quiet) Logf(string, ...interface{}) {}
+
+type stdout struct{}
+
+func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n", args...) }
+
+func main() {
+	trials := flag.Int("trials", 5, "Trials per path")
+	paths := flag.String("paths", "out-of-service", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible) and automatic (SafeDetach pod GC)")
+	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, *trials, strings.Split(*paths, ",")); err != nil {
+		fmt.Fprintln(os.Stderr, "fence-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, trials int, paths []string) error {
+	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Cleanup(false)
+	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=true"}})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%-16s %6s %8s %8s %8s %8s\n", "path", "trials", "p50", "p95", "min", "max")
+	for _, path := range paths {
+		var samples []time.Duration
+		for i := 0; i < trials; i++ {
+			d, err := trial(ctx, c, p, fmt.Sprintf("b%s%d", path[:1], i), path)
+			if err != nil {
+				return fmt.Errorf("%s trial %d: %w", path, i, err)
+			}
+			samples = append(samples, d)
+		}
+		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+		fmt.Printf("%-16s %6d %7.2fs %7.2fs %7.2fs %7.2fs\n", path, len(samples),
+			pct(samples, 50).Seconds(), pct(samples, 95).Seconds(), samples[0].Seconds(), samples[len(samples)-1].Seconds())
+	}
+	return nil
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	return sorted[i-1]
+}
+
+// trial fails one node and returns eligible -> attached elsewhere.
+func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, path string) (time.Duration, error) {
+	env, err := scenario.Setup(ctx, c, p, quiet{}, prefix, 2, 1)
+	if err != nil {
+		return 0, err
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: env.Volumes[0]}, nil)
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := rec.Watch(c.Client, c.Dynamic, stop); err != nil {
+		return 0, err
+	}
+	if err := env.Failover(ctx, rec, scenario.FailoverOptions{OutOfServiceTaint: path == "out-of-service", Return: false}); err != nil {
+		return 0, err
+	}
+	d, ok := rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere)
+	if !ok {
+		return 0, fmt.Errorf("milestones missing: %v", rec.Events())
+	}
+	return d, nil
+}
