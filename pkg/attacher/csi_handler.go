@@ -2,16 +2,20 @@ package attacher
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -24,108 +28,103 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
-// FencingRequestLister reads FencingRequests, usually from an informer.
-// It returns (nil, nil) when the node has none.
-type FencingRequestLister interface {
-	Get(nodeName string) (*fencingv1alpha1.FencingRequest, error)
+// Capabilities are the controller capabilities of the driver the CSI
+// handler uses, probed once at start.
+type Capabilities struct {
+	// PublishReadOnly: PUBLISH_READONLY; without it readonly is always false.
+	PublishReadOnly bool
+	// SingleNodeMultiWriter: SINGLE_NODE_MULTI_WRITER; selects the
+	// SINGLE_NODE_SINGLE_WRITER / SINGLE_NODE_MULTI_WRITER access modes.
+	SingleNodeMultiWriter bool
+	// Fence: UNPUBLISH_FENCE (fence.ControllerCanFence); without it the fence
+	// field is never sent.
+	Fence bool
 }
 
-// CSIHandlerOptions configures the CSI handler.
-type CSIHandlerOptions struct {
+// CSIHandlerConfig configures NewCSIHandler.
+type CSIHandlerConfig struct {
 	DriverName string
-	// Timeout bounds every CSI call.
+	// Timeout bounds every CSI call (--timeout).
 	Timeout time.Duration
-	// DefaultFSType is used when a PV has no fsType.
+	// DefaultFSType is used for a mount volume whose PV has no fsType.
 	DefaultFSType string
-	// SupportsPublishReadOnly: the driver has PUBLISH_READONLY.
-	SupportsPublishReadOnly bool
-	// SupportsSingleNodeMultiWriter: the driver has SINGLE_NODE_MULTI_WRITER.
-	SupportsSingleNodeMultiWriter bool
-	// CanFence: the driver has UNPUBLISH_FENCE.
-	CanFence bool
+	Capabilities  Capabilities
+
+	Client   kubernetes.Interface
+	Attacher csiclient.Attacher
+	// Lister enables ReconcileVA; nil when the driver lacks LIST_VOLUMES or
+	// LIST_VOLUMES_PUBLISHED_NODES.
+	Lister csiclient.Lister
+
+	PVLister      corelisters.PersistentVolumeLister
+	NodeLister    corelisters.NodeLister
+	CSINodeLister storagelisters.CSINodeLister
+	VALister      storagelisters.VolumeAttachmentLister
+	// FencingRequests and FenceRecord are nil when the FencingRequest CRD is
+	// not installed: quarantine is then read from the node taint only and
+	// fences are not recorded.
+	FencingRequests FencingRequestLister
+	FenceRecord     fencerecord.Client
+
+	Recorder record.EventRecorder
 }
 
 // CSIHandler is the Handler for drivers with PUBLISH_UNPUBLISH_VOLUME.
 type CSIHandler struct {
-	opts      CSIHandlerOptions
+	CSIHandlerConfig
 	finalizer string
-
-	client        kubernetes.Interface
-	attacher      csiclient.Attacher
-	lister        csiclient.Lister // nil: no ListVolumes reconciliation
-	pvLister      corelisters.PersistentVolumeLister
-	nodeLister    corelisters.NodeLister
-	csiNodeLister storagelisters.CSINodeLister
-	vaLister      storagelisters.VolumeAttachmentLister
-	frLister      FencingRequestLister // nil: the FencingRequest CRD is not installed
-	frClient      fencerecord.Client   // nil: the FencingRequest CRD is not installed
-	recorder      record.EventRecorder
 
 	vaQueue, pvQueue Queue
 
+	// forceSync holds the VAs ReconcileVA found out of step with the
+	// driver: their next sync attaches or detaches even though the status
+	// or the finalizer says it is done.
 	forceSyncMu sync.Mutex
 	forceSync   map[string]bool
 }
 
-// NewCSIHandler returns the CSI handler. lister may be nil (no reconcile),
-// frLister and frClient may be nil (no FencingRequest CRD).
-func NewCSIHandler(
-	opts CSIHandlerOptions,
-	client kubernetes.Interface,
-	attacher csiclient.Attacher,
-	lister csiclient.Lister,
-	pvLister corelisters.PersistentVolumeLister,
-	nodeLister corelisters.NodeLister,
-	csiNodeLister storagelisters.CSINodeLister,
-	vaLister storagelisters.VolumeAttachmentLister,
-	frLister FencingRequestLister,
-	frClient fencerecord.Client,
-	recorder record.EventRecorder,
-) *CSIHandler {
-	return &CSIHandler{
-		opts:          opts,
-		finalizer:     contract.AttacherFinalizer(opts.DriverName),
-		client:        client,
-		attacher:      attacher,
-		lister:        lister,
-		pvLister:      pvLister,
-		nodeLister:    nodeLister,
-		csiNodeLister: csiNodeLister,
-		vaLister:      vaLister,
-		frLister:      frLister,
-		frClient:      frClient,
-		recorder:      recorder,
-		forceSync:     map[string]bool{},
+var _ Handler = &CSIHandler{}
+
+// NewCSIHandler returns the CSI handler, or an error naming what is missing
+// from cfg. It registers the attacher's metrics.
+func NewCSIHandler(cfg CSIHandlerConfig) (*CSIHandler, error) {
+	switch {
+	case cfg.DriverName == "":
+		return nil, errors.New("CSI handler: empty driver name")
+	case cfg.Timeout <= 0:
+		return nil, fmt.Errorf("CSI handler: timeout must be positive, got %v", cfg.Timeout)
+	case cfg.Client == nil || cfg.Attacher == nil || cfg.Recorder == nil:
+		return nil, errors.New("CSI handler: client, attacher and recorder are required")
+	case cfg.PVLister == nil || cfg.NodeLister == nil || cfg.CSINodeLister == nil || cfg.VALister == nil:
+		return nil, errors.New("CSI handler: PV, Node, CSINode and VolumeAttachment listers are required")
 	}
+	RegisterMetrics()
+	return &CSIHandler{
+		CSIHandlerConfig: cfg,
+		finalizer:        contract.AttacherFinalizer(cfg.DriverName),
+		forceSync:        map[string]bool{},
+	}, nil
 }
 
 // Init implements Handler.
 func (h *CSIHandler) Init(vaQueue, pvQueue Queue) { h.vaQueue, h.pvQueue = vaQueue, pvQueue }
 
-// SyncNewOrUpdatedVolumeAttachment implements Handler.
+// SyncNewOrUpdatedVolumeAttachment implements Handler: success forgets the
+// VA, any error requeues it with backoff after saving it in the VA status.
 func (h *CSIHandler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment) {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "VolumeAttachment", va.Name)
-	ctx = klog.NewContext(ctx, logger)
+	logger := klog.FromContext(ctx)
 	var err error
-	if va.DeletionTimestamp != nil {
-		err = h.syncDetach(ctx, va)
-	} else {
+	if va.DeletionTimestamp == nil {
 		err = h.syncAttach(ctx, va)
+	} else {
+		err = h.syncDetach(ctx, va)
 	}
 	if err != nil {
-		logger.Error(err, "Failed to sync VolumeAttachment, will retry")
+		logger.V(2).Info("Failed to sync VolumeAttachment, will retry with backoff", "err", err)
 		h.vaQueue.AddRateLimited(va.Name)
 		return
 	}
 	h.vaQueue.Forget(va.Name)
-}
-
-func (h *CSIHandler) takeForceSync(name string) bool {
-	h.forceSyncMu.Lock()
-	defer h.forceSyncMu.Unlock()
-	f := h.forceSync[name]
-	delete(h.forceSync, name)
-	return f
 }
 
 func (h *CSIHandler) setForceSync(name string) {
@@ -134,265 +133,336 @@ func (h *CSIHandler) setForceSync(name string) {
 	h.forceSync[name] = true
 }
 
-// syncAttach publishes the volume unless the VA says it is attached already
-// (or the reconciler found the driver disagrees).
+func (h *CSIHandler) consumeForceSync(name string) bool {
+	h.forceSyncMu.Lock()
+	defer h.forceSyncMu.Unlock()
+	f := h.forceSync[name]
+	delete(h.forceSync, name)
+	return f
+}
+
 func (h *CSIHandler) syncAttach(ctx context.Context, va *storagev1.VolumeAttachment) error {
 	logger := klog.FromContext(ctx)
-	if va.Status.Attached && !h.takeForceSync(va.Name) {
+	if !h.consumeForceSync(va.Name) && va.Status.Attached {
 		logger.V(4).Info("VolumeAttachment is already attached")
 		return nil
 	}
+	logger.V(2).Info("Attaching", "node", va.Spec.NodeName)
 	metadata, err := h.csiAttach(ctx, va)
 	if err != nil {
-		if serr := saveAttachError(ctx, h.client, va, err); serr != nil {
-			logger.Error(serr, "Failed to save attach error")
+		if serr := saveAttachError(ctx, h.Client, va, err); serr != nil {
+			logger.Error(serr, "Failed to save the attach error in the VolumeAttachment status")
 		}
-		return err
+		return fmt.Errorf("attach failed: %w", err)
 	}
-	if _, err := markAsAttached(ctx, h.client, va, metadata); err != nil {
+	if err := markAsAttached(ctx, h.Client, va, metadata); err != nil {
 		return fmt.Errorf("marking as attached: %w", err)
 	}
-	logger.V(2).Info("Attached volume", "node", va.Spec.NodeName)
+	logger.V(2).Info("Attached", "node", va.Spec.NodeName)
 	return nil
 }
 
+// csiAttach checks everything it can before it adds the VA finalizer (which
+// would block the VA's deletion on later errors), then publishes.
 func (h *CSIHandler) csiAttach(ctx context.Context, va *storagev1.VolumeAttachment) (map[string]string, error) {
-	pv, err := h.pvOf(va)
+	pv, spec, err := h.volumeSource(va)
 	if err != nil {
 		return nil, err
 	}
-	if pv.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("PersistentVolume %s is being deleted", pv.Name)
+	if pv != nil {
+		if pv.DeletionTimestamp != nil {
+			return nil, fmt.Errorf("PersistentVolume %q is being deleted: refusing to attach it", pv.Name)
+		}
+		if err := addFinalizer(ctx, h.Client.CoreV1().PersistentVolumes(), pv.Name, pv.Finalizers, h.finalizer); err != nil {
+			return nil, fmt.Errorf("adding finalizer to PersistentVolume %q: %w", pv.Name, err)
+		}
 	}
-	if err := addFinalizer(ctx, h.client.CoreV1().PersistentVolumes(), pv.Name, pv.Finalizers, h.finalizer); err != nil {
-		return nil, fmt.Errorf("adding finalizer to PersistentVolume %s: %w", pv.Name, err)
+	capability, err := volumeCapability(spec, h.DefaultFSType, h.Capabilities.SingleNodeMultiWriter)
+	if err != nil {
+		return nil, fmt.Errorf("volume capability of %s: %w", describeSource(va), err)
+	}
+	secrets, err := h.secrets(ctx, spec.CSI.ControllerPublishSecretRef)
+	if err != nil {
+		return nil, err
 	}
 	nodeID, err := h.nodeID(va.Spec.NodeName, nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.checkPublishIsSafe(va, pv); err != nil {
+	if err := h.checkPublish(va, spec); err != nil {
 		return nil, err
 	}
-	capability, err := volumeCapability(pv, h.opts.DefaultFSType, h.opts.SupportsSingleNodeMultiWriter)
+	patch, err := addVAFinalizerAndNodeIDPatch(va, h.finalizer, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	secrets, err := h.secrets(ctx, pv.Spec.CSI.ControllerPublishSecretRef)
-	if err != nil {
-		return nil, err
+	if patch != nil {
+		if _, err := h.Client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("saving finalizer and node ID on the VolumeAttachment: %w", err)
+		}
 	}
-	if err := h.addVAFinalizerAndNodeID(ctx, va, nodeID); err != nil {
-		return nil, err
-	}
-	readOnly := h.opts.SupportsPublishReadOnly && (pv.Spec.CSI.ReadOnly || onlyReadOnlyMany(pv))
-	cctx, cancel := context.WithTimeout(ctx, h.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
-	return h.attacher.Attach(cctx, csiclient.AttachRequest{
-		VolumeID:      pv.Spec.CSI.VolumeHandle,
+	return h.Attacher.Attach(cctx, csiclient.AttachRequest{
+		VolumeID:      spec.CSI.VolumeHandle,
 		NodeID:        nodeID,
-		ReadOnly:      readOnly,
+		ReadOnly:      readOnly(spec, h.Capabilities.PublishReadOnly),
 		Capability:    capability,
-		VolumeContext: pv.Spec.CSI.VolumeAttributes,
+		VolumeContext: spec.CSI.VolumeAttributes,
 		Secrets:       secrets,
 	})
 }
 
-func onlyReadOnlyMany(pv *v1.PersistentVolume) bool {
-	return len(pv.Spec.AccessModes) == 1 && pv.Spec.AccessModes[0] == v1.ReadOnlyMany
-}
-
-// checkPublishIsSafe refuses a publish that would break a safety invariant:
-// S2, a volume quarantined on the node (fenced, not cleaned up) or a node
-// under quarantine; S1, a single-node volume still published to another
-// node, i.e. whose VA there still carries our finalizer.
-func (h *CSIHandler) checkPublishIsSafe(va *storagev1.VolumeAttachment, pv *v1.PersistentVolume) error {
-	node := va.Spec.NodeName
-	if n, err := h.nodeLister.Get(node); err == nil && hasTaint(n, contract.QuarantineTaintKey) {
-		return fmt.Errorf("node %s is quarantined (%s): volumes fenced there must be cleaned up before anything is published to it", node, contract.QuarantineTaintKey)
-	}
-	if h.frLister != nil {
-		fr, err := h.frLister.Get(node)
-		if err != nil {
-			return fmt.Errorf("reading FencingRequest of node %s: %w", node, err)
-		}
-		if fencerecord.IsQuarantined(fr, h.opts.DriverName, pv.Spec.CSI.VolumeHandle) {
-			return fmt.Errorf("volume %s is quarantined on node %s (fenced, not yet cleaned up): refusing to publish it there", pv.Spec.CSI.VolumeHandle, node)
-		}
-	}
-	if !isSingleNode(pv) {
-		return nil
-	}
-	vas, err := h.vaLister.List(labels.Everything())
+// checkPublish gathers what PublishRefusal needs from the caches.
+func (h *CSIHandler) checkPublish(va *storagev1.VolumeAttachment, spec *v1.PersistentVolumeSpec) error {
+	node, err := h.node(va.Spec.NodeName)
 	if err != nil {
 		return err
 	}
-	for _, other := range vas {
-		if other.Name == va.Name || other.Spec.Attacher != h.opts.DriverName || other.Spec.NodeName == node {
-			continue
-		}
-		if other.Spec.Source.PersistentVolumeName == nil || *other.Spec.Source.PersistentVolumeName != pv.Name {
-			continue
-		}
-		if hasString(other.Finalizers, h.finalizer) {
-			return fmt.Errorf("volume %s is single-node and still published to node %s (VolumeAttachment %s): it must be unpublished or fenced there first", pv.Spec.CSI.VolumeHandle, other.Spec.NodeName, other.Name)
-		}
+	fr, err := h.fencingRequest(va.Spec.NodeName)
+	if err != nil {
+		return err
 	}
-	return nil
+	vas, err := h.VALister.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	return PublishRefusal(h.DriverName, h.finalizer, va, spec, node, fr, vas)
 }
 
-func (h *CSIHandler) addVAFinalizerAndNodeID(ctx context.Context, va *storagev1.VolumeAttachment, nodeID string) error {
-	if hasString(va.Finalizers, h.finalizer) && va.Annotations[contract.NodeIDAnnotation] == nodeID {
-		return nil
-	}
-	if err := addFinalizer(ctx, h.client.StorageV1().VolumeAttachments(), va.Name, va.Finalizers, h.finalizer); err != nil {
-		return fmt.Errorf("adding finalizer: %w", err)
-	}
-	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.NodeIDAnnotation, nodeID))
-	if _, err := h.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("saving node ID annotation: %w", err)
-	}
-	return nil
-}
-
-// syncDetach unpublishes a VA that is being deleted, with a fence when the
-// detach is not a graceful one, then lets the deletion finish.
 func (h *CSIHandler) syncDetach(ctx context.Context, va *storagev1.VolumeAttachment) error {
 	logger := klog.FromContext(ctx)
-	forced := h.takeForceSync(va.Name)
-	if !hasString(va.Finalizers, h.finalizer) && !forced {
-		logger.V(4).Info("VolumeAttachment already detached")
+	if !h.consumeForceSync(va.Name) && !slices.Contains(va.Finalizers, h.finalizer) {
+		logger.V(4).Info("VolumeAttachment is already detached")
 		return nil
 	}
+	logger.V(2).Info("Detaching", "node", va.Spec.NodeName)
 	if err := h.csiDetach(ctx, va); err != nil {
-		if serr := saveDetachError(ctx, h.client, va, err); serr != nil {
-			logger.Error(serr, "Failed to save detach error")
+		if serr := saveDetachError(ctx, h.Client, va, err); serr != nil {
+			logger.Error(serr, "Failed to save the detach error in the VolumeAttachment status")
 		}
-		return err
+		return fmt.Errorf("detach failed: %w", err)
 	}
-	if err := markAsDetached(ctx, h.client, va, h.finalizer); err != nil {
-		return fmt.Errorf("marking as detached: %w", err)
-	}
-	logger.V(2).Info("Detached volume", "node", va.Spec.NodeName)
+	logger.V(2).Info("Detached", "node", va.Spec.NodeName)
 	return nil
 }
 
+// csiDetach unpublishes the volume, with a fence when the detach is not
+// graceful and the driver can fence, then lets the VA's deletion finish.
 func (h *CSIHandler) csiDetach(ctx context.Context, va *storagev1.VolumeAttachment) error {
 	logger := klog.FromContext(ctx)
-	pv, err := h.pvOf(va)
+	_, spec, err := h.volumeSource(va)
 	if err != nil {
 		return err
 	}
-	node, err := h.nodeLister.Get(va.Spec.NodeName)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
+	handle := spec.CSI.VolumeHandle
+	secrets, err := h.secrets(ctx, spec.CSI.ControllerPublishSecretRef)
 	if err != nil {
-		node = nil
+		return err
 	}
 	nodeID, err := h.nodeID(va.Spec.NodeName, va)
 	if err != nil {
 		return err
 	}
-	hasFR := false
-	if h.frLister != nil {
-		fr, err := h.frLister.Get(va.Spec.NodeName)
-		if err != nil {
-			return fmt.Errorf("reading FencingRequest of node %s: %w", va.Spec.NodeName, err)
-		}
-		hasFR = fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
-	}
-	fence, reason := DecideFence(h.opts.CanFence, node, hasFR)
-	secrets, err := h.secrets(ctx, pv.Spec.CSI.ControllerPublishSecretRef)
+	node, err := h.node(va.Spec.NodeName)
 	if err != nil {
 		return err
 	}
-	handle := pv.Spec.CSI.VolumeHandle
-	cctx, cancel := context.WithTimeout(ctx, h.opts.Timeout)
-	defer cancel()
-	err = h.attacher.Detach(cctx, handle, nodeID, secrets, fence)
-	if !fence {
+	fr, err := h.fencingRequest(va.Spec.NodeName)
+	if err != nil {
+		return err
+	}
+	fence, reason := DecideFence(h.Capabilities.Fence, node, fr)
+	if reason != "" && !fence {
+		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
+			"volume", handle, "node", va.Spec.NodeName, "reason", reason)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	err = h.Attacher.Detach(cctx, handle, nodeID, secrets, fence)
+	cancel()
+	if fence {
+		target := fencedVolume{va: va, handle: handle, nodeID: nodeID, reason: reason}
+		if err := h.afterFence(ctx, target, err); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 
-	record := fencingv1alpha1.FencedVolume{Driver: h.opts.DriverName, VolumeHandle: handle, PersistentVolumeName: pv.Name, NodeID: nodeID}
-	if err != nil {
-		fencedUnpublishErrors.WithLabelValues(h.opts.DriverName, reason).Inc()
-		h.recorder.Eventf(va, v1.EventTypeWarning, eventReasonFenceFailed,
-			"Fencing volume %s from node %s (%s) failed; the volume stays attached there until the driver confirms the fence: %v", handle, va.Spec.NodeName, reason, err)
-		if h.frClient != nil {
-			if rerr := fencerecord.RecordFenceError(ctx, h.frClient, va.Spec.NodeName, reason, record, err.Error()); rerr != nil {
-				logger.Error(rerr, "Failed to record the fence error", "node", va.Spec.NodeName)
-			}
-		}
-		return fmt.Errorf("fence of volume %s from node %s (%s) refused or failed: %w", handle, va.Spec.NodeName, reason, err)
+	if err := markAsDetached(ctx, h.Client, va, h.finalizer); err != nil {
+		return fmt.Errorf("marking as detached: %w", err)
 	}
-	// The record is written before the finalizer goes, so a crash in between
-	// leaves a VA whose retry fences again (idempotent) and records again.
-	if h.frClient != nil {
-		if err := fencerecord.RecordFenced(ctx, h.frClient, va.Spec.NodeName, reason, record); err != nil {
-			return fmt.Errorf("volume %s was fenced from node %s but the record could not be saved: %w", handle, va.Spec.NodeName, err)
-		}
+	if fence {
+		forcedDetaches.WithLabelValues(h.DriverName, reason).Inc()
 	}
-	fencedUnpublishes.WithLabelValues(h.opts.DriverName, reason).Inc()
-	forcedDetaches.WithLabelValues(h.opts.DriverName, reason).Inc()
-	logger.V(2).Info("Fenced volume from node", "volume", handle, "node", va.Spec.NodeName, "reason", reason)
-	h.recorder.Eventf(va, v1.EventTypeNormal, eventReasonFencedUnpublish,
-		"Volume %s fenced from node %s (%s): the node can no longer access it", handle, va.Spec.NodeName, reason)
 	return nil
 }
 
-// pvOf returns the CSI PV of this driver that va attaches.
-func (h *CSIHandler) pvOf(va *storagev1.VolumeAttachment) (*v1.PersistentVolume, error) {
-	if va.Spec.Source.PersistentVolumeName == nil {
-		return nil, fmt.Errorf("VolumeAttachment %s has no PersistentVolume source; inline volumes are not supported", va.Name)
-	}
-	name := *va.Spec.Source.PersistentVolumeName
-	pv, err := h.pvLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("PersistentVolume %s of VolumeAttachment %s not found", name, va.Name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != h.opts.DriverName {
-		return nil, fmt.Errorf("PersistentVolume %s is not a CSI volume of driver %s", name, h.opts.DriverName)
-	}
-	return pv, nil
+// fencedVolume is the subject of one fenced unpublish.
+type fencedVolume struct {
+	va     *storagev1.VolumeAttachment
+	handle string
+	nodeID string
+	reason string
 }
 
-// nodeID returns the driver's ID of the node from its CSINode. When the
-// CSINode or its entry is gone (a deleted or dead node) it falls back to the
-// annotation saved on va at attach time, so such a node can still be detached.
-func (h *CSIHandler) nodeID(nodeName string, va *storagev1.VolumeAttachment) (string, error) {
-	csiNode, err := h.csiNodeLister.Get(nodeName)
-	if err == nil {
-		for _, d := range csiNode.Spec.Drivers {
-			if d.Name == h.opts.DriverName && d.NodeID != "" {
-				return d.NodeID, nil
+func (f fencedVolume) record(driver string) fencingv1alpha1.FencedVolume {
+	return fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: f.handle, PersistentVolumeName: pvName(f.va), NodeID: f.nodeID}
+}
+
+// afterFence makes a fenced unpublish visible: its result goes to the
+// metrics, an Event on the VA and the FencingRequest record. A fence that
+// succeeded is recorded before this returns nil, i.e. before the caller
+// removes the VA finalizer, so that a crash in between loses nothing (the
+// retry fences again, which is idempotent, and records again). A fence that
+// failed is returned as the detach error with the driver's reason.
+func (h *CSIHandler) afterFence(ctx context.Context, f fencedVolume, rpcErr error) error {
+	logger := klog.FromContext(ctx)
+	node := f.va.Spec.NodeName
+	if rpcErr != nil {
+		fencedUnpublishErrors.WithLabelValues(h.DriverName, f.reason).Inc()
+		var err error
+		if refused(rpcErr) {
+			err = fmt.Errorf("the driver refused to fence volume %s from node %s (%s), the volume stays attached there: %w", f.handle, node, f.reason, rpcErr)
+		} else {
+			err = fmt.Errorf("fencing volume %s from node %s (%s) failed, will retry: %w", f.handle, node, f.reason, rpcErr)
+		}
+		h.Recorder.Event(f.va, v1.EventTypeWarning, EventReasonFenceFailed, err.Error())
+		if h.FenceRecord != nil {
+			if rerr := fencerecord.RecordFenceError(ctx, h.FenceRecord, node, f.reason, f.record(h.DriverName), rpcErr.Error()); rerr != nil {
+				logger.Error(rerr, "Failed to record the fence error in the FencingRequest", "node", node)
 			}
 		}
-		err = fmt.Errorf("CSINode %s has no entry for driver %s", nodeName, h.opts.DriverName)
-	} else if apierrors.IsNotFound(err) {
-		err = fmt.Errorf("CSINode %s not found", nodeName)
+		return err
+	}
+	recorded := false
+	if h.FenceRecord != nil {
+		if err := fencerecord.RecordFenced(ctx, h.FenceRecord, node, f.reason, f.record(h.DriverName)); err != nil {
+			return fmt.Errorf("volume %s was fenced from node %s, but the fence could not be recorded in FencingRequest %s (the VolumeAttachment is kept until it is): %w",
+				f.handle, node, node, err)
+		}
+		recorded = true
+	}
+	fencedUnpublishes.WithLabelValues(h.DriverName, f.reason).Inc()
+	logger.V(2).Info("Fenced unpublish: the node can no longer access the volume",
+		"VolumeAttachment", f.va.Name, "volume", f.handle, "node", node, "nodeID", f.nodeID, "reason", f.reason, "recorded", recorded)
+	h.Recorder.Eventf(f.va, v1.EventTypeNormal, EventReasonFencedUnpublish,
+		"Volume %s was fenced from node %s (%s): the node can no longer access it until it is cleaned up", f.handle, node, f.reason)
+	return nil
+}
+
+// refused tells a driver's answer (FAILED_PRECONDITION: it cannot prove the
+// node stopped using the volume, or any other final error) from a transient
+// failure (timeout, unavailable, aborted...). Both are retried with backoff;
+// the difference is what the detachError tells the user.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.OK, codes.Unknown, codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return false
+	}
+	return true
+}
+
+// volumeSource returns the CSI volume va attaches: the PV (nil for an inline
+// volume) and its spec, with a clear error for anything malformed.
+func (h *CSIHandler) volumeSource(va *storagev1.VolumeAttachment) (*v1.PersistentVolume, *v1.PersistentVolumeSpec, error) {
+	src := va.Spec.Source
+	var pv *v1.PersistentVolume
+	var spec *v1.PersistentVolumeSpec
+	switch {
+	case src.PersistentVolumeName != nil && src.InlineVolumeSpec != nil:
+		return nil, nil, fmt.Errorf("VolumeAttachment %q has both a PersistentVolume and an inline volume source", va.Name)
+	case src.PersistentVolumeName != nil:
+		var err error
+		pv, err = h.PVLister.Get(*src.PersistentVolumeName)
+		if apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("PersistentVolume %q of VolumeAttachment %q not found", *src.PersistentVolumeName, va.Name)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		spec = &pv.Spec
+	case src.InlineVolumeSpec != nil:
+		spec = src.InlineVolumeSpec
+	default:
+		return nil, nil, fmt.Errorf("VolumeAttachment %q has no volume source", va.Name)
+	}
+	switch {
+	case spec.CSI == nil:
+		return nil, nil, fmt.Errorf("%s is not a CSI volume", describeSource(va))
+	case spec.CSI.Driver != h.DriverName:
+		return nil, nil, fmt.Errorf("%s belongs to CSI driver %q, not %q", describeSource(va), spec.CSI.Driver, h.DriverName)
+	case spec.CSI.VolumeHandle == "":
+		return nil, nil, fmt.Errorf("%s has an empty volume handle", describeSource(va))
+	}
+	return pv, spec, nil
+}
+
+func describeSource(va *storagev1.VolumeAttachment) string {
+	if n := pvName(va); n != "" {
+		return fmt.Sprintf("PersistentVolume %q", n)
+	}
+	return fmt.Sprintf("the inline volume of VolumeAttachment %q", va.Name)
+}
+
+// nodeID returns the driver's ID of the node from its CSINode. When va is
+// given (detach, reconcile) and the CSINode or its driver entry is gone (a
+// deleted or dead node), it falls back to the annotation saved on va at
+// attach time, so that such a node can still be detached and fenced.
+func (h *CSIHandler) nodeID(nodeName string, va *storagev1.VolumeAttachment) (string, error) {
+	csiNode, err := h.CSINodeLister.Get(nodeName)
+	switch {
+	case err == nil:
+		if id, ok := nodeIDFromCSINode(csiNode, h.DriverName); ok {
+			return id, nil
+		}
+		err = fmt.Errorf("CSINode %q has no node ID for driver %q", nodeName, h.DriverName)
+	case apierrors.IsNotFound(err):
+		err = fmt.Errorf("CSINode %q not found", nodeName)
 	}
 	if va != nil {
 		if id := va.Annotations[contract.NodeIDAnnotation]; id != "" {
 			return id, nil
 		}
+		err = fmt.Errorf("%w, and VolumeAttachment %q has no %s annotation", err, va.Name, contract.NodeIDAnnotation)
 	}
 	return "", err
 }
 
-// secrets reads the referenced Secret directly from the API, not from a cache,
-// so that no Secret is ever watched.
+// node returns the Node, or nil when it does not exist.
+func (h *CSIHandler) node(name string) (*v1.Node, error) {
+	n, err := h.NodeLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Node %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// fencingRequest returns the node's FencingRequest, or nil.
+func (h *CSIHandler) fencingRequest(nodeName string) (*fencingv1alpha1.FencingRequest, error) {
+	if h.FencingRequests == nil {
+		return nil, nil
+	}
+	fr, err := h.FencingRequests.Get(nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("reading the FencingRequest of node %q: %w", nodeName, err)
+	}
+	return fr, nil
+}
+
+// secrets reads the publish secret directly from the API, not from a cache,
+// so that the sidecar never watches Secrets. Their values never reach a log.
 func (h *CSIHandler) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}
-	s, err := h.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	s, err := h.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("loading secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("loading publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	out := make(map[string]string, len(s.Data))
 	for k, v := range s.Data {
@@ -402,87 +472,98 @@ func (h *CSIHandler) secrets(ctx context.Context, ref *v1.SecretReference) (map[
 }
 
 // SyncNewOrUpdatedPersistentVolume implements Handler: the PV finalizer is
-// released once the PV is being deleted and no VA references it.
+// released once the PV is being deleted and no VolumeAttachment references
+// it any more.
 func (h *CSIHandler) SyncNewOrUpdatedPersistentVolume(ctx context.Context, pv *v1.PersistentVolume) {
 	logger := klog.FromContext(ctx)
-	if pv.DeletionTimestamp == nil || !hasString(pv.Finalizers, h.finalizer) {
+	if pv.DeletionTimestamp == nil || !slices.Contains(pv.Finalizers, h.finalizer) {
 		h.pvQueue.Forget(pv.Name)
 		return
 	}
-	vas, err := h.vaLister.List(labels.Everything())
+	vas, err := h.VALister.List(labels.Everything())
 	if err != nil {
+		logger.Error(err, "Failed to list VolumeAttachments")
 		h.pvQueue.AddRateLimited(pv.Name)
 		return
 	}
 	for _, va := range vas {
-		if va.Spec.Source.PersistentVolumeName != nil && *va.Spec.Source.PersistentVolumeName == pv.Name {
-			logger.V(4).Info("PersistentVolume still in use", "PersistentVolume", pv.Name, "VolumeAttachment", va.Name)
+		if pvName(va) == pv.Name {
+			logger.V(4).Info("PersistentVolume is still used", "VolumeAttachment", va.Name)
 			h.pvQueue.Forget(pv.Name)
 			return
 		}
 	}
-	if err := removeFinalizer(ctx, h.client.CoreV1().PersistentVolumes(), pv.Name, pv.Finalizers, h.finalizer); err != nil {
-		logger.Error(err, "Failed to remove PersistentVolume finalizer", "PersistentVolume", pv.Name)
+	if err := removeFinalizer(ctx, h.Client.CoreV1().PersistentVolumes(), pv.Name, pv.Finalizers, h.finalizer); err != nil {
+		logger.Error(err, "Failed to remove the PersistentVolume finalizer, will retry with backoff")
 		h.pvQueue.AddRateLimited(pv.Name)
 		return
 	}
-	logger.V(2).Info("Removed PersistentVolume finalizer", "PersistentVolume", pv.Name)
+	logger.V(2).Info("Removed the PersistentVolume finalizer")
 	h.pvQueue.Forget(pv.Name)
 }
 
-// ReconcileVA implements Handler: a VA whose attached state disagrees with
-// the driver's published nodes is synced again, forced. It never re-attaches
-// a volume to a node where it is quarantined: that would undo a fence.
+// ReconcileVA implements Handler. A VolumeAttachment whose attached status
+// disagrees with the nodes the driver reports the volume published to is
+// synced again, forced. It never re-attaches a volume to a node where it is
+// quarantined: there the driver reports it unpublished because it was
+// fenced (with the VA in place, DESIGN.md section 5 step 4), and publishing
+// it again would undo the fence.
 func (h *CSIHandler) ReconcileVA(ctx context.Context) error {
-	if h.lister == nil {
+	if h.Lister == nil {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	cctx, cancel := context.WithTimeout(ctx, h.opts.Timeout)
-	defer cancel()
-	published, err := h.lister.ListVolumes(cctx)
+	logger.V(4).Info("Reconciling VolumeAttachments with the driver's published volumes")
+	vas, err := h.VALister.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	published, err := h.Lister.ListVolumes(cctx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("ListVolumes: %w", err)
 	}
-	vas, err := h.vaLister.List(labels.Everything())
-	if err != nil {
-		return err
-	}
 	for _, va := range vas {
-		if va.Spec.Attacher != h.opts.DriverName || va.DeletionTimestamp != nil {
+		if va.Spec.Attacher != h.DriverName {
 			continue
 		}
-		pv, err := h.pvOf(va)
+		vaLogger := klog.LoggerWithValues(logger, "VolumeAttachment", va.Name)
+		_, spec, err := h.volumeSource(va)
 		if err != nil {
+			vaLogger.V(4).Info("Skipping VolumeAttachment", "err", err)
 			continue
 		}
 		nodeID, err := h.nodeID(va.Spec.NodeName, va)
 		if err != nil {
+			vaLogger.V(4).Info("Skipping VolumeAttachment", "err", err)
 			continue
 		}
-		handle := pv.Spec.CSI.VolumeHandle
-		attached := hasString(published[handle], nodeID)
-		if attached == va.Status.Attached {
+		handle := spec.CSI.VolumeHandle
+		found := slices.Contains(published[handle], nodeID)
+		if found == va.Status.Attached {
 			continue
 		}
-		if va.Status.Attached && !attached && h.quarantined(va.Spec.NodeName, handle) {
-			logger.V(4).Info("Volume is fenced on the node, not re-attaching", "VolumeAttachment", va.Name, "volume", handle)
+		if va.DeletionTimestamp == nil && h.quarantined(va.Spec.NodeName, handle) {
+			vaLogger.V(4).Info("Volume is quarantined on the node, leaving the attachment alone", "volume", handle, "node", va.Spec.NodeName)
 			continue
 		}
-		logger.V(2).Info("Attachment differs from the driver's, syncing", "VolumeAttachment", va.Name, "attachedInDriver", attached)
+		vaLogger.Info("VolumeAttachment status and the driver disagree, syncing it again",
+			"volume", handle, "attachedStatus", va.Status.Attached, "publishedInDriver", found)
 		h.setForceSync(va.Name)
 		h.vaQueue.Add(va.Name)
 	}
 	return nil
 }
 
-func (h *CSIHandler) quarantined(node, handle string) bool {
-	if n, err := h.nodeLister.Get(node); err == nil && hasTaint(n, contract.QuarantineTaintKey) {
+// quarantined says whether the volume must not be published to the node
+// (S2). When the record cannot be read the answer is yes: doing nothing is
+// safe, publishing is not.
+func (h *CSIHandler) quarantined(nodeName, handle string) bool {
+	node, err := h.node(nodeName)
+	if err != nil || (node != nil && hasTaint(node, contract.QuarantineTaintKey)) {
 		return true
 	}
-	if h.frLister == nil {
-		return false
-	}
-	fr, err := h.frLister.Get(node)
-	return err != nil || fencerecord.IsQuarantined(fr, h.opts.DriverName, handle)
+	fr, err := h.fencingRequest(nodeName)
+	return err != nil || fencerecord.IsQuarantined(fr, h.DriverName, handle)
 }

@@ -1,9 +1,12 @@
 // Package attacher is the VolumeAttachment controller of csi-fence-attacher:
-// a drop-in for external-attacher's controller that also fences the volume
-// when it is detached from a node that is not healthy.
+// a drop-in for external-attacher's controller that also fences a volume when
+// it is detached from a node that is not healthy.
 //
-// The Controller owns the informers, the queues and the workers and knows
-// nothing of CSI; it hands every object to a Handler.
+// Reading order: Controller (informers, queues, workers; knows nothing of
+// CSI) hands every object to a Handler. CSIHandler attaches and detaches
+// through a csiclient.Attacher, deciding with DecideFence whether a detach
+// must fence and refusing with PublishRefusal a publish that would break
+// invariants S1/S2; the trivial handler serves drivers that need no publish.
 package attacher
 
 import (
@@ -18,39 +21,56 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 )
 
-// Queue is the rate-limited work queue of VolumeAttachment or PV names.
+// Queue is a rate-limited work queue of VolumeAttachment or PV names.
 type Queue = workqueue.TypedRateLimitingInterface[string]
 
-// Handler syncs VolumeAttachments and PersistentVolumes.
+// Handler syncs VolumeAttachments and PersistentVolumes for the Controller.
 //
-// The handler owns the backoff: after processing an item it must call either
-// Forget (success: reset the item's backoff) or AddRateLimited (failure: retry
-// it later with exponential backoff) on the queue it came from. The
-// controller only calls Done.
+// The handler owns the backoff policy. For every item it is given it must
+// end with exactly one of:
+//   - queue.Forget(name): the item is done (or needs nothing); its
+//     exponential backoff is reset;
+//   - queue.AddRateLimited(name): the item failed and is retried after the
+//     item's next backoff interval (--retry-interval-start doubling up to
+//     --retry-interval-max).
+//
+// The Controller calls Done on the queue after the sync returns, and itself
+// Forgets items it drops before they reach the handler (objects that are gone
+// or belong to another driver). ReconcileVA may Add items to the VA queue;
+// that does not reset their backoff.
 type Handler interface {
-	// Init gives the handler the queues it must Forget/AddRateLimited on.
+	// Init gives the handler the queues it must Forget or AddRateLimited on.
+	// It is called once, before any sync.
 	Init(vaQueue, pvQueue Queue)
-	// SyncNewOrUpdatedVolumeAttachment attaches, or detaches a VA that is
-	// being deleted.
+	// SyncNewOrUpdatedVolumeAttachment attaches va, or detaches it when it
+	// is being deleted. va is a copy the handler may modify.
 	SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment)
-	// SyncNewOrUpdatedPersistentVolume releases the PV finalizer of a deleted
-	// PV that no VA uses any more.
+	// SyncNewOrUpdatedPersistentVolume releases the PV finalizer of a PV that
+	// is being deleted and that no VolumeAttachment uses any more. pv is a
+	// copy the handler may modify.
 	SyncNewOrUpdatedPersistentVolume(ctx context.Context, pv *v1.PersistentVolume)
-	// ReconcileVA compares the VAs with what the driver reports published and
-	// requeues the ones that differ.
+	// ReconcileVA compares every VolumeAttachment with what the driver
+	// reports published (ListVolumes) and requeues those that differ. The
+	// Controller calls it every --reconcile-sync when the driver supports it.
 	ReconcileVA(ctx context.Context) error
 }
 
-// NewFencingRequestLister adapts the lister of a dynamic FencingRequest
-// informer.
-func NewFencingRequestLister(l cache.GenericLister) FencingRequestLister {
-	return frLister{l}
+// FencingRequestLister reads the FencingRequest of a node, usually from an
+// informer. It returns (nil, nil) when the node has none.
+type FencingRequestLister interface {
+	Get(nodeName string) (*fencingv1alpha1.FencingRequest, error)
 }
 
-type frLister struct{ l cache.GenericLister }
+// NewFencingRequestLister adapts the lister of a dynamic FencingRequest
+// informer (dynamicinformer, resource fencingv1alpha1.Resource).
+func NewFencingRequestLister(l cache.GenericLister) FencingRequestLister {
+	return genericFRLister{l}
+}
 
-func (f frLister) Get(nodeName string) (*fencingv1alpha1.FencingRequest, error) {
-	obj, err := f.l.Get(nodeName)
+type genericFRLister struct{ l cache.GenericLister }
+
+func (g genericFRLister) Get(nodeName string) (*fencingv1alpha1.FencingRequest, error) {
+	obj, err := g.l.Get(nodeName)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -7,28 +7,31 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
+// Metrics of the fence path, on the legacy registry that the binary serves
+// beside csi-lib-utils' csi_sidecar_operations_seconds. The reason label is
+// one of the FenceReason* values.
 var (
 	fencedUnpublishes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "fenced_unpublishes_total",
-		Help:           "Number of ControllerUnpublishVolume calls with fence=true that succeeded, by reason.",
+		Help:           "Number of ControllerUnpublishVolume calls with fence=true that succeeded, by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 	fencedUnpublishErrors = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "fenced_unpublish_errors_total",
-		Help:           "Number of ControllerUnpublishVolume calls with fence=true that failed (the fence was refused or did not complete), by reason.",
+		Help:           "Number of ControllerUnpublishVolume calls with fence=true that failed or were refused by the driver, by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 	forcedDetaches = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "forced_detaches_total",
-		Help:           "Number of detaches from a node that was not healthy, completed with a fence, by reason.",
+		Help:           "Number of VolumeAttachments detached with fence=true (a non-graceful detach, KEP-2268's forced detach), by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 
 	registerOnce sync.Once
 )
 
-// RegisterMetrics registers the attacher's metrics on the legacy registry,
-// which the binary serves beside csi-lib-utils' metrics.
+// RegisterMetrics registers the attacher's metrics on the legacy registry.
+// It is idempotent; NewCSIHandler calls it.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(fencedUnpublishes, fencedUnpublishErrors, forcedDetaches)

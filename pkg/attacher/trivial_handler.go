@@ -9,13 +9,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// trivialHandler serves drivers without PUBLISH_UNPUBLISH_VOLUME: a VA is
-// attached by saying so, with no CSI call and no finalizer.
+// trivialHandler serves drivers without PUBLISH_UNPUBLISH_VOLUME: there is
+// nothing to publish, so a VA is attached by saying so. It adds no
+// finalizer, so a VA's deletion completes at once, and there is nothing to
+// fence: a volume that was never published to a node cannot be cut off it.
 type trivialHandler struct {
-	client  kubernetes.Interface
-	vaQueue Queue
-	pvQueue Queue
+	client           kubernetes.Interface
+	vaQueue, pvQueue Queue
 }
+
+var _ Handler = &trivialHandler{}
 
 // NewTrivialHandler returns the handler for drivers that need no publish.
 func NewTrivialHandler(client kubernetes.Interface) Handler {
@@ -26,21 +29,19 @@ func (h *trivialHandler) Init(vaQueue, pvQueue Queue) { h.vaQueue, h.pvQueue = v
 
 func (h *trivialHandler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment) {
 	logger := klog.FromContext(ctx)
-	if va.DeletionTimestamp != nil || va.Status.Attached {
-		h.vaQueue.Forget(va.Name)
-		return
+	if va.DeletionTimestamp == nil && !va.Status.Attached {
+		if err := markAsAttached(ctx, h.client, va, nil); err != nil {
+			logger.Error(err, "Failed to mark the VolumeAttachment as attached, will retry with backoff")
+			h.vaQueue.AddRateLimited(va.Name)
+			return
+		}
+		logger.V(2).Info("Marked the VolumeAttachment as attached")
 	}
-	if _, err := markAsAttached(ctx, h.client, va, nil); err != nil {
-		logger.Error(err, "Failed to mark VolumeAttachment as attached", "VolumeAttachment", va.Name)
-		h.vaQueue.AddRateLimited(va.Name)
-		return
-	}
-	logger.V(2).Info("Marked VolumeAttachment as attached", "VolumeAttachment", va.Name)
 	h.vaQueue.Forget(va.Name)
 }
 
-func (h *trivialHandler) SyncNewOrUpdatedPersistentVolume(ctx context.Context, pv *v1.PersistentVolume) {
+func (h *trivialHandler) SyncNewOrUpdatedPersistentVolume(_ context.Context, pv *v1.PersistentVolume) {
 	h.pvQueue.Forget(pv.Name)
 }
 
-func (h *trivialHandler) ReconcileVA(ctx context.Context) error { return nil }
+func (h *trivialHandler) ReconcileVA(context.Context) error { return nil }

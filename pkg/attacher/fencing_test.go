@@ -1,0 +1,100 @@
+package attacher
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+)
+
+func TestDecideFence(t *testing.T) {
+	notReady := readyStatus(v1.ConditionFalse)
+	active := fencingRequest("node-1", fencingv1alpha1.OriginManual, fencingv1alpha1.PhasePending)
+	automatic := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, "")
+	complete := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseComplete)
+	tests := []struct {
+		name       string
+		node       *v1.Node
+		fr         *fencingv1alpha1.FencingRequest
+		wantReason string
+	}{
+		{name: "healthy: graceful", node: node("node-1")},
+		{name: "healthy, completed FencingRequest: graceful", node: node("node-1"), fr: complete},
+		{name: "healthy, unrelated taint: graceful", node: node("node-1", taint("example.com/x", v1.TaintEffectNoExecute))},
+		{name: "node deleted", wantReason: FenceReasonNodeDeleted},
+		{name: "node deleted, with a FencingRequest", fr: active, wantReason: FenceReasonNodeDeleted},
+		{name: "Ready=False", node: node("node-1", notReady), wantReason: FenceReasonNodeNotReady},
+		{name: "Ready=Unknown", node: node("node-1", readyStatus(v1.ConditionUnknown)), wantReason: FenceReasonNodeNotReady},
+		{name: "no Ready condition", node: node("node-1", noConditions), wantReason: FenceReasonNodeNotReady},
+		{name: "quarantine taint, Ready", node: node("node-1", quarantineTaint), wantReason: FenceReasonQuarantined},
+		{name: "quarantine taint, NotReady", node: node("node-1", notReady, quarantineTaint), wantReason: FenceReasonQuarantined},
+		{name: "out-of-service taint", node: node("node-1", notReady, outOfServiceTaint), wantReason: FenceReasonOutOfService},
+		{name: "out-of-service and quarantined", node: node("node-1", notReady, quarantineTaint, outOfServiceTaint), wantReason: FenceReasonOutOfService},
+		{name: "manual FencingRequest on a Ready node", node: node("node-1"), fr: active, wantReason: FenceReasonFencingRequest},
+		{name: "automatic FencingRequest without a phase yet", node: node("node-1"), fr: automatic, wantReason: FenceReasonFencingRequest},
+		{name: "FencingRequest on a NotReady node: the node's state is the reason", node: node("node-1", notReady), fr: active, wantReason: FenceReasonNodeNotReady},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, canFence := range []bool{true, false} {
+				fence, reason := DecideFence(canFence, tc.node, tc.fr)
+				if reason != tc.wantReason {
+					t.Errorf("canFence=%v: reason %q, want %q", canFence, reason, tc.wantReason)
+				}
+				if want := canFence && tc.wantReason != ""; fence != want {
+					t.Errorf("canFence=%v: fence %v, want %v", canFence, fence, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPublishRefusal(t *testing.T) {
+	spec := func(mods ...func(*v1.PersistentVolume)) *v1.PersistentVolumeSpec {
+		return &pv("pv1", "vol-1", mods...).Spec
+	}
+	target := va("va1", "pv1", "node-1")
+	other := func(mods ...func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
+		return va("va0", "pv1", "node-0", mods...)
+	}
+	quarantinedFR := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced, fencedEntry("vol-1"))
+	tests := []struct {
+		name    string
+		spec    *v1.PersistentVolumeSpec
+		node    *v1.Node
+		fr      *fencingv1alpha1.FencingRequest
+		vas     []*storagev1.VolumeAttachment
+		wantErr string
+	}{
+		{name: "nothing in the way", spec: spec(), node: node("node-1"), vas: []*storagev1.VolumeAttachment{target}},
+		{name: "node gone: not our call", spec: spec()},
+		{name: "S2 taint", spec: spec(), node: node("node-1", quarantineTaint), wantErr: "is quarantined"},
+		{name: "S2 record", spec: spec(), node: node("node-1"), fr: quarantinedFR, wantErr: "volume vol-1 is quarantined on node node-1"},
+		{name: "S2 record cleaned", spec: spec(), node: node("node-1"), fr: fencingRequest("node-1", "", "", cleanedEntry("vol-1"))},
+		{name: "S2 record for another driver", spec: spec(), node: node("node-1"), fr: fencingRequest("node-1", "", "", fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "vol-1", FencedTime: &t0})},
+		{name: "S1 RWO attached elsewhere", spec: spec(), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached), target}, wantErr: "still attached to node node-0"},
+		{name: "S1 RWO attaching elsewhere (finalizer, not attached yet)", spec: spec(), vas: []*storagev1.VolumeAttachment{other(withFinalizer)}, wantErr: "still attached to node node-0"},
+		{name: "S1 RWOP detach pending elsewhere", spec: spec(withModes(v1.ReadWriteOncePod)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, deleted)}, wantErr: "node-0"},
+		{name: "S1 detached elsewhere", spec: spec(), vas: []*storagev1.VolumeAttachment{other(deleted)}},
+		{name: "S1 same node (another VA name)", spec: spec(), vas: []*storagev1.VolumeAttachment{va("va0", "pv1", "node-1", withFinalizer)}},
+		{name: "S1 another PV", spec: spec(), vas: []*storagev1.VolumeAttachment{va("va0", "pv2", "node-0", withFinalizer)}},
+		{name: "S1 another driver", spec: spec(), vas: []*storagev1.VolumeAttachment{other(withFinalizer, func(v *storagev1.VolumeAttachment) { v.Spec.Attacher = "x" })}},
+		{name: "S1 not for RWX", spec: spec(withModes(v1.ReadWriteMany)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
+		{name: "S1 not for ROX", spec: spec(withModes(v1.ReadOnlyMany)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
+		{name: "S1 RWO+ROX is multi-node, as for the attach/detach controller", spec: spec(withModes(v1.ReadWriteOnce, v1.ReadOnlyMany)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := PublishRefusal(drv, fin, target, tc.spec, tc.node, tc.fr, tc.vas)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
