@@ -1,0 +1,557 @@
+// Package nodeagent is the node role of csi-fence-attacher: a container
+// beside a CSI driver's node plugin that cleans up, when a fenced node comes
+// back, the volumes that were fenced on it while they failed over elsewhere
+// (DESIGN.md section 5, step 7).
+//
+// It learns what to clean from the durable record (the status of the
+// FencingRequest named after its node; pkg/fencerecord), finds the kubelet's
+// leftovers of each volume (pkg/kubeletlayout), calls NodeUnpublishVolume and
+// NodeUnstageVolume with force=true when the plugin advertises
+// FORCE_UNPUBLISH, removes the leftover directories as the kubelet would, and
+// records per volume that cleanup succeeded, or why it failed. It never
+// removes a quarantine itself: the controller role lifts it once every fenced
+// volume of the node is recorded clean.
+//
+// Safety rules:
+//   - only volumes of its own driver that the record says are fenced on its
+//     node and not cleaned are touched;
+//   - leftovers are attributed by their vol_data.json, never by guessing from
+//     names; directories without metadata get no CSI call and are removed
+//     only when empty of mounts and named after a recorded volume's PV;
+//   - nothing that is still a mount point is removed or entered;
+//   - a cleanup is recorded only after a fresh scan finds nothing left; a
+//     record that cannot be read, a plugin that is down or a kubelet
+//     directory that cannot be read leave the volume unclean, with the reason
+//     in an Event on the Node, the record's cleanupError and the metrics.
+//     Nothing is ever declared clean by timeout.
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fence"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
+)
+
+// Event reasons, on the Node.
+const (
+	ReasonVolumeCleaned             = "FencedVolumeCleaned"
+	ReasonCleanupFailed             = "FencedVolumeCleanupFailed"
+	ReasonForceUnpublishUnsupported = "ForceUnpublishUnsupported"
+	ReasonUnattributedLeftover      = "UnattributedVolumeLeftover"
+	ReasonRecordUnreadable          = "FencingRecordUnreadable"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// DriverName is the CSI driver whose fenced volumes this agent cleans
+	// (from GetPluginInfo). Required.
+	DriverName string
+	// NodeName is the Kubernetes node this agent runs on, the name of its
+	// FencingRequest. Required.
+	NodeName string
+	// KubeletDir is the kubelet's root directory as this container sees it
+	// (default /var/lib/kubelet). It must show the host's mounts
+	// (mountPropagation HostToContainer or Bidirectional).
+	KubeletDir string
+	// Conn is the connection to the node plugin. Required.
+	Conn grpc.ClientConnInterface
+	// Dynamic is the client for FencingRequests. Required.
+	Dynamic dynamic.Interface
+	// Recorder records Events on the Node. Required.
+	Recorder record.EventRecorder
+	// Mounts tells mount points apart; default mount.New("").
+	Mounts kubeletlayout.MountChecker
+	// Timeout of each CSI call; default 30s.
+	Timeout time.Duration
+	// RetryIntervalStart and RetryIntervalMax bound the per-volume
+	// exponential backoff after a failed cleanup; default 1s and 5m.
+	RetryIntervalStart time.Duration
+	RetryIntervalMax   time.Duration
+	// Resync is the informer resync period: every pending volume is tried
+	// again at least this often; default 1m.
+	Resync time.Duration
+	// Workers is the number of volumes cleaned in parallel; default 2.
+	Workers int
+}
+
+func (o *Options) defaults() error {
+	var missing []string
+	if o.DriverName == "" {
+		missing = append(missing, "DriverName")
+	}
+	if o.NodeName == "" {
+		missing = append(missing, "NodeName")
+	}
+	if o.Conn == nil {
+		missing = append(missing, "Conn")
+	}
+	if o.Dynamic == nil {
+		missing = append(missing, "Dynamic")
+	}
+	if o.Recorder == nil {
+		missing = append(missing, "Recorder")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("node agent options missing: %s", strings.Join(missing, ", "))
+	}
+	if o.KubeletDir == "" {
+		o.KubeletDir = kubeletlayout.DefaultRoot
+	}
+	if o.Mounts == nil {
+		o.Mounts = mount.New("")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.RetryIntervalStart <= 0 {
+		o.RetryIntervalStart = time.Second
+	}
+	if o.RetryIntervalMax < o.RetryIntervalStart {
+		o.RetryIntervalMax = max(5*time.Minute, o.RetryIntervalStart)
+	}
+	if o.Resync <= 0 {
+		o.Resync = time.Minute
+	}
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	return nil
+}
+
+// Agent is the node-role controller: one per node and driver.
+type Agent struct {
+	opts    Options
+	layout  kubeletlayout.Layout
+	remover kubeletlayout.Remover
+	node    csi.NodeClient
+	records *fencingv1alpha1.Client
+	nodeRef *v1.ObjectReference
+
+	factory  dynamicinformer.DynamicSharedInformerFactory
+	informer cache.SharedIndexInformer
+	lister   cache.GenericLister
+	queue    workqueue.TypedRateLimitingInterface[string]
+
+	mu sync.Mutex
+	// cleaned holds, per volume handle, the fence time of the last cleanup
+	// this process recorded, so that a stale informer cache does not make it
+	// clean the same fence twice.
+	cleaned map[string]metav1.Time
+	// reported holds the unattributed leftovers already reported.
+	reported sets.Set[string]
+}
+
+// New returns an Agent. Call RegisterMetrics once in the binary.
+func New(opts Options) (*Agent, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	layout := kubeletlayout.New(opts.KubeletDir)
+	a := &Agent{
+		opts:    opts,
+		layout:  layout,
+		remover: kubeletlayout.Remover{Layout: layout, Mounts: opts.Mounts},
+		node:    csi.NewNodeClient(opts.Conn),
+		records: fencingv1alpha1.NewClient(opts.Dynamic),
+		// The kubelet refers to its Node this way in its own Events.
+		nodeRef: &v1.ObjectReference{Kind: "Node", Name: opts.NodeName, UID: types.UID(opts.NodeName)},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-node-cleanup"}),
+		cleaned:  map[string]metav1.Time{},
+		reported: sets.New[string](),
+	}
+	// Only this node's request is watched.
+	a.factory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(opts.Dynamic, opts.Resync, metav1.NamespaceAll,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.NodeName).String()
+		})
+	gi := a.factory.ForResource(fencingv1alpha1.Resource)
+	a.informer, a.lister = gi.Informer(), gi.Lister()
+	if err := a.informer.SetWatchErrorHandlerWithContext(a.watchError); err != nil {
+		return nil, err
+	}
+	if _, err := a.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { a.requestChanged(nil, obj) },
+		UpdateFunc: a.requestChanged,
+		DeleteFunc: a.requestDeleted,
+	}); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Run cleans fenced volumes until ctx is done. It waits for the record to be
+// readable first; while it is not, the reason is reported by watchError.
+func (a *Agent) Run(ctx context.Context) {
+	defer a.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithValues("driver", a.opts.DriverName, "node", a.opts.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting node cleanup agent", "kubeletDir", a.layout.Root)
+	defer logger.Info("Shutting down node cleanup agent")
+
+	a.factory.Start(ctx.Done())
+	if !cache.WaitForNamedCacheSync("csi-fence-node-cleanup", ctx.Done(), a.informer.HasSynced) {
+		return
+	}
+	for i := 0; i < a.opts.Workers; i++ {
+		go wait.UntilWithContext(ctx, a.worker, 0)
+	}
+	<-ctx.Done()
+}
+
+func (a *Agent) worker(ctx context.Context) {
+	for a.processNext(ctx) {
+	}
+}
+
+func (a *Agent) processNext(ctx context.Context) bool {
+	handle, quit := a.queue.Get()
+	if quit {
+		return false
+	}
+	defer a.queue.Done(handle)
+	logger := klog.FromContext(ctx).WithValues("volumeHandle", handle)
+	if err := a.syncVolume(klog.NewContext(ctx, logger), handle); err != nil {
+		logger.Error(err, "Cleanup of fenced volume failed; retrying with backoff")
+		a.queue.AddRateLimited(handle)
+		return true
+	}
+	a.queue.Forget(handle)
+	return true
+}
+
+// ---- record events ----
+
+// pending returns the entries of fr for this driver that are fenced and not
+// cleaned up.
+func (a *Agent) pending(fr *fencingv1alpha1.FencingRequest) []fencingv1alpha1.FencedVolume {
+	var out []fencingv1alpha1.FencedVolume
+	if fr == nil || fr.Name != a.opts.NodeName {
+		return nil
+	}
+	for _, v := range fr.Status.Volumes {
+		if v.Driver == a.opts.DriverName && fencerecord.IsQuarantined(fr, v.Driver, v.VolumeHandle) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// requestChanged enqueues the volumes that became pending, whose fence
+// changed, or all pending ones on a resync. Our own status writes (a
+// cleanupError) change none of these, so they do not bypass the backoff.
+func (a *Agent) requestChanged(oldObj, newObj interface{}) {
+	fr, err := fencingv1alpha1.FromUnstructured(newObj)
+	if err != nil {
+		a.recordReadError(context.TODO(), err)
+		return
+	}
+	if fr.Name != a.opts.NodeName {
+		return
+	}
+	now := a.pending(fr)
+	pendingVolumes.WithLabelValues(a.opts.DriverName).Set(float64(len(now)))
+	var old *fencingv1alpha1.FencingRequest
+	if oldObj != nil {
+		old, _ = fencingv1alpha1.FromUnstructured(oldObj)
+	}
+	resync := old != nil && old.ResourceVersion == fr.ResourceVersion
+	for _, v := range now {
+		var before *fencingv1alpha1.FencedVolume
+		if old != nil {
+			before = fencerecord.Find(old, v.Driver, v.VolumeHandle)
+		}
+		if resync || before == nil || !fencerecord.IsQuarantined(old, v.Driver, v.VolumeHandle) ||
+			!before.FencedTime.Equal(v.FencedTime) {
+			a.queue.Add(v.VolumeHandle)
+		}
+	}
+}
+
+func (a *Agent) requestDeleted(obj interface{}) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if fr, err := fencingv1alpha1.FromUnstructured(obj); err == nil && fr.Name != a.opts.NodeName {
+		return
+	}
+	pendingVolumes.WithLabelValues(a.opts.DriverName).Set(0)
+	a.mu.Lock()
+	a.cleaned = map[string]metav1.Time{}
+	a.mu.Unlock()
+}
+
+// watchError reports that the record cannot be read (the CRD is missing, RBAC
+// denies it, the API server is unreachable): the node then stays quarantined,
+// and says why.
+func (a *Agent) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	cache.DefaultWatchErrorHandler(ctx, r, err)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return // a normal end of a watch
+	}
+	a.recordReadError(ctx, err)
+}
+
+func (a *Agent) recordReadError(ctx context.Context, err error) {
+	recordErrors.WithLabelValues(a.opts.DriverName, opRead).Inc()
+	klog.FromContext(ctx).Error(err, "Cannot read the fencing record of this node: fenced volumes stay quarantined", "node", a.opts.NodeName)
+	a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeWarning, ReasonRecordUnreadable,
+		"%s: cannot read FencingRequest %s, volumes fenced on this node stay quarantined: %v", a.opts.DriverName, a.opts.NodeName, err)
+}
+
+// ---- one volume ----
+
+// syncVolume cleans one volume if the record says it is fenced on this node
+// and not cleaned, and records the outcome.
+func (a *Agent) syncVolume(ctx context.Context, handle string) error {
+	logger := klog.FromContext(ctx)
+	obj, err := a.lister.Get(a.opts.NodeName)
+	if apierrors.IsNotFound(err) {
+		return nil // nothing is fenced on this node
+	}
+	if err != nil {
+		a.recordReadError(ctx, err)
+		return err
+	}
+	fr, err := fencingv1alpha1.FromUnstructured(obj)
+	if err != nil {
+		a.recordReadError(ctx, err)
+		return err
+	}
+	if !fencerecord.IsQuarantined(fr, a.opts.DriverName, handle) {
+		return nil
+	}
+	entry := *fencerecord.Find(fr, a.opts.DriverName, handle)
+	a.mu.Lock()
+	done, ok := a.cleaned[handle]
+	a.mu.Unlock()
+	if ok && done.Equal(entry.FencedTime) {
+		return nil // recorded already; the cache has not seen it yet
+	}
+
+	logger = logger.WithValues("pv", entry.PersistentVolumeName)
+	ctx = klog.NewContext(ctx, logger)
+	logger.V(2).Info("Cleaning up a volume fenced on this node", "fencedTime", entry.FencedTime)
+	report, err := a.cleanVolume(ctx, fr, entry)
+	if err != nil {
+		cleanups.WithLabelValues(a.opts.DriverName, resultError).Inc()
+		a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeWarning, ReasonCleanupFailed,
+			"%s: volume %s (PV %s) fenced on this node is not cleaned up, the node stays quarantined: %v",
+			a.opts.DriverName, handle, entry.PersistentVolumeName, err)
+		if rerr := fencerecord.RecordCleanupError(ctx, a.records, a.opts.NodeName, a.opts.DriverName, handle, err.Error()); rerr != nil {
+			recordErrors.WithLabelValues(a.opts.DriverName, opUpdate).Inc()
+			logger.Error(rerr, "Cannot record the cleanup error")
+		}
+		return err
+	}
+	if err := fencerecord.RecordCleaned(ctx, a.records, a.opts.NodeName, a.opts.DriverName, handle); err != nil {
+		// The cleanup is idempotent: it is done again on the retry.
+		recordErrors.WithLabelValues(a.opts.DriverName, opUpdate).Inc()
+		cleanups.WithLabelValues(a.opts.DriverName, resultError).Inc()
+		return fmt.Errorf("recording the cleanup: %w", err)
+	}
+	a.mu.Lock()
+	a.cleaned[handle] = *entry.FencedTime
+	a.mu.Unlock()
+	cleanups.WithLabelValues(a.opts.DriverName, resultSuccess).Inc()
+	logger.Info("Cleaned up a volume fenced on this node", "steps", report)
+	a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeNormal, ReasonVolumeCleaned,
+		"%s: volume %s (PV %s) fenced on this node is cleaned up: %s", a.opts.DriverName, handle, entry.PersistentVolumeName, report)
+	return nil
+}
+
+// pluginState is what the node plugin says about itself.
+type pluginState struct {
+	caps   fence.NodeCapabilitySet
+	nodeID string
+}
+
+func (a *Agent) plugin(ctx context.Context) (pluginState, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
+	defer cancel()
+	caps, err := fence.GetNodeCapabilities(ctx, a.opts.Conn)
+	if err != nil {
+		return pluginState{}, fmt.Errorf("node plugin unavailable: NodeGetCapabilities: %w", err)
+	}
+	info, err := a.node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		return pluginState{}, fmt.Errorf("node plugin unavailable: NodeGetInfo: %w", err)
+	}
+	return pluginState{caps: caps, nodeID: info.GetNodeId()}, nil
+}
+
+// checkKubeletDir refuses a kubelet root that is not one: scanning a wrong or
+// unmounted directory would find nothing and declare the volume clean.
+func (a *Agent) checkKubeletDir() error {
+	for _, sub := range []string{"pods", "plugins"} {
+		fi, err := os.Stat(filepath.Join(a.layout.Root, sub))
+		if err != nil || !fi.IsDir() {
+			return fmt.Errorf("%s does not look like the kubelet's root directory (no %s/ directory): refusing to declare anything clean", a.layout.Root, sub)
+		}
+	}
+	return nil
+}
+
+// cleanVolume cleans one volume: plugin state, scan, plan, execution, and a
+// fresh scan that must find nothing left. It returns a short summary.
+func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequest, entry fencingv1alpha1.FencedVolume) (string, error) {
+	logger := klog.FromContext(ctx)
+	if err := a.checkKubeletDir(); err != nil {
+		return "", err
+	}
+	ps, err := a.plugin(ctx)
+	if err != nil {
+		return "", err
+	}
+	if entry.NodeID != "" && ps.nodeID != entry.NodeID {
+		return "", fmt.Errorf("the node plugin reports node ID %q but the volume was fenced from node ID %q: not cleaning another node's volume", ps.nodeID, entry.NodeID)
+	}
+	force := ps.caps.CanForceUnpublish()
+	if !force {
+		logger.Info("Warning: the node plugin does not advertise FORCE_UNPUBLISH: cleaning up with plain NodeUnpublishVolume/NodeUnstageVolume, which a driver may refuse for a fenced volume")
+		a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeWarning, ReasonForceUnpublishUnsupported,
+			"%s: the node plugin does not advertise FORCE_UNPUBLISH; volume %s fenced on this node is cleaned up with plain NodeUnpublishVolume/NodeUnstageVolume calls",
+			a.opts.DriverName, entry.VolumeHandle)
+	}
+
+	inv, err := a.layout.Scan()
+	if err != nil {
+		return "", fmt.Errorf("scanning the kubelet directory: %w", err)
+	}
+	a.reportUnattributed(ctx, inv, fr)
+	vol := kubeletlayout.Volume{Driver: a.opts.DriverName, VolumeHandle: entry.VolumeHandle, PVName: entry.PersistentVolumeName}
+	steps := planCleanup(a.layout, vol, inv.Match(vol), ps.caps.CanStage())
+	if err := a.execute(ctx, vol.VolumeHandle, steps, force); err != nil {
+		if !force {
+			err = fmt.Errorf("%w (the node plugin does not advertise FORCE_UNPUBLISH, so only plain calls were made)", err)
+		}
+		return "", err
+	}
+
+	inv, err = a.layout.Scan()
+	if err != nil {
+		return "", fmt.Errorf("scanning the kubelet directory after the cleanup: %w", err)
+	}
+	if m := inv.Match(vol); !m.Empty() {
+		return "", fmt.Errorf("leftovers remain after the cleanup: %s", strings.Join(m.Paths(a.layout), ", "))
+	}
+	return summarize(steps, force), nil
+}
+
+// execute runs the steps in order and stops at the first failure: the
+// volume is not unstaged while a publish path failed, as the kubelet does.
+func (a *Agent) execute(ctx context.Context, handle string, steps []step, force bool) error {
+	logger := klog.FromContext(ctx)
+	for _, s := range steps {
+		logger.V(4).Info("Cleanup step", "step", s.String(), "force", force)
+		var err error
+		switch s.kind {
+		case stepUnpublish:
+			err = a.unpublish(ctx, handle, s.path, force)
+		case stepUnstage:
+			err = a.unstage(ctx, handle, s.path, force)
+		case stepRemovePodVolume:
+			err = a.remover.RemovePodVolume(s.podVolume)
+		case stepRemoveStaged:
+			err = a.remover.RemoveStaged(s.staged)
+		case stepRemoveBlockPod:
+			err = a.remover.RemoveBlockPod(s.specName, s.podUID)
+		case stepRemoveBlockVolume:
+			err = a.remover.RemoveBlockVolume(s.specName)
+		}
+		if err != nil {
+			if errors.Is(err, kubeletlayout.ErrStillMounted) || errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("%s: %w (left in place)", s, err)
+			}
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func (a *Agent) unpublish(ctx context.Context, handle, path string, force bool) error {
+	req := &csi.NodeUnpublishVolumeRequest{VolumeId: handle, TargetPath: path}
+	fence.SetNodeUnpublishForce(req, force)
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
+	defer cancel()
+	_, err := a.node.NodeUnpublishVolume(ctx, req)
+	return err
+}
+
+func (a *Agent) unstage(ctx context.Context, handle, path string, force bool) error {
+	req := &csi.NodeUnstageVolumeRequest{VolumeId: handle, StagingTargetPath: path}
+	fence.SetNodeUnstageForce(req, force)
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
+	defer cancel()
+	_, err := a.node.NodeUnstageVolume(ctx, req)
+	return err
+}
+
+// reportUnattributed reports, once per path, leftovers without metadata that
+// no recorded volume of this driver claims: they are left alone.
+func (a *Agent) reportUnattributed(ctx context.Context, inv *kubeletlayout.Inventory, fr *fencingv1alpha1.FencingRequest) {
+	var known []kubeletlayout.Volume
+	for _, v := range fr.Status.Volumes {
+		if v.Driver == a.opts.DriverName && v.FencedTime != nil {
+			known = append(known, kubeletlayout.Volume{Driver: v.Driver, VolumeHandle: v.VolumeHandle, PVName: v.PersistentVolumeName})
+		}
+	}
+	paths := inv.Unattributed(a.layout, a.opts.DriverName, known)
+	unattributedLeftovers.WithLabelValues(a.opts.DriverName).Set(float64(len(paths)))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range paths {
+		if a.reported.Has(p) {
+			continue
+		}
+		a.reported.Insert(p)
+		klog.FromContext(ctx).Info("Warning: volume directory without readable vol_data.json matches no fenced volume; left alone", "path", p)
+		a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeWarning, ReasonUnattributedLeftover,
+			"%s: %s has no readable vol_data.json and matches no volume fenced on this node; it is left alone", a.opts.DriverName, p)
+	}
+}
+
+func summarize(steps []step, force bool) string {
+	var unpublished, unstaged, removed int
+	for _, s := range steps {
+		switch s.kind {
+		case stepUnpublish:
+			unpublished++
+		case stepUnstage:
+			unstaged++
+		default:
+			removed++
+		}
+	}
+	return fmt.Sprintf("%d NodeUnpublishVolume, %d NodeUnstageVolume (force=%v), %d leftover removals", unpublished, unstaged, force, removed)
+}

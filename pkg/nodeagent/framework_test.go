@@ -1,0 +1,395 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	"github.com/csi-fence/fence-attacher/mock-driver/driver"
+	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
+)
+
+const (
+	testDriver = "fence.csi-fence.io"
+	testNode   = "node-1"
+	// waitTimeout bounds every wait for a condition.
+	waitTimeout = 30 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	RegisterMetrics()
+	os.Exit(m.Run())
+}
+
+// env is one node: a kubelet directory, the FencingRequest API (fake), an
+// event recorder and, optionally, a real mock node plugin on a unix socket.
+type env struct {
+	t        *testing.T
+	ctx      context.Context
+	layout   kubeletlayout.Layout
+	dyn      *dynamicfake.FakeDynamicClient
+	records  *fencingv1alpha1.Client
+	recorder *record.FakeRecorder
+	mounts   *fakeMounts
+
+	// The mock driver, when started.
+	arr    *array.Array
+	faults *faults.Store
+	conn   *grpc.ClientConn
+	sock   string
+
+	events []string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	root := t.TempDir()
+	for _, d := range []string{"pods", "plugins"} { // as the kubelet creates them at start
+		if err := os.MkdirAll(filepath.Join(root, d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
+	return &env{
+		t: t, ctx: ctx, layout: kubeletlayout.New(root), dyn: dyn, records: fencingv1alpha1.NewClient(dyn),
+		recorder: record.NewFakeRecorder(1000), mounts: &fakeMounts{paths: map[string]bool{}},
+	}
+}
+
+// socketDir returns a short directory for unix sockets (108-byte limit).
+func socketDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "na")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// startMockDriver serves the project's mock node plugin in-process, on a
+// simulated array, with run-time fault injection.
+func (e *env) startMockDriver(cfg driver.Config) {
+	e.t.Helper()
+	state := e.t.TempDir()
+	var err error
+	if e.arr, err = array.Open(state); err != nil {
+		e.t.Fatal(err)
+	}
+	e.faults = faults.NewStore(state)
+	cfg.Name, cfg.NodeID = testDriver, testNode
+	d := driver.New(cfg, e.arr)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(e.faults.Interceptor()))
+	csi.RegisterIdentityServer(srv, d)
+	csi.RegisterNodeServer(srv, d)
+	e.sock = filepath.Join(socketDir(e.t), "csi.sock")
+	lis, err := net.Listen("unix", e.sock)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	e.t.Cleanup(srv.Stop)
+	e.dial()
+}
+
+func (e *env) dial() {
+	e.t.Helper()
+	conn, err := grpc.NewClient("unix://"+e.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	e.conn = conn
+}
+
+func (e *env) node() csi.NodeClient { return csi.NewNodeClient(e.conn) }
+
+// attach creates a volume on the array and publishes it to the node, as the
+// attacher's ControllerPublishVolume would.
+func (e *env) attach(handle string) {
+	e.t.Helper()
+	if err := e.arr.AddVolume(handle, 1<<30); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.arr.Publish(handle, testNode, true, false, array.Options{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// fence fences the volume on the node, as ControllerUnpublishVolume(fence)
+// would, and records it, as the attacher does.
+func (e *env) fence(handle, pv string) {
+	e.t.Helper()
+	if err := e.arr.Unpublish(handle, testNode, true, array.Options{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.record(handle, pv)
+}
+
+func (e *env) record(handle, pv string) {
+	e.t.Helper()
+	if err := fencerecord.RecordFenced(e.ctx, e.records, testNode, "NodeUnreachable", fencingv1alpha1.FencedVolume{
+		Driver: testDriver, VolumeHandle: handle, PersistentVolumeName: pv, NodeID: testNode,
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+var mountCap = &csi.VolumeCapability{
+	AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+}
+
+var blockCap = &csi.VolumeCapability{
+	AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+}
+
+// mount stages (when stage is true) and publishes a filesystem volume to
+// pods through the mock plugin, laying out the kubelet directory as the
+// kubelet does.
+func (e *env) mount(handle, pv string, stage bool, pods ...string) {
+	e.t.Helper()
+	staging := ""
+	if stage {
+		var err error
+		if staging, err = e.layout.PrepareStage(testDriver, handle); err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.node().NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: handle, StagingTargetPath: staging, VolumeCapability: mountCap}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for _, uid := range pods {
+		target, err := e.layout.PreparePublish(uid, pv, kubeletlayout.VolumeData{VolumeHandle: handle, DriverName: testDriver, NodeName: testNode})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.node().NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: handle, StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// mapBlock stages and publishes a block volume to pods and maps it, as the
+// kubelet does.
+func (e *env) mapBlock(handle, pv string, pods ...string) {
+	e.t.Helper()
+	if err := e.layout.PrepareBlock(pv, kubeletlayout.VolumeData{VolumeHandle: handle, DriverName: testDriver, NodeName: testNode}); err != nil {
+		e.t.Fatal(err)
+	}
+	staging, err := e.layout.PrepareBlockStage(pv)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.node().NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: handle, StagingTargetPath: staging, VolumeCapability: blockCap}); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, uid := range pods {
+		target, err := e.layout.PrepareBlockPublish(pv, uid)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.node().NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: handle, StagingTargetPath: staging, TargetPath: target, VolumeCapability: blockCap}); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := e.layout.MapBlockDevice(pv, uid); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) options() Options {
+	return Options{
+		DriverName: testDriver, NodeName: testNode, KubeletDir: e.layout.Root,
+		Conn: e.conn, Dynamic: e.dyn, Recorder: e.recorder, Mounts: e.mounts,
+		Timeout: 5 * time.Second, RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 200 * time.Millisecond,
+	}
+}
+
+// run starts an agent and stops it at the end of the test.
+func (e *env) run(opts Options) *Agent {
+	e.t.Helper()
+	a, err := New(opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); a.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	return a
+}
+
+// entry returns the record of handle.
+func (e *env) entry(handle string) *fencingv1alpha1.FencedVolume {
+	fr, err := e.records.Get(e.ctx, testNode)
+	if err != nil {
+		return nil
+	}
+	return fencerecord.Find(fr, testDriver, handle)
+}
+
+// waitFor waits until cond holds, failing the test after waitTimeout.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		e.t.Fatalf("timed out waiting for %s; events: %v", what, e.drainEvents())
+	}
+}
+
+func (e *env) waitCleaned(handle string) {
+	e.t.Helper()
+	e.waitFor(handle+" recorded clean", func() bool {
+		v := e.entry(handle)
+		return v != nil && v.CleanedTime != nil && v.CleanupError == ""
+	})
+}
+
+func (e *env) waitCleanupError(handle, contains string) {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("a cleanup error of %s containing %q", handle, contains), func() bool {
+		v := e.entry(handle)
+		return v != nil && strings.Contains(v.CleanupError, contains)
+	})
+	if v := e.entry(handle); v.CleanedTime != nil {
+		e.t.Errorf("%s recorded clean despite %q", handle, v.CleanupError)
+	}
+}
+
+// drainEvents returns every event recorded so far (also those of earlier
+// calls).
+func (e *env) drainEvents() []string {
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			e.events = append(e.events, ev)
+		default:
+			return e.events
+		}
+	}
+}
+
+func (e *env) hasEvent(prefix string) bool {
+	for _, ev := range e.drainEvents() {
+		if strings.HasPrefix(ev, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// publication returns the array's view of handle on the node (nil: none).
+func (e *env) publication(handle string) *array.Publication {
+	e.t.Helper()
+	s, err := e.arr.Snapshot()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	v := s.Volumes[handle]
+	if v == nil {
+		return nil
+	}
+	return v.Publications[testNode]
+}
+
+func (e *env) violations() map[string]int {
+	e.t.Helper()
+	s, err := e.arr.Snapshot()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s.CountViolations()
+}
+
+func mustExist(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s should be left alone: %v", p, err)
+		}
+	}
+}
+
+func mustBeGone(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s should be removed: %v", p, err)
+		}
+	}
+}
+
+// fakeMounts is a MountChecker over a set of mount points.
+type fakeMounts struct {
+	mu    sync.Mutex
+	paths map[string]bool
+}
+
+func (f *fakeMounts) IsMountPoint(p string) (bool, error) {
+	if _, err := os.Lstat(p); err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.paths[p], nil
+}
+
+func (f *fakeMounts) set(p string, mounted bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paths[p] = mounted
+}
+
+func counter(t *testing.T, result string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(cleanups.WithLabelValues(testDriver, result))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func recordErrorCount(t *testing.T, op string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(recordErrors.WithLabelValues(testDriver, op))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// denyAll fails every call it reacts to, as RBAC would.
+func denyAll(action k8stesting.Action) (bool, runtime.Object, error) {
+	return true, nil, apierrors.NewForbidden(action.GetResource().GroupResource(), "", fmt.Errorf("denied by the test"))
+}

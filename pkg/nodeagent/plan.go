@@ -1,0 +1,116 @@
+package nodeagent
+
+import (
+	"fmt"
+
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
+)
+
+// stepKind is one kind of cleanup step.
+type stepKind int
+
+const (
+	// stepUnpublish is NodeUnpublishVolume(path).
+	stepUnpublish stepKind = iota
+	// stepUnstage is NodeUnstageVolume(path).
+	stepUnstage
+	// stepRemovePodVolume removes a filesystem publish directory.
+	stepRemovePodVolume
+	// stepRemoveStaged removes a filesystem staging directory.
+	stepRemoveStaged
+	// stepRemoveBlockPod removes a block volume's per-pod leftovers.
+	stepRemoveBlockPod
+	// stepRemoveBlockVolume removes a block volume's directories.
+	stepRemoveBlockVolume
+)
+
+// step is one CSI call or one removal. Which fields are set depends on kind.
+type step struct {
+	kind      stepKind
+	path      string                     // stepUnpublish, stepUnstage
+	podVolume kubeletlayout.PodVolume    // stepRemovePodVolume
+	staged    kubeletlayout.StagedVolume // stepRemoveStaged
+	specName  string                     // stepRemoveBlock*
+	podUID    string                     // stepRemoveBlockPod
+}
+
+func (s step) String() string {
+	switch s.kind {
+	case stepUnpublish:
+		return "NodeUnpublishVolume " + s.path
+	case stepUnstage:
+		return "NodeUnstageVolume " + s.path
+	case stepRemovePodVolume:
+		return "remove " + s.podVolume.Dir
+	case stepRemoveStaged:
+		return "remove " + s.staged.Dir
+	case stepRemoveBlockPod:
+		return fmt.Sprintf("remove block leftovers of %s for pod %s", s.specName, s.podUID)
+	case stepRemoveBlockVolume:
+		return "remove block volume " + s.specName
+	}
+	return "unknown step"
+}
+
+// planCleanup lists, in order, what cleans up the leftovers m of vol on a
+// node, the way the kubelet tears a volume down: every publish path is
+// unpublished (and its directory removed) before the volume is unstaged
+// (and its staging directories removed). It only plans; it touches nothing.
+//
+//   - Publish directories attributed by their vol_data.json get
+//     NodeUnpublishVolume on their target path; block volumes (attributed by
+//     metadata or, having none, by PV name, which is unique) get it on each
+//     pod's publish path.
+//   - Publish directories without metadata named after the PV get no CSI
+//     call (the kubelet writes the metadata before it publishes, so none
+//     went through them, and an inline volume of another driver may share
+//     the name); they are only removed, which fails while anything in them
+//     is mounted.
+//   - With STAGE_UNSTAGE_VOLUME, NodeUnstageVolume is called on every staging
+//     path found; if none was found, on the path the kubelet would have used
+//     for this volume: the plugin may still hold state of a stage whose
+//     directories are gone, and a forced unstage of a volume that was never
+//     staged is a no-op by the spec's idempotency rules. This is what lifts
+//     the quarantine of a volume fenced before it was staged.
+func planCleanup(l kubeletlayout.Layout, vol kubeletlayout.Volume, m kubeletlayout.Match, canStage bool) []step {
+	var steps []step
+	for _, p := range m.PodVolumes {
+		steps = append(steps,
+			step{kind: stepUnpublish, path: p.TargetPath},
+			step{kind: stepRemovePodVolume, podVolume: p})
+	}
+	for _, b := range m.Block {
+		for _, uid := range b.PodUIDs {
+			steps = append(steps,
+				step{kind: stepUnpublish, path: l.BlockPublishPath(b.SpecName, uid)},
+				step{kind: stepRemoveBlockPod, specName: b.SpecName, podUID: uid})
+		}
+	}
+	for _, p := range m.UnverifiedPodVolumes {
+		steps = append(steps, step{kind: stepRemovePodVolume, podVolume: p})
+	}
+	if canStage {
+		var staging []string
+		for _, s := range m.Staged {
+			staging = append(staging, s.StagingPath)
+		}
+		for _, b := range m.Block {
+			staging = append(staging, l.BlockStagingPath(b.SpecName))
+		}
+		if len(staging) == 0 {
+			staging = []string{l.StagingPath(vol.Driver, vol.VolumeHandle)}
+		}
+		for _, p := range staging {
+			steps = append(steps, step{kind: stepUnstage, path: p})
+		}
+	}
+	// Without STAGE_UNSTAGE_VOLUME the kubelet still creates an (empty)
+	// staging directory; it is removed like any other.
+	for _, s := range m.Staged {
+		steps = append(steps, step{kind: stepRemoveStaged, staged: s})
+	}
+	for _, b := range m.Block {
+		steps = append(steps, step{kind: stepRemoveBlockVolume, specName: b.SpecName})
+	}
+	return steps
+}
