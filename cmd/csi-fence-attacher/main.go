@@ -1,16 +1,18 @@
 // Command csi-fence-attacher is a drop-in replacement for external-attacher
-// that fences volumes on non-graceful detach. main only wires: flags, the CSI
-// connection, capability probing, the choice of handler and leader election.
+// that fences volumes on non-graceful detach. main only wires: flags, the
+// CSI connection, capability probing, the choice of handler (pkg/sidecar),
+// the HTTP endpoint and leader election.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
-	"time"
+	"os/signal"
+	"syscall"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/config"
@@ -19,274 +21,181 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
-	v1 "k8s.io/api/core/v1"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/component-base/metrics/legacyregistry"
-	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
-	_ "k8s.io/component-base/metrics/prometheus/workqueue"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_* metrics
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics
 	"k8s.io/klog/v2"
 
-	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/attacher"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
-	"github.com/csi-fence/fence-attacher/pkg/fence"
-	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 )
 
-// Feature gates, as external-attacher's plus ours.
-const releaseLeaderElectionOnExit featuregate.Feature = "ReleaseLeaderElectionOnExit"
-
-var (
-	// Flags of external-attacher v4.13, same names, defaults and meaning.
-	timeout            = flag.Duration("timeout", 15*time.Second, "Timeout for waiting for attaching or detaching the volume.")
-	retryIntervalStart = flag.Duration("retry-interval-start", time.Second, "Initial retry interval of failed create volume or deletion. It doubles with each failure, up to retry-interval-max.")
-	retryIntervalMax   = flag.Duration("retry-interval-max", 5*time.Minute, "Maximum retry interval of failed create volume or deletion.")
-	workerThreads      = flag.Uint("worker-threads", 10, "Number of attacher worker threads")
-	maxEntries         = flag.Int("max-entries", 0, "Max entries per each page in volume lister call, 0 means no limit.")
-	reconcileSync      = flag.Duration("reconcile-sync", 1*time.Minute, "Resync interval of the VolumeAttachment reconciler.")
-	resync             = flag.Duration("resync", 10*time.Minute, "Resync interval of the controller.")
-	defaultFSType      = flag.String("default-fstype", "", "The default filesystem type of the volume to publish. Defaults to empty string")
-	maxGRPCLogLength   = flag.Int("max-grpc-log-length", -1, "The maximum amount of characters logged for every grpc responses. Defaults to no limit")
-
-	// Our own flags.
-	role = flag.String("role", "controller", "Which part of fence-attacher to run: 'controller' (beside the driver's controller plugin: attacher and failover) or 'node' (beside the node plugin: cleanup of fenced volumes).")
-
-	version = "unknown"
-)
+// version is stamped by the build (release-tools/build.make).
+var version = "unknown"
 
 func main() {
-	fg := featuregate.NewFeatureGate()
-	if err := fg.Add(map[featuregate.Feature]featuregate.FeatureSpec{
-		releaseLeaderElectionOnExit:      {Default: false, PreRelease: featuregate.Alpha},
-		contract.NonGracefulFailoverGate: {Default: false, PreRelease: featuregate.Alpha},
-	}); err != nil {
-		panic(err)
+	fg, err := sidecar.NewFeatureGate()
+	if err != nil {
+		panic(err) // a programming error: the gates are static
 	}
-	logsapi.AddFeatureGates(fg)
-	c := logsapi.NewLoggingConfiguration()
-	logsapi.AddGoFlags(c, flag.CommandLine)
+	loggingConfig := logsapi.NewLoggingConfiguration()
+	logsapi.AddGoFlags(loggingConfig, flag.CommandLine)
+	logs.InitLogs()
 	standardflags.RegisterCommonFlags(flag.CommandLine)
 	standardflags.AddAutomaxprocs(klog.Infof)
-	flag.Func("feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:\n"+strings.Join(fg.KnownFeatures(), "\n"), fg.Set)
+	opts := &sidecar.Options{}
+	opts.AddFlags(flag.CommandLine)
+	sidecar.AddFeatureGatesFlag(flag.CommandLine, fg)
 	flag.Parse()
-	logs := klog.Background()
-	if err := logsapi.ValidateAndApply(c, fg); err != nil {
-		logs.Error(err, "Invalid logging configuration")
+
+	logger := klog.Background()
+	if err := logsapi.ValidateAndApply(loggingConfig, fg); err != nil {
+		logger.Error(err, "Invalid logging configuration")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
-	opts := standardflags.Configuration
-	if opts.ShowVersion {
+	if standardflags.Configuration.ShowVersion {
 		fmt.Println(os.Args[0], version)
 		return
 	}
-	logger := klog.Background()
-	ctx := klog.NewContext(context.Background(), logger)
-	logger.Info("Version", "version", version, "role", *role)
-
-	if err := run(ctx, fg); err != nil {
-		logger.Error(err, "csi-fence-attacher failed")
+	logger.Info("Version", "version", version, "role", opts.Role)
+	if err := opts.Validate(); err != nil {
+		logger.Error(err, "Invalid flags")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
+
+	ctx := klog.NewContext(context.Background(), logger)
+	if fg.Enabled(sidecar.ReleaseLeaderElectionOnExit) {
+		// SIGTERM stops the workers; the Lease is then released instead of
+		// left to expire, so that the next leader starts at once.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+	}
+
+	switch opts.Role {
+	case sidecar.RoleController:
+		err = runController(ctx, opts, fg)
+	case sidecar.RoleNode:
+		err = errors.New("--role=node is not implemented yet")
+	}
+	if err != nil {
+		logger.Error(err, "csi-fence-attacher failed", "role", opts.Role)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
 }
 
-func run(ctx context.Context, fg featuregate.FeatureGate) error {
-	opts := standardflags.Configuration
-	if opts.MetricsAddress != "" && opts.HttpEndpoint != "" {
-		return fmt.Errorf("only one of --metrics-address and --http-endpoint can be set")
-	}
-	if *workerThreads == 0 {
-		return fmt.Errorf("--worker-threads must be greater than zero")
-	}
-	if *timeout <= 0 {
-		return fmt.Errorf("--timeout must be greater than zero")
-	}
-	switch *role {
-	case "controller":
-		return runController(ctx, fg)
-	case "node":
-		return fmt.Errorf("--role=node is not implemented yet")
-	default:
-		return fmt.Errorf("unknown --role %q: want controller or node", *role)
-	}
+// controllerEnv is what the controller role shares between its parts: the
+// attacher and, later, the failover controller (each under its own Lease).
+type controllerEnv struct {
+	restConfig     *rest.Config
+	client         kubernetes.Interface
+	dynamic        dynamic.Interface
+	conn           *grpc.ClientConn
+	driverName     string
+	pluginCaps     rpc.PluginCapabilitySet
+	controllerCaps rpc.ControllerCapabilitySet
+	mux            *http.ServeMux
 }
 
-func runController(ctx context.Context, fg featuregate.FeatureGate) error {
+// runController runs the controller role next to the driver's controller
+// plugin: the attacher, under external-attacher's Lease so that an old and
+// a new replica never act at once.
+func runController(ctx context.Context, opts *sidecar.Options, fg featuregate.FeatureGate) error {
+	env, err := connectController(ctx, opts)
+	if err != nil {
+		return err
+	}
+	runAttacher, err := sidecar.NewAttacher(ctx, sidecar.AttacherDeps{
+		DriverName: env.driverName,
+		Mode:       sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps),
+		Options:    opts,
+		Client:     env.client,
+		Dynamic:    env.dynamic,
+		CSI:        csiclient.New(env.conn, int32(opts.MaxEntries)),
+	})
+	if err != nil {
+		return err
+	}
+	leaderelection.RunWithLeaderElection(ctx, env.restConfig, standardflags.Configuration, runAttacher,
+		contract.AttacherLeaseName(env.driverName), env.mux, fg.Enabled(sidecar.ReleaseLeaderElectionOnExit))
+	return nil
+}
+
+// connectController builds the API clients, connects to and probes the
+// driver, reads its name and capabilities, and starts the HTTP endpoint
+// (metrics; the leader-election health check is added to the same mux).
+func connectController(ctx context.Context, opts *sidecar.Options) (*controllerEnv, error) {
 	logger := klog.FromContext(ctx)
-	opts := standardflags.Configuration
-	cfg, err := config.BuildConfig(opts.KubeConfig, opts)
+	sc := standardflags.Configuration
+	httpAddr, err := sidecar.HTTPAddress(sc)
 	if err != nil {
-		return fmt.Errorf("building kubeconfig: %w", err)
+		return nil, err
 	}
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	client, err := kubernetes.NewForConfig(cfg)
+	restConfig, err := config.BuildConfig(sc.KubeConfig, sc)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("building the Kubernetes client config: %w", err)
 	}
-	dynCfg := *cfg
-	dynCfg.ContentType = runtime.ContentTypeJSON
-	dyn, err := dynamic.NewForConfig(&dynCfg)
-	if err != nil {
-		return err
+	// Custom resources have no protobuf encoding: the dynamic client keeps
+	// JSON, the typed client uses protobuf as external-attacher does.
+	dynamicConfig := rest.CopyConfig(restConfig)
+	restConfig.ContentType = runtime.ContentTypeProtobuf
+	env := &controllerEnv{restConfig: restConfig, mux: http.NewServeMux()}
+	if env.client, err = kubernetes.NewForConfig(restConfig); err != nil {
+		return nil, err
+	}
+	if env.dynamic, err = dynamic.NewForConfig(dynamicConfig); err != nil {
+		return nil, err
 	}
 
-	connection.SetMaxGRPCLogLength(*maxGRPCLogLength)
+	connection.SetMaxGRPCLogLength(opts.MaxGRPCLogLength)
 	metricsManager := metrics.NewCSIMetricsManager("")
-	conn, err := connection.Connect(ctx, opts.CSIAddress, metricsManager, connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
+	env.conn, err = connection.Connect(ctx, sc.CSIAddress, metricsManager, connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
 	if err != nil {
-		return fmt.Errorf("connecting to CSI driver: %w", err)
+		return nil, fmt.Errorf("connecting to the CSI driver at %s: %w", sc.CSIAddress, err)
 	}
-	if err := rpc.ProbeForever(ctx, conn, *timeout); err != nil {
-		return fmt.Errorf("probing CSI driver: %w", err)
+	if err := rpc.ProbeForever(ctx, env.conn, opts.Timeout); err != nil {
+		return nil, fmt.Errorf("probing the CSI driver: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, *timeout)
+	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	driverName, err := rpc.GetDriverName(cctx, conn)
-	if err != nil {
-		return fmt.Errorf("getting CSI driver name: %w", err)
+	if env.driverName, err = rpc.GetDriverName(cctx, env.conn); err != nil {
+		return nil, fmt.Errorf("getting the CSI driver name: %w", err)
 	}
-	logger = klog.LoggerWithValues(logger, "driver", driverName)
-	ctx = klog.NewContext(ctx, logger)
-	metricsManager.SetDriverName(driverName)
+	logger.Info("CSI driver", "driver", env.driverName)
+
+	metricsManager.SetDriverName(env.driverName)
 	metricsManager.WithAdditionalRegistry(legacyregistry.DefaultGatherer)
 	attacher.RegisterMetrics()
-
-	mux := http.NewServeMux()
-	addr := opts.HttpEndpoint
-	if addr == "" {
-		addr = opts.MetricsAddress
-	}
-	if addr != "" {
-		metricsManager.RegisterToServer(mux, opts.MetricsPath)
+	if httpAddr != "" {
+		metricsManager.RegisterToServer(env.mux, sc.MetricsPath)
 		go func() {
-			logger.Info("Serving metrics and health checks", "address", addr)
-			if err := http.ListenAndServe(addr, mux); err != nil {
-				logger.Error(err, "HTTP server failed")
+			logger.Info("Serving metrics and health checks", "address", httpAddr, "metricsPath", sc.MetricsPath)
+			if err := http.ListenAndServe(httpAddr, env.mux); err != nil {
+				logger.Error(err, "HTTP server failed", "address", httpAddr)
 				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 			}
 		}()
 	}
 
-	pluginCaps, err := rpc.GetPluginCapabilities(cctx, conn)
-	if err != nil {
-		return fmt.Errorf("getting plugin capabilities: %w", err)
+	if env.pluginCaps, err = rpc.GetPluginCapabilities(cctx, env.conn); err != nil {
+		return nil, fmt.Errorf("getting the plugin capabilities: %w", err)
 	}
-	factory := informers.NewSharedInformerFactory(client, *resync)
-	vaInformer := factory.Storage().V1().VolumeAttachments()
-	pvInformer := factory.Core().V1().PersistentVolumes()
-
-	var handler attacher.Handler
-	var synced []cache.InformerSynced
-	var dynFactory dynamicinformer.DynamicSharedInformerFactory
-	ctrlCaps := rpc.ControllerCapabilitySet{}
-	if pluginCaps[csi.PluginCapability_Service_CONTROLLER_SERVICE] {
-		if ctrlCaps, err = rpc.GetControllerCapabilities(cctx, conn); err != nil {
-			return fmt.Errorf("getting controller capabilities: %w", err)
+	if env.pluginCaps[csi.PluginCapability_Service_CONTROLLER_SERVICE] {
+		if env.controllerCaps, err = rpc.GetControllerCapabilities(cctx, env.conn); err != nil {
+			return nil, fmt.Errorf("getting the controller capabilities: %w", err)
 		}
 	}
-	if !ctrlCaps[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
-		logger.Info("The driver does not publish volumes: VolumeAttachments are marked attached without CSI calls")
-		handler = attacher.NewTrivialHandler(client)
-	} else {
-		canFence := fence.ControllerCanFence(ctrlCaps)
-		logger.Info("The driver publishes volumes", "fence", canFence)
-		var lister csiclient.Lister
-		csiClient := csiclient.New(conn, int32(*maxEntries))
-		if ctrlCaps[csi.ControllerServiceCapability_RPC_LIST_VOLUMES] && ctrlCaps[csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES] {
-			lister = csiClient
-		}
-		var frLister attacher.FencingRequestLister
-		var frClient *fencingv1alpha1.Client
-		if served, err := fencingRequestsServed(client.Discovery()); err != nil {
-			return err
-		} else if served {
-			dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, *resync)
-			frInformer := dynFactory.ForResource(fencingv1alpha1.Resource)
-			frLister = attacher.NewFencingRequestLister(frInformer.Lister())
-			frClient = fencingv1alpha1.NewClient(dyn)
-			synced = append(synced, frInformer.Informer().HasSynced)
-		} else {
-			logger.Info("The FencingRequest CRD is not installed: fences are not recorded and quarantine is read from the node taint only")
-		}
-		nodeInformer := factory.Core().V1().Nodes()
-		csiNodeInformer := factory.Storage().V1().CSINodes()
-		synced = append(synced, nodeInformer.Informer().HasSynced, csiNodeInformer.Informer().HasSynced)
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(v1.NamespaceAll)})
-		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-fence-attacher " + driverName})
-		h := attacher.NewCSIHandler(attacher.CSIHandlerOptions{
-			DriverName:                    driverName,
-			Timeout:                       *timeout,
-			DefaultFSType:                 *defaultFSType,
-			SupportsPublishReadOnly:       ctrlCaps[csi.ControllerServiceCapability_RPC_PUBLISH_READONLY],
-			SupportsSingleNodeMultiWriter: ctrlCaps[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER],
-			CanFence:                      canFence,
-		}, client, csiClient, lister, pvInformer.Lister(), nodeInformer.Lister(), csiNodeInformer.Lister(),
-			vaInformer.Lister(), frLister, fencerecordClient(frClient), recorder)
-		if frClient != nil && fg.Enabled(contract.NonGracefulFailoverGate) {
-			logger.Info("Feature gate NonGracefulFailover is on")
-		}
-		handler = h
-	}
-	sync := *reconcileSync
-	if _, ok := handler.(*attacher.CSIHandler); !ok {
-		sync = 0
-	}
-	ctrl, err := attacher.NewController(logger, driverName, handler, vaInformer, pvInformer,
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](*retryIntervalStart, *retryIntervalMax),
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](*retryIntervalStart, *retryIntervalMax),
-		sync, synced...)
-	if err != nil {
-		return err
-	}
-
-	runAttacher := func(ctx context.Context) {
-		factory.Start(ctx.Done())
-		if dynFactory != nil {
-			dynFactory.Start(ctx.Done())
-		}
-		ctrl.Run(ctx, int(*workerThreads))
-	}
-	leaderelection.RunWithLeaderElection(ctx, cfg, opts, runAttacher,
-		contract.AttacherLeaseName(driverName), mux, fg.Enabled(releaseLeaderElectionOnExit))
-	return nil
-}
-
-// fencingRequestsServed reports whether the FencingRequest CRD is installed:
-// without it the attacher still works as external-attacher does.
-func fencingRequestsServed(d discovery.DiscoveryInterface) (bool, error) {
-	list, err := d.ServerResourcesForGroupVersion(fencingv1alpha1.SchemeGroupVersion.String())
-	if err != nil {
-		if strings.Contains(err.Error(), "not found") || strings.Contains(err.Error(), "could not find") {
-			return false, nil
-		}
-		return false, fmt.Errorf("discovering %s: %w", fencingv1alpha1.SchemeGroupVersion, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == contract.FencingResource {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// fencerecordClient avoids a typed nil inside a non-nil interface.
-func fencerecordClient(c *fencingv1alpha1.Client) fencerecord.Client {
-	if c == nil {
-		return nil
-	}
-	return c
+	return env, nil
 }

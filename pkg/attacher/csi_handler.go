@@ -81,6 +81,12 @@ type CSIHandler struct {
 	// or the finalizer says it is done.
 	forceSyncMu sync.Mutex
 	forceSync   map[string]bool
+
+	// done remembers the attaches and detaches this handler completed
+	// recently, so that a sync that works from a cache which has not caught
+	// up with our own writes yet does not publish or unpublish (and fence)
+	// a second time (external-attacher#587).
+	done *recentlyDone
 }
 
 var _ Handler = &CSIHandler{}
@@ -103,6 +109,7 @@ func NewCSIHandler(cfg CSIHandlerConfig) (*CSIHandler, error) {
 		CSIHandlerConfig: cfg,
 		finalizer:        contract.AttacherFinalizer(cfg.DriverName),
 		forceSync:        map[string]bool{},
+		done:             newRecentlyDone(recentlyDoneTTL, time.Now),
 	}, nil
 }
 
@@ -143,7 +150,7 @@ func (h *CSIHandler) consumeForceSync(name string) bool {
 
 func (h *CSIHandler) syncAttach(ctx context.Context, va *storagev1.VolumeAttachment) error {
 	logger := klog.FromContext(ctx)
-	if !h.consumeForceSync(va.Name) && va.Status.Attached {
+	if !h.consumeForceSync(va.Name) && (va.Status.Attached || h.done.has(va, opAttach)) {
 		logger.V(4).Info("VolumeAttachment is already attached")
 		return nil
 	}
@@ -158,6 +165,7 @@ func (h *CSIHandler) syncAttach(ctx context.Context, va *storagev1.VolumeAttachm
 	if err := markAsAttached(ctx, h.Client, va, metadata); err != nil {
 		return fmt.Errorf("marking as attached: %w", err)
 	}
+	h.done.add(va, opAttach)
 	logger.V(2).Info("Attached", "node", va.Spec.NodeName)
 	return nil
 }
@@ -232,7 +240,7 @@ func (h *CSIHandler) checkPublish(va *storagev1.VolumeAttachment, spec *v1.Persi
 
 func (h *CSIHandler) syncDetach(ctx context.Context, va *storagev1.VolumeAttachment) error {
 	logger := klog.FromContext(ctx)
-	if !h.consumeForceSync(va.Name) && !slices.Contains(va.Finalizers, h.finalizer) {
+	if !h.consumeForceSync(va.Name) && (!slices.Contains(va.Finalizers, h.finalizer) || h.done.has(va, opDetach)) {
 		logger.V(4).Info("VolumeAttachment is already detached")
 		return nil
 	}
@@ -293,6 +301,7 @@ func (h *CSIHandler) csiDetach(ctx context.Context, va *storagev1.VolumeAttachme
 	if err := markAsDetached(ctx, h.Client, va, h.finalizer); err != nil {
 		return fmt.Errorf("marking as detached: %w", err)
 	}
+	h.done.add(va, opDetach)
 	if fence {
 		forcedDetaches.WithLabelValues(h.DriverName, reason).Inc()
 	}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// runMainEnv makes the test binary run main() instead of the tests, so that
+// the tests below exercise the real flag wiring of the built program.
+const runMainEnv = "CSI_FENCE_ATTACHER_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		// Drop the test binary's own arguments: everything after "--".
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"csi-fence-attacher"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// run runs main() in a child process with args and returns its combined
+// output and exit code.
+func run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	default:
+		t.Fatalf("running main: %v", err)
+		return "", -1
+	}
+}
+
+var flagLine = regexp.MustCompile(`^  -([a-zA-Z0-9.-]+)`)
+var defaultValue = regexp.MustCompile(`\(default (.*)\)$`)
+
+// helpFlags parses the output of --help into flag name -> default ("" when
+// the help shows none).
+func helpFlags(help string) map[string]string {
+	flags := map[string]string{}
+	name := ""
+	sc := bufio.NewScanner(strings.NewReader(help))
+	for sc.Scan() {
+		line := sc.Text()
+		if m := flagLine.FindStringSubmatch(line); m != nil {
+			name = m[1]
+			flags[name] = ""
+			continue
+		}
+		if m := defaultValue.FindStringSubmatch(strings.TrimSpace(line)); m != nil && name != "" {
+			flags[name] = m[1]
+		}
+	}
+	return flags
+}
+
+// Every flag of external-attacher v4.13, with its default as its -h shows
+// it (shared/research/external-attacher-and-csi.md section 1.3), must be
+// accepted with the same default, so that a Deployment can swap the image.
+func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
+	out, code := run(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help exited %d:\n%s", code, out)
+	}
+	got := helpFlags(out)
+	want := map[string]string{
+		// external-attacher's own flags.
+		"timeout":              "15s",
+		"retry-interval-start": "1s",
+		"retry-interval-max":   "5m0s",
+		"worker-threads":       "10",
+		"max-entries":          "",
+		"reconcile-sync":       "1m0s",
+		"resync":               "10m0s",
+		"default-fstype":       "",
+		"max-grpc-log-length":  "-1",
+		"feature-gates":        "",
+		// csi-lib-utils standardflags.
+		"csi-address":                    `"/run/csi/socket"`,
+		"kubeconfig":                     "",
+		"leader-election":                "",
+		"leader-election-namespace":      "",
+		"leader-election-lease-duration": "15s",
+		"leader-election-renew-deadline": "10s",
+		"leader-election-retry-period":   "5s",
+		"leader-election-labels":         "",
+		"kube-api-qps":                   "5",
+		"kube-api-burst":                 "10",
+		"http-endpoint":                  "",
+		"metrics-address":                "",
+		"metrics-path":                   `"/metrics"`,
+		"automaxprocs":                   "",
+		"version":                        "",
+		// component-base logging.
+		"v":                         "",
+		"vmodule":                   "",
+		"logging-format":            `"text"`,
+		"log-flush-frequency":       "5s",
+		"log-json-split-stream":     "",
+		"log-json-info-buffer-size": "",
+		"log-text-split-stream":     "",
+		"log-text-info-buffer-size": "",
+		// Ours.
+		"role": `"controller"`,
+	}
+	for name, def := range want {
+		g, ok := got[name]
+		switch {
+		case !ok:
+			t.Errorf("--help does not list --%s", name)
+		case g != def:
+			t.Errorf("--%s: default %q, want %q", name, g, def)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok && !strings.HasPrefix(name, "test.") {
+			t.Errorf("--help lists --%s, which is neither external-attacher's nor documented here", name)
+		}
+	}
+	for _, gate := range []string{"ReleaseLeaderElectionOnExit=true|false (ALPHA - default=false)", "NonGracefulFailover=true|false (ALPHA - default=false)"} {
+		if !strings.Contains(out, gate) {
+			t.Errorf("--help does not list the feature gate %q", gate)
+		}
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"version", []string{"--version"}, 0, "csi-fence-attacher unknown"},
+		{"node role is not there yet", []string{"--role=node"}, 1, "--role=node is not implemented yet"},
+		{"unknown role", []string{"--role=both"}, 1, "--role must be"},
+		{"no workers", []string{"--worker-threads=0"}, 1, "--worker-threads must be greater than zero"},
+		{"no timeout", []string{"--timeout=0"}, 1, "--timeout must be positive"},
+		{"both HTTP flags", []string{"--http-endpoint=:8080", "--metrics-address=:8081"}, 1, "only one of --metrics-address and --http-endpoint can be set"},
+		{"unknown feature gate", []string{"--feature-gates=NoSuchGate=true"}, 2, "unrecognized feature gate"},
+		{"known feature gate accepted", []string{"--feature-gates=ReleaseLeaderElectionOnExit=true,NonGracefulFailover=true", "--version"}, 0, "csi-fence-attacher"},
+		{"unknown flag", []string{"--no-such-flag"}, 2, "flag provided but not defined"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := run(t, tc.args...)
+			if code != tc.wantCode || !strings.Contains(out, tc.wantOut) {
+				t.Errorf("exit %d, want %d; output:\n%s\nwant it to contain %q", code, tc.wantCode, out, tc.wantOut)
+			}
+		})
+	}
+}

@@ -1,0 +1,126 @@
+// Package sidecar holds the wiring of the csi-fence-attacher binary that is
+// worth testing: its own flags and feature gates, the choice of handler from
+// the driver's capabilities, and the assembly of the attacher from clients.
+// cmd/csi-fence-attacher only parses, connects and runs.
+package sidecar
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
+
+// Roles of the binary (--role).
+const (
+	RoleController = "controller"
+	RoleNode       = "node"
+)
+
+// Options are the flags of csi-fence-attacher beyond csi-lib-utils' common
+// sidecar flags and the logging flags: every flag of external-attacher
+// v4.13 with its name, default and meaning, plus --role.
+type Options struct {
+	Timeout            time.Duration
+	RetryIntervalStart time.Duration
+	RetryIntervalMax   time.Duration
+	WorkerThreads      uint
+	MaxEntries         int
+	ReconcileSync      time.Duration
+	Resync             time.Duration
+	DefaultFSType      string
+	MaxGRPCLogLength   int
+
+	Role string
+}
+
+// AddFlags registers the options on fs with external-attacher's defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.Timeout, "timeout", 15*time.Second, "Timeout of every call to the CSI driver (ControllerPublishVolume, ControllerUnpublishVolume, ListVolumes, each probe).")
+	fs.DurationVar(&o.RetryIntervalStart, "retry-interval-start", time.Second, "First retry interval of a failed attach or detach. It doubles with each failure of the same VolumeAttachment, up to --retry-interval-max.")
+	fs.DurationVar(&o.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Longest retry interval of a failed attach or detach.")
+	fs.UintVar(&o.WorkerThreads, "worker-threads", 10, "Number of goroutines processing VolumeAttachments, and as many processing PersistentVolumes.")
+	fs.IntVar(&o.MaxEntries, "max-entries", 0, "Page size of the ListVolumes calls of the VolumeAttachment reconciler; 0 lets the driver choose.")
+	fs.DurationVar(&o.ReconcileSync, "reconcile-sync", time.Minute, "Period of the reconciler that compares VolumeAttachments with the driver's ListVolumes (needs LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES).")
+	fs.DurationVar(&o.Resync, "resync", 10*time.Minute, "Resync period of the informers: every object is processed again this often.")
+	fs.StringVar(&o.DefaultFSType, "default-fstype", "", "Filesystem type to publish a mount volume with when its PersistentVolume has none. Empty by default.")
+	fs.IntVar(&o.MaxGRPCLogLength, "max-grpc-log-length", -1, "Maximum number of characters logged of each gRPC response; -1 logs them whole.")
+	fs.StringVar(&o.Role, "role", RoleController, "Which part to run: '"+RoleController+"' next to the driver's controller plugin (the attacher), or '"+RoleNode+"' next to its node plugin (the cleanup of fenced volumes).")
+}
+
+// Validate rejects values the attacher cannot run with (external-attacher
+// checks only --worker-threads; the others would make it spin or hang, so
+// they get a clear error instead).
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--timeout must be positive, got %v", o.Timeout))
+	}
+	if o.WorkerThreads == 0 {
+		errs = append(errs, errors.New("--worker-threads must be greater than zero"))
+	}
+	if o.RetryIntervalStart <= 0 || o.RetryIntervalMax <= 0 {
+		errs = append(errs, fmt.Errorf("--retry-interval-start (%v) and --retry-interval-max (%v) must be positive", o.RetryIntervalStart, o.RetryIntervalMax))
+	}
+	if o.MaxEntries < 0 || o.MaxEntries > 1<<31-1 {
+		errs = append(errs, fmt.Errorf("--max-entries must be between 0 and 2^31-1, got %d", o.MaxEntries))
+	}
+	if o.ReconcileSync <= 0 {
+		errs = append(errs, fmt.Errorf("--reconcile-sync must be positive, got %v", o.ReconcileSync))
+	}
+	if o.Resync < 0 {
+		errs = append(errs, fmt.Errorf("--resync must not be negative, got %v", o.Resync))
+	}
+	if o.Role != RoleController && o.Role != RoleNode {
+		errs = append(errs, fmt.Errorf("--role must be %q or %q, got %q", RoleController, RoleNode, o.Role))
+	}
+	return errors.Join(errs...)
+}
+
+// ReleaseLeaderElectionOnExit is external-attacher's feature gate: on
+// SIGTERM, stop the workers and release the Lease instead of letting it
+// expire.
+const ReleaseLeaderElectionOnExit featuregate.Feature = "ReleaseLeaderElectionOnExit"
+
+// NewFeatureGate returns the binary's feature gates: external-attacher's
+// ReleaseLeaderElectionOnExit, our NonGracefulFailover (read by the failover
+// controller), and the logging gates of component-base. All alpha, off.
+func NewFeatureGate() (featuregate.MutableFeatureGate, error) {
+	fg := featuregate.NewFeatureGate()
+	if err := fg.Add(map[featuregate.Feature]featuregate.FeatureSpec{
+		ReleaseLeaderElectionOnExit:                           {Default: false, PreRelease: featuregate.Alpha},
+		featuregate.Feature(contract.NonGracefulFailoverGate): {Default: false, PreRelease: featuregate.Alpha},
+	}); err != nil {
+		return nil, err
+	}
+	if err := logsapi.AddFeatureGates(fg); err != nil {
+		return nil, err
+	}
+	return fg, nil
+}
+
+// AddFeatureGatesFlag registers --feature-gates (key=value,key=value) on fs.
+func AddFeatureGatesFlag(fs *flag.FlagSet, fg featuregate.MutableFeatureGate) {
+	fs.Func("feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:\n"+
+		strings.Join(fg.KnownFeatures(), "\n"), fg.Set)
+}
+
+// HTTPAddress returns the address of the diagnostics HTTP server (metrics,
+// leader-election health), "" for none. --http-endpoint and the deprecated
+// --metrics-address are exclusive, as in external-attacher.
+func HTTPAddress(c standardflags.SidecarConfiguration) (string, error) {
+	if c.HttpEndpoint != "" && c.MetricsAddress != "" {
+		return "", errors.New("only one of --metrics-address and --http-endpoint can be set")
+	}
+	if c.HttpEndpoint != "" {
+		return c.HttpEndpoint, nil
+	}
+	return c.MetricsAddress, nil
+}
