@@ -68,9 +68,8 @@ func TestCleansStagedAndPublishedVolume(t *testing.T) {
 	if v := fencerecord.Find(fr, "other.example.com", "vol-b"); v.CleanedTime != nil || v.CleanupError != "" {
 		t.Errorf("another driver's entry was written: %+v", v)
 	}
-	if !e.hasEvent("Normal " + ReasonVolumeCleaned) {
-		t.Errorf("no %s event: %v", ReasonVolumeCleaned, e.events)
-	}
+	// The event follows the record and the metric.
+	e.waitFor("the cleanup event", func() bool { return e.hasEvent("Normal " + ReasonVolumeCleaned) })
 	if got := counter(t, resultSuccess) - ok0; got != 1 {
 		t.Errorf("node_cleanups_total{result=success} grew by %v, want 1", got)
 	}
