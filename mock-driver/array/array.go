@@ -1,13 +1,15 @@
 // Package array simulates the storage array behind the mock CSI driver: the
-// volumes, which nodes each is published to and with what access, and the I/O
-// the nodes do. Its state lives in one JSON file guarded by an flock, so the
-// controller instance and every node instance (separate processes) share it
-// safely and it survives their restarts.
+// volumes, the nodes (hosts) it knows, which nodes each volume is published to
+// and with what access, and the I/O the nodes do. Its state lives in one JSON
+// file guarded by an flock, so the controller instance and every node instance
+// (separate processes) share it safely, and it survives their restarts.
 //
 // The array is also the referee of the safety invariants: it records every
-// violation of S1 (a single-node volume writable from two nodes, or a write
-// accepted from a node after the volume was published elsewhere) and S2 (a
-// publish to a node where the volume is quarantined).
+// violation of S1 (a single-node volume writable from two nodes at once, or a
+// write accepted from a node after the volume was published to another node)
+// and S2 (a publish to a node where the volume is quarantined). Unsafe requests
+// it refuses are counted separately: a refusal is the array doing its job, a
+// violation is the unsafe thing having happened.
 package array
 
 import (
@@ -21,13 +23,30 @@ import (
 	"time"
 )
 
-// Access of a node to a volume.
+// Access of a node to a volume, as the array's control plane records it.
 const (
+	// AccessGranted: published to the node; its data path is open.
 	AccessGranted = "granted"
 	// AccessFenced: the node's access was revoked by a fence; the volume is
 	// quarantined on that node until a forced node-side cleanup.
 	AccessFenced = "fenced"
+	// AccessUnpublished: a plain ControllerUnpublishVolume dropped the
+	// publication while the node was still using the volume, and the array
+	// (like many real ones) did not cut the node's session: its data path stays
+	// open until the node cleans up or goes quiet. This is the danger fencing
+	// exists for; Options.PlainUnpublish chooses it.
+	AccessUnpublished = "unpublished"
 )
+
+// Invariants recorded by the array.
+const (
+	S1 = "S1"
+	S2 = "S2"
+)
+
+// MaxViolationRecords bounds the detailed violation list; the counts are
+// always complete.
+const MaxViolationRecords = 200
 
 // Publication is a volume's state on one node.
 type Publication struct {
@@ -36,27 +55,70 @@ type Publication struct {
 	Since     time.Time `json:"since"`
 	Staged    string    `json:"staged,omitempty"`    // staging path, if staged
 	Published []string  `json:"published,omitempty"` // target paths, if published
+	// Leaky marks a fence the array reported without cutting the node's data
+	// path (the --broken-fence negative control).
+	Leaky bool `json:"leaky,omitempty"`
+	// LingerUntil is when an AccessUnpublished session expires if the node
+	// holds nothing staged or published and does no more I/O; each accepted
+	// I/O extends it by Linger.
+	LingerUntil time.Time     `json:"lingerUntil,omitempty"`
+	Linger      time.Duration `json:"linger,omitempty"`
+}
+
+// holds reports whether the node still has the volume staged or published.
+func (p *Publication) holds() bool { return p.Staged != "" || len(p.Published) > 0 }
+
+// Open reports whether the node's data path to the volume is open at now,
+// whatever the control plane believes.
+func (p *Publication) Open(now time.Time) bool {
+	switch p.Access {
+	case AccessGranted:
+		return true
+	case AccessFenced:
+		return p.Leaky
+	case AccessUnpublished:
+		return p.holds() || now.Before(p.LingerUntil)
+	}
+	return false
 }
 
 // Volume is one volume of the array.
 type Volume struct {
-	ID         string `json:"id"`
-	Name       string `json:"name"`
-	Capacity   int64  `json:"capacity"`
-	SingleNode bool   `json:"singleNode"`
+	ID       string            `json:"id"`
+	Name     string            `json:"name"`
+	Capacity int64             `json:"capacity"`
+	Context  map[string]string `json:"context,omitempty"`
+	Created  time.Time         `json:"created"`
+	// SingleNode: the volume's access mode allows one node only (RWO, RWOP);
+	// these are the volumes S1 is about.
+	SingleNode bool `json:"singleNode"`
 	// Publications by node ID.
 	Publications map[string]*Publication `json:"publications,omitempty"`
-	// Writes and LastWrite by node ID.
+	// Owner is the node of the latest writable publication of a single-node
+	// volume: a write accepted from any other node is an S1 violation.
+	Owner string `json:"owner,omitempty"`
+	// I/O counters by node ID.
 	Writes    map[string]int64     `json:"writes,omitempty"`
+	Reads     map[string]int64     `json:"reads,omitempty"`
 	LastWrite map[string]time.Time `json:"lastWrite,omitempty"`
+	LastIO    map[string]time.Time `json:"lastIO,omitempty"`
 	// Data is a monotonic counter of accepted writes, and who wrote last.
 	Data       int64  `json:"data"`
 	LastWriter string `json:"lastWriter,omitempty"`
 }
 
+// Node is a host the array knows, registered by the node instance of the
+// driver when it starts.
+type Node struct {
+	ID string `json:"id"`
+	// MaxVolumes is the most volumes the node may have published, 0 for no limit.
+	MaxVolumes int64     `json:"maxVolumes,omitempty"`
+	Registered time.Time `json:"registered"`
+}
+
 // Violation is one recorded breach of a safety invariant.
 type Violation struct {
-	Invariant string    `json:"invariant"` // "S1" or "S2"
+	Invariant string    `json:"invariant"` // S1 or S2
 	Volume    string    `json:"volume"`
 	Node      string    `json:"node"`
 	Message   string    `json:"message"`
@@ -65,18 +127,68 @@ type Violation struct {
 
 // State is the whole array.
 type State struct {
-	Volumes    map[string]*Volume `json:"volumes"`
-	Violations []Violation        `json:"violations,omitempty"`
-	// Refused counts unsafe requests the array refused, by kind
-	// (e.g. "publish-quarantined", "write-fenced"): the system asked for
-	// something unsafe, the array said no.
+	Volumes map[string]*Volume `json:"volumes"`
+	Nodes   map[string]*Node   `json:"nodes,omitempty"`
+	// Violations holds the latest MaxViolationRecords violations;
+	// ViolationCounts counts them all, by invariant.
+	Violations      []Violation      `json:"violations,omitempty"`
+	ViolationCounts map[string]int64 `json:"violationCounts,omitempty"`
+	// Refused counts requests the array refused, by kind: unsafe ones
+	// ("publish-quarantined", "publish-elsewhere", "write-fenced", ...) and
+	// fences it declined ("fence-refused-recent-io", "fence-unknown-recent-io").
 	Refused map[string]int64 `json:"refused,omitempty"`
-	NextID  int64            `json:"nextID"`
+	// Overrides change the instances' Options at run time.
+	Overrides Overrides `json:"overrides,omitempty"`
+	NextID    int64     `json:"nextID"`
 }
 
-// Array is a handle on the state directory.
+// CountViolations returns the number of violations per invariant; S1 and S2
+// are always present.
+func (s *State) CountViolations() map[string]int {
+	out := map[string]int{S1: 0, S2: 0}
+	for inv, n := range s.ViolationCounts {
+		out[inv] = int(n)
+	}
+	return out
+}
+
+// TotalViolations is the number of violations of every invariant.
+func (s *State) TotalViolations() int64 {
+	var n int64
+	for _, c := range s.ViolationCounts {
+		n += c
+	}
+	return n
+}
+
+func (s *State) violate(now time.Time, inv, vol, node, format string, args ...interface{}) {
+	s.ViolationCounts[inv]++
+	s.Violations = append(s.Violations, Violation{Invariant: inv, Volume: vol, Node: node, Message: fmt.Sprintf(format, args...), Time: now})
+	if extra := len(s.Violations) - MaxViolationRecords; extra > 0 {
+		s.Violations = append(s.Violations[:0], s.Violations[extra:]...)
+	}
+}
+
+func (s *State) refuse(kind string) { s.Refused[kind]++ }
+
+// sweep forgets unpublished sessions that have expired: the node let go.
+func (s *State) sweep(now time.Time) {
+	for _, v := range s.Volumes {
+		for n, p := range v.Publications {
+			if p.Access == AccessUnpublished && !p.Open(now) {
+				delete(v.Publications, n)
+			}
+		}
+	}
+}
+
+// Array is a handle on the state directory. It holds no state in memory:
+// every operation reads and writes the file under the lock, so any number of
+// handles, in any number of processes, see one array.
 type Array struct {
-	dir string
+	dir    string
+	now    func() time.Time
+	noSync bool
 }
 
 // Open returns the array stored in dir, creating dir if needed.
@@ -84,18 +196,37 @@ func Open(dir string) (*Array, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &Array{dir: dir}, nil
+	return &Array{dir: dir, now: time.Now}, nil
+}
+
+// WithClock returns a handle on the same array that reads time from now
+// (tests use it to move past I/O windows without sleeping).
+func (a *Array) WithClock(now func() time.Time) *Array {
+	c := *a
+	c.now = now
+	return &c
+}
+
+// WithoutSync returns a handle that does not fsync its writes: faster, and
+// still safe against process crashes (the rename is atomic), not against a
+// machine crash. Benchmarks compare the two.
+func (a *Array) WithoutSync() *Array {
+	c := *a
+	c.noSync = true
+	return &c
 }
 
 // Dir is the state directory.
 func (a *Array) Dir() string { return a.dir }
 
-func (a *Array) statePath() string { return filepath.Join(a.dir, "array.json") }
+// StateFile is the path of the JSON state.
+func (a *Array) StateFile() string { return filepath.Join(a.dir, "array.json") }
 
 // Update runs fn on the state under an exclusive lock and saves the result
 // atomically, unless fn returns an error. Other processes wait for the lock.
 func (a *Array) Update(fn func(*State) error) error {
 	return a.locked(syscall.LOCK_EX, func(s *State) (bool, error) {
+		s.sweep(a.now())
 		if err := fn(s); err != nil {
 			return false, err
 		}
@@ -103,55 +234,29 @@ func (a *Array) Update(fn func(*State) error) error {
 	})
 }
 
-// View runs fn on a snapshot of the state under a shared lock.
-func (a *Array) View(fn func(*State) error) error {
-	return a.locked(syscall.LOCK_SH, func(s *State) (bool, error) { return false, fn(s) })
+// update is Update for operations that record refusals: fn's changes are
+// saved even when it returns an error, so a refused request is counted.
+func (a *Array) update(fn func(*State, time.Time) error) error {
+	var opErr error
+	err := a.locked(syscall.LOCK_EX, func(s *State) (bool, error) {
+		now := a.now()
+		s.sweep(now)
+		opErr = fn(s, now)
+		var ae *Error
+		if opErr != nil && !errors.As(opErr, &ae) {
+			return false, opErr // not a decision of the array: save nothing
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	return opErr
 }
 
-// ErrRefused wraps errors for unsafe requests that were refused.
-var ErrRefused = errors.New("refused")
-
-func (a *Array) locked(how int, fn func(*State) (bool, error)) error {
-	lf, err := os.OpenFile(filepath.Join(a.dir, "array.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return err
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), how); err != nil {
-		return fmt.Errorf("locking array state: %w", err)
-	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
-
-	s := &State{}
-	b, err := os.ReadFile(a.statePath())
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return err
-	default:
-		if err := json.Unmarshal(b, s); err != nil {
-			return fmt.Errorf("corrupt array state %s: %w", a.statePath(), err)
-		}
-	}
-	if s.Volumes == nil {
-		s.Volumes = map[string]*Volume{}
-	}
-	if s.Refused == nil {
-		s.Refused = map[string]int64{}
-	}
-	save, err := fn(s)
-	if err != nil || !save {
-		return err
-	}
-	out, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := a.statePath() + ".tmp"
-	if err := os.WriteFile(tmp, out, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, a.statePath())
+// View runs fn on the state under a shared lock; changes are not saved.
+func (a *Array) View(fn func(*State) error) error {
+	return a.locked(syscall.LOCK_SH, func(s *State) (bool, error) { return false, fn(s) })
 }
 
 // Snapshot returns a copy of the state.
@@ -164,33 +269,102 @@ func (a *Array) Snapshot() (*State, error) {
 	return out, err
 }
 
-func (s *State) violate(inv, vol, node, format string, args ...interface{}) {
-	s.Violations = append(s.Violations, Violation{Invariant: inv, Volume: vol, Node: node, Message: fmt.Sprintf(format, args...), Time: time.Now()})
+func (a *Array) locked(how int, fn func(*State) (bool, error)) error {
+	lf, err := os.OpenFile(filepath.Join(a.dir, "array.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	if err := flock(lf, how); err != nil {
+		return fmt.Errorf("locking array state: %w", err)
+	}
+	// Closing the file releases the lock too; unlock first so that a slow
+	// close does not hold others up.
+	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) //nolint:errcheck
+
+	s, err := a.load()
+	if err != nil {
+		return err
+	}
+	save, err := fn(s)
+	if err != nil || !save {
+		return err
+	}
+	out, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return a.store(out)
 }
 
-// CountViolations returns the number of violations per invariant.
-func (s *State) CountViolations() map[string]int {
-	out := map[string]int{"S1": 0, "S2": 0}
-	for _, v := range s.Violations {
-		out[v.Invariant]++
-	}
-	return out
-}
-
-// checkSingleWriter records an S1 violation when a single-node volume is
-// writable (granted) from more than one node.
-func (s *State) checkSingleWriter(v *Volume) {
-	if !v.SingleNode {
-		return
-	}
-	var granted []string
-	for n, p := range v.Publications {
-		if p.Access == AccessGranted && !p.ReadOnly {
-			granted = append(granted, n)
+// flock retries on EINTR, which a signal to the process can cause.
+func flock(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
 		}
 	}
-	if len(granted) > 1 {
-		sort.Strings(granted)
-		s.violate("S1", v.ID, granted[len(granted)-1], "single-node volume writable from nodes %v at once", granted)
+}
+
+func (a *Array) load() (*State, error) {
+	s := &State{}
+	b, err := os.ReadFile(a.StateFile())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, err
+	default:
+		// A corrupt file is an error for every operation, and is never
+		// overwritten: nothing is lost, and someone has to look.
+		if err := json.Unmarshal(b, s); err != nil {
+			return nil, fmt.Errorf("corrupt array state %s: %w", a.StateFile(), err)
+		}
 	}
+	if s.Volumes == nil {
+		s.Volumes = map[string]*Volume{}
+	}
+	if s.Nodes == nil {
+		s.Nodes = map[string]*Node{}
+	}
+	if s.Refused == nil {
+		s.Refused = map[string]int64{}
+	}
+	if s.ViolationCounts == nil {
+		s.ViolationCounts = map[string]int64{}
+	}
+	return s, nil
+}
+
+// store replaces the state file atomically: readers see the old or the new
+// state, never a torn one, whatever happens to this process.
+func (a *Array) store(b []byte) error {
+	tmp := a.StateFile() + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if !a.noSync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, a.StateFile())
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

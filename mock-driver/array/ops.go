@@ -2,7 +2,6 @@ package array
 
 import (
 	"fmt"
-	"sort"
 	"time"
 )
 
@@ -16,9 +15,12 @@ const (
 	CodeUnavailable
 	CodePermissionDenied
 	CodeInvalidArgument
+	CodeAlreadyExists
+	CodeResourceExhausted
 )
 
-// Error is an array error with a Code.
+// Error is an array error with a Code: a decision of the array, as opposed
+// to a failure to read or write its state.
 type Error struct {
 	Code Code
 	Msg  string
@@ -35,7 +37,7 @@ func errf(code Code, format string, args ...interface{}) error {
 type FencePolicy string
 
 const (
-	// FenceRevoke revokes access and succeeds.
+	// FenceRevoke revokes access and succeeds (also the zero value).
 	FenceRevoke FencePolicy = "revoke"
 	// FenceRefuse refuses (FAILED_PRECONDITION): the array cannot prove the
 	// node stopped using the volume.
@@ -44,12 +46,30 @@ const (
 	FenceUnknown FencePolicy = "unknown"
 )
 
+// PlainUnpublishMode says what a plain ControllerUnpublishVolume (no fence)
+// does to a node that is still using the volume: it holds it staged or
+// published, or did I/O within Options.RecentIO.
+type PlainUnpublishMode string
+
+const (
+	// PlainUnpublishLinger (also the zero value) drops the publication but
+	// leaves the node's data path open until it cleans up or goes quiet for
+	// RecentIO, as storage without fencing does.
+	PlainUnpublishLinger PlainUnpublishMode = "linger"
+	// PlainUnpublishRevoke cuts the node off at once, as LUN masking does
+	// (the spec allows it: the SP MAY make the volume inaccessible even when
+	// fence is false), without quarantine.
+	PlainUnpublishRevoke PlainUnpublishMode = "revoke"
+)
+
 // Options tune the array's behaviour; the broken modes exist to prove that
 // the tests notice them.
 type Options struct {
 	FencePolicy FencePolicy
-	// RecentIO is how recent a write must be to count as "recent I/O".
-	RecentIO time.Duration
+	// RecentIO is how recent I/O must be to count as "recent I/O" for
+	// FencePolicy and PlainUnpublish.
+	RecentIO       time.Duration
+	PlainUnpublish PlainUnpublishMode
 	// BrokenFence makes a fence report success without revoking access.
 	BrokenFence bool
 	// BrokenQuarantine lets a publish through on a node where the volume is
@@ -57,21 +77,110 @@ type Options struct {
 	BrokenQuarantine bool
 }
 
-// CreateVolume creates a volume named name, or returns the existing one.
-func (a *Array) CreateVolume(name string, capacity int64) (*Volume, error) {
+// Validate rejects unknown policy names.
+func (o Options) Validate() error {
+	switch o.FencePolicy {
+	case "", FenceRevoke, FenceRefuse, FenceUnknown:
+	default:
+		return fmt.Errorf("unknown fence policy %q: want revoke, refuse or unknown", o.FencePolicy)
+	}
+	switch o.PlainUnpublish {
+	case "", PlainUnpublishLinger, PlainUnpublishRevoke:
+	default:
+		return fmt.Errorf("unknown plain unpublish mode %q: want linger or revoke", o.PlainUnpublish)
+	}
+	if o.RecentIO < 0 {
+		return fmt.Errorf("recent I/O window %v < 0", o.RecentIO)
+	}
+	return nil
+}
+
+// Overrides change Options of every instance at run time (nil or empty:
+// keep the instance's own setting).
+type Overrides struct {
+	FencePolicy      FencePolicy        `json:"fencePolicy,omitempty"`
+	RecentIO         *time.Duration     `json:"recentIO,omitempty"`
+	PlainUnpublish   PlainUnpublishMode `json:"plainUnpublish,omitempty"`
+	BrokenFence      *bool              `json:"brokenFence,omitempty"`
+	BrokenQuarantine *bool              `json:"brokenQuarantine,omitempty"`
+}
+
+// Apply returns opts with the overrides applied.
+func (o Overrides) Apply(opts Options) Options {
+	if o.FencePolicy != "" {
+		opts.FencePolicy = o.FencePolicy
+	}
+	if o.RecentIO != nil {
+		opts.RecentIO = *o.RecentIO
+	}
+	if o.PlainUnpublish != "" {
+		opts.PlainUnpublish = o.PlainUnpublish
+	}
+	if o.BrokenFence != nil {
+		opts.BrokenFence = *o.BrokenFence
+	}
+	if o.BrokenQuarantine != nil {
+		opts.BrokenQuarantine = *o.BrokenQuarantine
+	}
+	return opts
+}
+
+// SetOverrides replaces the run-time overrides.
+func (a *Array) SetOverrides(o Overrides) error {
+	if err := o.Apply(Options{}).Validate(); err != nil {
+		return err
+	}
+	return a.Update(func(s *State) error {
+		s.Overrides = o
+		return nil
+	})
+}
+
+// RegisterNode makes node known to the array (idempotent; the latest
+// maxVolumes wins).
+func (a *Array) RegisterNode(node string, maxVolumes int64) error {
+	if node == "" {
+		return errf(CodeInvalidArgument, "node ID is empty")
+	}
+	return a.Update(func(s *State) error {
+		n := s.Nodes[node]
+		if n == nil {
+			n = &Node{ID: node, Registered: a.now()}
+			s.Nodes[node] = n
+		}
+		n.MaxVolumes = maxVolumes
+		return nil
+	})
+}
+
+// CreateArgs describe a volume to create.
+type CreateArgs struct {
+	Name          string
+	RequiredBytes int64
+	// LimitBytes, if > 0, is the largest acceptable size.
+	LimitBytes int64
+	SingleNode bool
+	Context    map[string]string
+}
+
+// CreateVolume creates a volume, or returns the existing one of that name if
+// its size fits the request (AlreadyExists otherwise).
+func (a *Array) CreateVolume(args CreateArgs) (*Volume, error) {
 	var out Volume
-	err := a.Update(func(s *State) error {
-		for _, v := range s.Volumes {
-			if v.Name == name {
-				if v.Capacity < capacity {
-					return errf(CodeFailedPrecondition, "volume %s exists with capacity %d < %d", name, v.Capacity, capacity)
-				}
-				out = *v
-				return nil
+	err := a.update(func(s *State, now time.Time) error {
+		for _, id := range sortedKeys(s.Volumes) {
+			v := s.Volumes[id]
+			if v.Name != args.Name {
+				continue
 			}
+			if v.Capacity < args.RequiredBytes || (args.LimitBytes > 0 && v.Capacity > args.LimitBytes) {
+				return errf(CodeAlreadyExists, "volume %s exists with capacity %d, outside the requested range [%d, %d]", args.Name, v.Capacity, args.RequiredBytes, args.LimitBytes)
+			}
+			out = *v
+			return nil
 		}
 		s.NextID++
-		v := &Volume{ID: fmt.Sprintf("vol-%04d", s.NextID), Name: name, Capacity: capacity, SingleNode: true}
+		v := &Volume{ID: fmt.Sprintf("vol-%04d", s.NextID), Name: args.Name, Capacity: args.RequiredBytes, SingleNode: args.SingleNode, Context: args.Context, Created: now}
 		s.Volumes[v.ID] = v
 		out = *v
 		return nil
@@ -79,150 +188,220 @@ func (a *Array) CreateVolume(name string, capacity int64) (*Volume, error) {
 	return &out, err
 }
 
-// AddVolume adds a volume with a given ID (for statically provisioned PVs).
+// AddVolume adds a single-node volume with a given ID, as for a statically
+// provisioned PV (idempotent).
 func (a *Array) AddVolume(id string, capacity int64) error {
 	return a.Update(func(s *State) error {
 		if _, ok := s.Volumes[id]; !ok {
-			s.Volumes[id] = &Volume{ID: id, Name: id, Capacity: capacity, SingleNode: true}
+			s.Volumes[id] = &Volume{ID: id, Name: id, Capacity: capacity, SingleNode: true, Created: a.now()}
 		}
 		return nil
 	})
 }
 
-// DeleteVolume deletes a volume that is not published anywhere.
+// DeleteVolume deletes a volume no node can reach any more. Quarantine
+// records of fenced nodes do not keep it: those nodes have no access, and
+// their later cleanup of an unknown volume succeeds.
 func (a *Array) DeleteVolume(id string) error {
-	return a.Update(func(s *State) error {
+	return a.update(func(s *State, now time.Time) error {
 		v, ok := s.Volumes[id]
 		if !ok {
 			return nil
 		}
-		if len(v.Publications) > 0 {
-			return errf(CodeFailedPrecondition, "volume %s is still published to %v", id, nodesOf(v))
+		for _, n := range sortedKeys(v.Publications) {
+			if p := v.Publications[n]; p.Access == AccessGranted || p.Open(now) {
+				return errf(CodeFailedPrecondition, "volume %s is still in use by node %s (%s)", id, n, p.Access)
+			}
 		}
 		delete(s.Volumes, id)
 		return nil
 	})
 }
 
-// Publish grants node access to the volume (ControllerPublishVolume).
-func (a *Array) Publish(id, node string, singleNode, readOnly bool, opts Options) error {
-	return a.Update(func(s *State) error {
+// ExpandVolume grows a volume to at least size and returns its capacity.
+func (a *Array) ExpandVolume(id string, size int64) (int64, error) {
+	var capacity int64
+	err := a.update(func(s *State, _ time.Time) error {
 		v, ok := s.Volumes[id]
 		if !ok {
 			return errf(CodeNotFound, "volume %s not found", id)
 		}
-		v.SingleNode = singleNode
+		if size > v.Capacity {
+			v.Capacity = size
+		}
+		capacity = v.Capacity
+		return nil
+	})
+	return capacity, err
+}
+
+// PublishArgs describe a ControllerPublishVolume.
+type PublishArgs struct {
+	Volume, Node string
+	// SingleNode: the access mode allows one node only.
+	SingleNode bool
+	ReadOnly   bool
+	// KnownNode refuses (NotFound) a node that never registered.
+	KnownNode bool
+}
+
+// Publish grants node access to the volume (ControllerPublishVolume) without
+// checking that the array knows the node.
+func (a *Array) Publish(id, node string, singleNode, readOnly bool, opts Options) error {
+	return a.PublishVolume(PublishArgs{Volume: id, Node: node, SingleNode: singleNode, ReadOnly: readOnly}, opts)
+}
+
+// PublishVolume grants a node access to a volume. It refuses a node where the
+// volume is quarantined (unless Options.BrokenQuarantine, which records S2)
+// and a single-node volume still granted to another node.
+func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
+	return a.update(func(s *State, now time.Time) error {
+		o := s.Overrides.Apply(opts)
+		id, node := args.Volume, args.Node
+		v, ok := s.Volumes[id]
+		if !ok {
+			return errf(CodeNotFound, "volume %s not found", id)
+		}
+		n := s.Nodes[node]
+		if args.KnownNode && n == nil {
+			return errf(CodeNotFound, "node %s is not known to the array", node)
+		}
 		if v.Publications == nil {
 			v.Publications = map[string]*Publication{}
 		}
-		if p, ok := v.Publications[node]; ok {
-			if p.Access == AccessFenced {
-				if !opts.BrokenQuarantine {
-					s.Refused["publish-quarantined"]++
-					return errf(CodeFailedPrecondition, "volume %s is quarantined on node %s: a forced NodeUnpublish/NodeUnstage must clean it up first", id, node)
-				}
-				s.violate("S2", id, node, "published to node %s where it is quarantined", node)
-				p.Access = AccessGranted
-				s.checkSingleWriter(v)
-				return nil
+		p := v.Publications[node]
+		switch {
+		case p != nil && p.Access == AccessFenced:
+			if !o.BrokenQuarantine {
+				s.refuse("publish-quarantined")
+				return errf(CodeFailedPrecondition, "volume %s is quarantined on node %s: a forced NodeUnpublishVolume/NodeUnstageVolume on that node must clean it up first", id, node)
 			}
-			if p.ReadOnly != readOnly {
-				return errf(CodeFailedPrecondition, "volume %s already published to %s with readonly=%v", id, node, p.ReadOnly)
+			s.violate(now, S2, id, node, "volume published to node %s where it is quarantined", node)
+		case p != nil && p.Access == AccessGranted:
+			if p.ReadOnly != args.ReadOnly {
+				return errf(CodeAlreadyExists, "volume %s is already published to node %s with readonly=%v", id, node, p.ReadOnly)
 			}
 			return nil // idempotent
 		}
-		if singleNode && !readOnly {
-			for other, p := range v.Publications {
-				if p.Access == AccessGranted {
-					s.Refused["publish-elsewhere"]++
-					return errf(CodeFailedPrecondition, "volume %s is single-node and still published to node %s", id, other)
-				}
-			}
+		others := grantedElsewhere(v, node)
+		if len(others) > 0 && (args.SingleNode || v.SingleNode) {
+			s.refuse("publish-elsewhere")
+			return errf(CodeFailedPrecondition, "volume %s allows a single node and is still published to node %s", id, others[0])
 		}
-		v.Publications[node] = &Publication{Access: AccessGranted, ReadOnly: readOnly, Since: time.Now()}
-		s.checkSingleWriter(v)
+		if n != nil && n.MaxVolumes > 0 && publishedOn(s, node) >= n.MaxVolumes {
+			return errf(CodeResourceExhausted, "node %s already has its maximum of %d volumes", node, n.MaxVolumes)
+		}
+		if len(others) == 0 {
+			v.SingleNode = args.SingleNode
+		}
+		if p == nil {
+			p = &Publication{}
+			v.Publications[node] = p
+		}
+		p.Access, p.ReadOnly, p.Since, p.Leaky, p.LingerUntil, p.Linger = AccessGranted, args.ReadOnly, now, false, time.Time{}, 0
+		if v.SingleNode && !args.ReadOnly {
+			v.Owner = node
+		}
+		if w := writableNodes(v, now); v.SingleNode && len(w) > 1 {
+			s.violate(now, S1, id, node, "single-node volume writable from nodes %v at once after its publish to %s", w, node)
+		}
 		return nil
 	})
 }
 
-// Unpublish removes node's access (ControllerUnpublishVolume). With fence the
-// access is revoked and the volume quarantined on the node; without it, the
-// publication is dropped. Unknown volumes and nodes succeed, as the spec asks.
+// Unpublish removes node's access (ControllerUnpublishVolume). Unknown
+// volumes and nodes succeed, as the spec asks.
+//
+// With fence, the node's access is revoked and the volume quarantined on the
+// node, before success is returned; if the node shows recent I/O, the fence
+// policy may refuse instead. A fence on a node that has no publication has
+// nothing to revoke and quarantines nothing: so a retried fence after the
+// node's cleanup does not quarantine the volume again.
+//
+// Without fence, see PlainUnpublishMode.
 func (a *Array) Unpublish(id, node string, fence bool, opts Options) error {
-	return a.Update(func(s *State) error {
+	return a.update(func(s *State, now time.Time) error {
+		o := s.Overrides.Apply(opts)
 		v, ok := s.Volumes[id]
 		if !ok {
 			return nil
 		}
 		p, ok := v.Publications[node]
-		if !fence {
-			if ok && p.Access == AccessGranted {
-				delete(v.Publications, node)
-			}
+		if !ok {
 			return nil
 		}
-		if ok && p.Access == AccessFenced {
+		recent := o.RecentIO > 0 && now.Sub(v.LastIO[node]) < o.RecentIO
+		if !fence {
+			if p.Access != AccessGranted {
+				return nil // a quarantine stays until the node cleans up
+			}
+			if o.PlainUnpublish == PlainUnpublishRevoke || !(p.holds() || recent) {
+				delete(v.Publications, node)
+				return nil
+			}
+			p.Access, p.Since, p.Linger = AccessUnpublished, now, o.RecentIO
+			p.LingerUntil = v.LastIO[node].Add(o.RecentIO)
+			return nil
+		}
+		if p.Access == AccessFenced {
 			return nil // idempotent
 		}
-		if last, wrote := v.LastWrite[node]; wrote && time.Since(last) < opts.RecentIO {
-			switch opts.FencePolicy {
+		if recent {
+			switch o.FencePolicy {
 			case FenceRefuse:
-				s.Refused["fence-recent-io"]++
-				return errf(CodeFailedPrecondition, "node %s wrote to volume %s %s ago: cannot prove it stopped using it", node, id, time.Since(last).Round(time.Millisecond))
+				s.refuse("fence-refused-recent-io")
+				return errf(CodeFailedPrecondition, "node %s did I/O on volume %s %v ago: the array cannot prove it stopped using the volume", node, id, now.Sub(v.LastIO[node]).Round(time.Millisecond))
 			case FenceUnknown:
+				s.refuse("fence-unknown-recent-io")
 				return errf(CodeUnavailable, "cannot tell whether node %s stopped using volume %s", node, id)
 			}
 		}
-		if opts.BrokenFence {
-			return nil // lie: success without revoking
-		}
-		if v.Publications == nil {
-			v.Publications = map[string]*Publication{}
-		}
-		if !ok {
-			p = &Publication{}
-			v.Publications[node] = p
-		}
-		p.Access = AccessFenced
-		p.Since = time.Now()
+		p.Access, p.Since, p.Leaky, p.LingerUntil, p.Linger = AccessFenced, now, o.BrokenFence, time.Time{}, 0
 		return nil
 	})
 }
 
 // NodeStage records the volume staged at path on node.
 func (a *Array) NodeStage(id, node, path string) error {
-	return a.Update(func(s *State) error {
+	return a.update(func(s *State, _ time.Time) error {
 		p, err := granted(s, id, node)
 		if err != nil {
 			return err
+		}
+		if p.Staged != "" && p.Staged != path {
+			return errf(CodeFailedPrecondition, "volume %s is already staged on node %s at %s", id, node, p.Staged)
 		}
 		p.Staged = path
 		return nil
 	})
 }
 
-// NodePublish records the volume published at path on node.
-func (a *Array) NodePublish(id, node, path string) error {
-	return a.Update(func(s *State) error {
+// NodePublish records the volume published at target on node; staging, if
+// not empty, must be where it is staged.
+func (a *Array) NodePublish(id, node, target, staging string) error {
+	return a.update(func(s *State, _ time.Time) error {
 		p, err := granted(s, id, node)
 		if err != nil {
 			return err
 		}
+		if staging != "" && p.Staged != staging {
+			return errf(CodeFailedPrecondition, "volume %s is not staged on node %s at %s", id, node, staging)
+		}
 		for _, t := range p.Published {
-			if t == path {
+			if t == target {
 				return nil
 			}
 		}
-		p.Published = append(p.Published, path)
+		p.Published = append(p.Published, target)
 		return nil
 	})
 }
 
-// NodeUnpublish removes path from the node's publications. On a fenced
-// volume it needs force; when nothing of a fenced volume is left on the node
-// the quarantine is lifted.
-func (a *Array) NodeUnpublish(id, node, path string, force bool) error {
-	return a.Update(func(s *State) error {
+// NodeUnpublish removes target from the node's publications. On a fenced
+// volume it needs force; when nothing of a fenced (or unpublished) volume is
+// left on the node, its record goes: the quarantine is lifted.
+func (a *Array) NodeUnpublish(id, node, target string, force bool) error {
+	return a.update(func(s *State, _ time.Time) error {
 		v, p := lookup(s, id, node)
 		if p == nil {
 			return nil
@@ -232,99 +411,127 @@ func (a *Array) NodeUnpublish(id, node, path string, force bool) error {
 		}
 		kept := p.Published[:0]
 		for _, t := range p.Published {
-			if t != path {
+			if t != target {
 				kept = append(kept, t)
 			}
 		}
 		p.Published = kept
-		liftQuarantine(v, node)
+		release(v, node)
 		return nil
 	})
 }
 
 // NodeUnstage clears the staging of the volume on node, with the same rules
-// as NodeUnpublish.
+// as NodeUnpublish. A forced unstage of a fenced volume drops its
+// publications on the node too: nothing may be left behind.
 func (a *Array) NodeUnstage(id, node string, force bool) error {
-	return a.Update(func(s *State) error {
+	return a.update(func(s *State, _ time.Time) error {
 		v, p := lookup(s, id, node)
 		if p == nil {
 			return nil
 		}
-		if p.Access == AccessFenced && !force {
+		fenced := p.Access == AccessFenced
+		if fenced && !force {
 			return errf(CodeFailedPrecondition, "volume %s is fenced on node %s: only a forced NodeUnstageVolume can clean it up", id, node)
 		}
-		if len(p.Published) > 0 && p.Access == AccessGranted {
+		if len(p.Published) > 0 && !fenced {
 			return errf(CodeFailedPrecondition, "volume %s is still published on node %s at %v", id, node, p.Published)
 		}
-		p.Staged = ""
-		p.Published = nil
-		liftQuarantine(v, node)
+		p.Staged, p.Published = "", nil
+		release(v, node)
 		return nil
 	})
 }
 
-func liftQuarantine(v *Volume, node string) {
+// release forgets a fenced or unpublished volume on node once the node holds
+// nothing of it any more.
+func release(v *Volume, node string) {
 	p := v.Publications[node]
-	if p != nil && p.Access == AccessFenced && p.Staged == "" && len(p.Published) == 0 {
+	if p != nil && p.Access != AccessGranted && !p.holds() {
 		delete(v.Publications, node)
 	}
 }
 
 // Write is one write of a workload on node to the volume. It is refused when
-// the node has no access (fenced, or never published). An accepted write
-// while the volume is granted to another node too is an S1 violation.
-func (a *Array) Write(id, node string) error {
-	return a.Update(func(s *State) error {
-		v, ok := s.Volumes[id]
-		if !ok {
-			return errf(CodeNotFound, "volume %s not found", id)
-		}
-		p := v.Publications[node]
-		if p == nil || p.Access != AccessGranted {
-			kind := "write-unpublished"
-			if p != nil {
-				kind = "write-fenced"
-			}
-			s.Refused[kind]++
-			return errf(CodePermissionDenied, "node %s has no access to volume %s", node, id)
-		}
-		if p.ReadOnly {
-			return errf(CodePermissionDenied, "volume %s is read-only on node %s", id, node)
-		}
-		if v.SingleNode {
-			for other, op := range v.Publications {
-				if other != node && op.Access == AccessGranted && !op.ReadOnly {
-					s.violate("S1", id, node, "write from node %s accepted while the volume is also writable from node %s", node, other)
-				}
-			}
-		}
-		if v.Writes == nil {
-			v.Writes = map[string]int64{}
-			v.LastWrite = map[string]time.Time{}
-		}
-		v.Writes[node]++
-		v.LastWrite[node] = time.Now()
-		v.Data++
-		v.LastWriter = node
-		return nil
-	})
-}
+// the node's data path is closed (fenced, never published, or a plain
+// unpublish whose session ended). An accepted write on a single-node volume
+// from a node other than its owner is an S1 violation.
+func (a *Array) Write(id, node string) error { return a.io(id, node, true) }
 
 // Read is one read of a workload on node; it needs access like a write.
 func (a *Array) Read(id, node string) (int64, error) {
 	var data int64
-	err := a.View(func(s *State) error {
-		v, ok := s.Volumes[id]
-		if !ok {
-			return errf(CodeNotFound, "volume %s not found", id)
+	err := a.update(func(s *State, now time.Time) error {
+		v, err := a.access(s, now, id, node, "read")
+		if err != nil {
+			return err
 		}
-		if p := v.Publications[node]; p == nil || p.Access != AccessGranted {
-			return errf(CodePermissionDenied, "node %s has no access to volume %s", node, id)
-		}
+		count(v, node, now, false)
 		data = v.Data
 		return nil
 	})
 	return data, err
+}
+
+func (a *Array) io(id, node string, write bool) error {
+	return a.update(func(s *State, now time.Time) error {
+		v, err := a.access(s, now, id, node, "write")
+		if err != nil {
+			return err
+		}
+		if v.Publications[node].ReadOnly {
+			s.refuse("write-readonly")
+			return errf(CodePermissionDenied, "volume %s is read-only on node %s", id, node)
+		}
+		if v.SingleNode && v.Owner != "" && v.Owner != node {
+			s.violate(now, S1, id, node, "write from node %s accepted after the volume was published to node %s", node, v.Owner)
+		}
+		count(v, node, now, true)
+		return nil
+	})
+}
+
+// access checks node's data path to the volume; a refusal is counted by kind.
+func (a *Array) access(s *State, now time.Time, id, node, op string) (*Volume, error) {
+	v, ok := s.Volumes[id]
+	if !ok {
+		return nil, errf(CodeNotFound, "volume %s not found", id)
+	}
+	p := v.Publications[node]
+	if p != nil && p.Open(now) {
+		if p.Access == AccessUnpublished {
+			p.LingerUntil = now.Add(p.Linger)
+		}
+		return v, nil
+	}
+	kind, why := op+"-unpublished", "it is not published there"
+	if p != nil && p.Access == AccessFenced {
+		kind, why = op+"-fenced", "its access was fenced"
+	}
+	s.refuse(kind)
+	return nil, errf(CodePermissionDenied, "%s refused: node %s has no access to volume %s: %s", op, node, id, why)
+}
+
+func count(v *Volume, node string, now time.Time, write bool) {
+	if v.LastIO == nil {
+		v.LastIO = map[string]time.Time{}
+	}
+	v.LastIO[node] = now
+	if !write {
+		if v.Reads == nil {
+			v.Reads = map[string]int64{}
+		}
+		v.Reads[node]++
+		return
+	}
+	if v.Writes == nil {
+		v.Writes = map[string]int64{}
+		v.LastWrite = map[string]time.Time{}
+	}
+	v.Writes[node]++
+	v.LastWrite[node] = now
+	v.Data++
+	v.LastWriter = node
 }
 
 func granted(s *State, id, node string) (*Publication, error) {
@@ -333,11 +540,11 @@ func granted(s *State, id, node string) (*Publication, error) {
 		return nil, errf(CodeNotFound, "volume %s not found", id)
 	}
 	p := v.Publications[node]
-	if p == nil {
+	switch {
+	case p == nil || p.Access == AccessUnpublished:
 		return nil, errf(CodeFailedPrecondition, "volume %s is not published to node %s", id, node)
-	}
-	if p.Access != AccessGranted {
-		return nil, errf(CodeFailedPrecondition, "volume %s is fenced on node %s", id, node)
+	case p.Access == AccessFenced:
+		return nil, errf(CodeFailedPrecondition, "volume %s is fenced (quarantined) on node %s", id, node)
 	}
 	return p, nil
 }
@@ -350,11 +557,36 @@ func lookup(s *State, id, node string) (*Volume, *Publication) {
 	return v, v.Publications[node]
 }
 
-func nodesOf(v *Volume) []string {
+// grantedElsewhere lists the other nodes the volume is granted to.
+func grantedElsewhere(v *Volume, node string) []string {
 	var out []string
-	for n := range v.Publications {
-		out = append(out, n)
+	for _, n := range sortedKeys(v.Publications) {
+		if n != node && v.Publications[n].Access == AccessGranted {
+			out = append(out, n)
+		}
 	}
-	sort.Strings(out)
 	return out
+}
+
+// writableNodes lists the nodes whose data path to the volume is open for
+// writing.
+func writableNodes(v *Volume, now time.Time) []string {
+	var out []string
+	for _, n := range sortedKeys(v.Publications) {
+		if p := v.Publications[n]; p.Open(now) && !p.ReadOnly {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// publishedOn counts the volumes granted to node.
+func publishedOn(s *State, node string) int64 {
+	var n int64
+	for _, v := range s.Volumes {
+		if p := v.Publications[node]; p != nil && p.Access == AccessGranted {
+			n++
+		}
+	}
+	return n
 }

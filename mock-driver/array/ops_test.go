@@ -1,0 +1,465 @@
+package array
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// step is one operation of a scenario on the array, and its expected outcome.
+type step struct {
+	op        string // see run
+	vol, node string
+	want      Code // 0: success
+}
+
+func ok(op, vol, node string) step            { return step{op: op, vol: vol, node: node} }
+func fails(op, vol, node string, c Code) step { return step{op: op, vol: vol, node: node, want: c} }
+
+// clock is a manual clock; "advance" steps move it.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func newTestArray(t *testing.T) (*Array, *clock) {
+	t.Helper()
+	a, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	return a.WithClock(c.now).WithoutSync(), c
+}
+
+func (tc *scenario) run(t *testing.T, a *Array, c *clock, st step) error {
+	t.Helper()
+	switch st.op {
+	case "add": // single-node volume with a fixed ID
+		return a.AddVolume(st.vol, 1<<20)
+	case "publish":
+		return a.Publish(st.vol, st.node, true, false, tc.opts)
+	case "publish-ro":
+		return a.Publish(st.vol, st.node, true, true, tc.opts)
+	case "publish-rwx":
+		return a.Publish(st.vol, st.node, false, false, tc.opts)
+	case "publish-known":
+		return a.PublishVolume(PublishArgs{Volume: st.vol, Node: st.node, SingleNode: true, KnownNode: true}, tc.opts)
+	case "register":
+		return a.RegisterNode(st.node, 1)
+	case "fence":
+		return a.Unpublish(st.vol, st.node, true, tc.opts)
+	case "unpublish":
+		return a.Unpublish(st.vol, st.node, false, tc.opts)
+	case "stage":
+		return a.NodeStage(st.vol, st.node, "/staging/"+st.vol)
+	case "stage-other":
+		return a.NodeStage(st.vol, st.node, "/elsewhere/"+st.vol)
+	case "nodepublish":
+		return a.NodePublish(st.vol, st.node, "/target/"+st.vol, "/staging/"+st.vol)
+	case "nodepublish-unstaged":
+		return a.NodePublish(st.vol, st.node, "/target/"+st.vol, "")
+	case "nodeunpublish":
+		return a.NodeUnpublish(st.vol, st.node, "/target/"+st.vol, false)
+	case "force-nodeunpublish":
+		return a.NodeUnpublish(st.vol, st.node, "/target/"+st.vol, true)
+	case "unstage":
+		return a.NodeUnstage(st.vol, st.node, false)
+	case "force-unstage":
+		return a.NodeUnstage(st.vol, st.node, true)
+	case "write":
+		return a.Write(st.vol, st.node)
+	case "read":
+		_, err := a.Read(st.vol, st.node)
+		return err
+	case "delete":
+		return a.DeleteVolume(st.vol)
+	case "advance": // vol holds a duration
+		d, err := time.ParseDuration(st.vol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.t = c.t.Add(d)
+		return nil
+	case "break-fence": // run-time override
+		b := true
+		return a.SetOverrides(Overrides{BrokenFence: &b})
+	}
+	t.Fatalf("unknown op %q", st.op)
+	return nil
+}
+
+type scenario struct {
+	name  string
+	opts  Options
+	steps []step
+	// Expected at the end.
+	violations map[string]int   // S1, S2 counts (missing: 0)
+	refused    map[string]int64 // refusal counts (only the listed kinds are checked)
+	access     map[string]string
+}
+
+func TestScenarios(t *testing.T) {
+	window := Options{RecentIO: 2 * time.Second}
+	refuse := Options{RecentIO: 2 * time.Second, FencePolicy: FenceRefuse}
+	unknown := Options{RecentIO: 2 * time.Second, FencePolicy: FenceUnknown}
+	revoke := Options{RecentIO: 2 * time.Second, PlainUnpublish: PlainUnpublishRevoke}
+	cases := []scenario{
+		{
+			name: "graceful detach and attach elsewhere",
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("write", "v", "a"),
+				ok("nodeunpublish", "v", "a"), ok("unstage", "v", "a"), ok("unpublish", "v", "a"),
+				ok("publish", "v", "b"), ok("write", "v", "b"), fails("write", "v", "a", CodePermissionDenied)},
+			refused: map[string]int64{"write-unpublished": 1},
+			access:  map[string]string{"a": "", "b": AccessGranted},
+		},
+		{
+			name:    "single-node volume is not published to a second node",
+			steps:   []step{ok("add", "v", ""), ok("publish", "v", "a"), fails("publish", "v", "b", CodeFailedPrecondition), fails("publish-ro", "v", "b", CodeFailedPrecondition)},
+			refused: map[string]int64{"publish-elsewhere": 2},
+			access:  map[string]string{"a": AccessGranted, "b": ""},
+		},
+		{
+			name: "fence cuts the node off and lets the volume move",
+			opts: window,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("write", "v", "a"), ok("fence", "v", "a"),
+				fails("write", "v", "a", CodePermissionDenied), fails("read", "v", "a", CodePermissionDenied),
+				ok("publish", "v", "b"), ok("write", "v", "b"), fails("write", "v", "a", CodePermissionDenied)},
+			refused: map[string]int64{"write-fenced": 2, "read-fenced": 1},
+			access:  map[string]string{"a": AccessFenced, "b": AccessGranted},
+		},
+		{
+			name: "quarantine holds until forced unstage",
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("fence", "v", "a"),
+				fails("publish", "v", "a", CodeFailedPrecondition), fails("stage", "v", "a", CodeFailedPrecondition),
+				fails("nodeunpublish", "v", "a", CodeFailedPrecondition), fails("unstage", "v", "a", CodeFailedPrecondition),
+				ok("force-nodeunpublish", "v", "a"), fails("publish", "v", "a", CodeFailedPrecondition),
+				ok("force-unstage", "v", "a"), ok("force-unstage", "v", "a"), ok("publish", "v", "a"), ok("write", "v", "a")},
+			refused: map[string]int64{"publish-quarantined": 2},
+			access:  map[string]string{"a": AccessGranted},
+		},
+		{
+			name:   "forced unstage alone cleans a staged and published fenced volume",
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("fence", "v", "a"), ok("force-unstage", "v", "a"), ok("publish", "v", "a")},
+			access: map[string]string{"a": AccessGranted},
+		},
+		{
+			name:   "fence is idempotent",
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), ok("fence", "v", "a"), ok("fence", "v", "a")},
+			access: map[string]string{"a": AccessFenced},
+		},
+		{
+			name:   "fence of a node without publication quarantines nothing",
+			steps:  []step{ok("add", "v", ""), ok("fence", "v", "a"), ok("publish", "v", "a")},
+			access: map[string]string{"a": AccessGranted},
+		},
+		{
+			name: "a fence retried after cleanup does not quarantine again",
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("fence", "v", "a"), ok("force-unstage", "v", "a"),
+				ok("fence", "v", "a"), ok("publish", "v", "a")},
+			access: map[string]string{"a": AccessGranted},
+		},
+		{
+			name:  "unknown volumes and nodes unpublish fine",
+			steps: []step{ok("fence", "nope", "a"), ok("unpublish", "nope", "a"), ok("add", "v", ""), ok("unpublish", "v", "a"), ok("force-unstage", "nope", "a"), ok("nodeunpublish", "nope", "a")},
+		},
+		{
+			name: "refuse policy: no fence while the node shows recent I/O",
+			opts: refuse,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("advance", "1s", ""),
+				fails("fence", "v", "a", CodeFailedPrecondition), ok("advance", "1500ms", ""), ok("fence", "v", "a")},
+			refused: map[string]int64{"fence-refused-recent-io": 1},
+			access:  map[string]string{"a": AccessFenced},
+		},
+		{
+			name:    "unknown policy: cannot tell while the node shows recent I/O",
+			opts:    unknown,
+			steps:   []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("read", "v", "a"), fails("fence", "v", "a", CodeUnavailable), ok("advance", "3s", ""), ok("fence", "v", "a")},
+			refused: map[string]int64{"fence-unknown-recent-io": 1},
+			access:  map[string]string{"a": AccessFenced},
+		},
+		{
+			name:   "revoke policy fences despite recent I/O",
+			opts:   window,
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("fence", "v", "a"), fails("write", "v", "a", CodePermissionDenied)},
+			access: map[string]string{"a": AccessFenced},
+		},
+		{
+			name: "broken fence: the node keeps writing, and S1 is caught once the volume moves",
+			opts: Options{BrokenFence: true},
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("fence", "v", "a"), ok("write", "v", "a"),
+				ok("publish", "v", "b"), ok("write", "v", "a"), ok("write", "v", "b")},
+			violations: map[string]int{S1: 2},
+			access:     map[string]string{"a": AccessFenced, "b": AccessGranted},
+		},
+		{
+			name: "broken fence switched on at run time",
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("break-fence", "", ""), ok("fence", "v", "a"), ok("publish", "v", "b"),
+				ok("write", "v", "a")},
+			violations: map[string]int{S1: 2},
+		},
+		{
+			name: "plain unpublish of a node still holding the volume lingers: S1 when the volume moves",
+			opts: window,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("unpublish", "v", "a"), ok("advance", "1h", ""),
+				ok("write", "v", "a"), ok("publish", "v", "b"), ok("write", "v", "a")},
+			violations: map[string]int{S1: 2},
+			access:     map[string]string{"a": AccessUnpublished, "b": AccessGranted},
+		},
+		{
+			name: "plain unpublish of a node still writing lingers while it writes",
+			opts: window,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("unpublish", "v", "a"),
+				ok("advance", "1500ms", ""), ok("write", "v", "a"), ok("advance", "1500ms", ""), ok("write", "v", "a"), ok("publish", "v", "b")},
+			violations: map[string]int{S1: 1},
+		},
+		{
+			name: "a lingering session ends when the node goes quiet",
+			opts: window,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("unpublish", "v", "a"), ok("advance", "3s", ""),
+				fails("write", "v", "a", CodePermissionDenied), ok("publish", "v", "b")},
+			access: map[string]string{"a": "", "b": AccessGranted},
+		},
+		{
+			name:   "plain unpublish of a quiet node without node state is a clean detach",
+			opts:   window,
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("advance", "3s", ""), ok("unpublish", "v", "a"), ok("publish", "v", "b")},
+			access: map[string]string{"a": "", "b": AccessGranted},
+		},
+		{
+			name:   "node cleanup ends a lingering session",
+			opts:   window,
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("unpublish", "v", "a"), ok("unstage", "v", "a"), ok("publish", "v", "b")},
+			access: map[string]string{"a": "", "b": AccessGranted},
+		},
+		{
+			name:   "revoke mode: plain unpublish cuts the node off",
+			opts:   revoke,
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("write", "v", "a"), ok("unpublish", "v", "a"), fails("write", "v", "a", CodePermissionDenied), ok("publish", "v", "b")},
+			access: map[string]string{"a": "", "b": AccessGranted},
+		},
+		{
+			name:   "a fence ends a lingering session",
+			opts:   window,
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("unpublish", "v", "a"), ok("advance", "3s", ""), ok("fence", "v", "a"), fails("write", "v", "a", CodePermissionDenied), ok("publish", "v", "b")},
+			access: map[string]string{"a": AccessFenced, "b": AccessGranted},
+		},
+		{
+			name:       "broken quarantine: the publish goes through and S2 is recorded",
+			opts:       Options{BrokenQuarantine: true},
+			steps:      []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), ok("publish", "v", "a")},
+			violations: map[string]int{S2: 1},
+			access:     map[string]string{"a": AccessGranted},
+		},
+		{
+			name: "multi-node volume: a fence touches one node only",
+			steps: []step{ok("add", "v", ""), ok("publish-rwx", "v", "a"), ok("publish-rwx", "v", "b"), ok("write", "v", "a"), ok("write", "v", "b"),
+				ok("fence", "v", "a"), fails("write", "v", "a", CodePermissionDenied), ok("write", "v", "b"), ok("publish-rwx", "v", "c")},
+			access: map[string]string{"a": AccessFenced, "b": AccessGranted, "c": AccessGranted},
+		},
+		{
+			name:    "read-only publication",
+			steps:   []step{ok("add", "v", ""), ok("publish-ro", "v", "a"), ok("publish-ro", "v", "a"), fails("publish", "v", "a", CodeAlreadyExists), ok("read", "v", "a"), fails("write", "v", "a", CodePermissionDenied)},
+			refused: map[string]int64{"write-readonly": 1},
+		},
+		{
+			name:  "known nodes and their volume limit",
+			steps: []step{ok("add", "v", ""), ok("add", "w", ""), fails("publish-known", "v", "a", CodeNotFound), ok("register", "", "a"), ok("publish-known", "v", "a"), fails("publish-known", "w", "a", CodeResourceExhausted)},
+		},
+		{
+			name: "delete: not while a node can reach the volume; a quarantine does not hold it",
+			opts: window,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), fails("delete", "v", "", CodeFailedPrecondition), ok("stage", "v", "a"), ok("unpublish", "v", "a"),
+				fails("delete", "v", "", CodeFailedPrecondition), ok("advance", "3s", ""), ok("fence", "v", "a"), ok("delete", "v", ""), ok("force-unstage", "v", "a"), ok("delete", "v", "")},
+		},
+		{
+			name: "node-side order",
+			steps: []step{ok("add", "v", ""), fails("stage", "v", "a", CodeFailedPrecondition), fails("stage", "nope", "a", CodeNotFound), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("stage", "v", "a"),
+				fails("stage-other", "v", "a", CodeFailedPrecondition), ok("nodepublish", "v", "a"), ok("nodepublish", "v", "a"), fails("unstage", "v", "a", CodeFailedPrecondition),
+				ok("nodeunpublish", "v", "a"), ok("unstage", "v", "a"), fails("nodepublish", "v", "a", CodeFailedPrecondition), ok("nodepublish-unstaged", "v", "a")},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, c := newTestArray(t)
+			for i, st := range tc.steps {
+				err := tc.run(t, a, c, st)
+				var ae *Error
+				switch {
+				case st.want == 0 && err != nil:
+					t.Fatalf("step %d %s(%s, %s): %v", i, st.op, st.vol, st.node, err)
+				case st.want != 0 && !errors.As(err, &ae):
+					t.Fatalf("step %d %s(%s, %s): got %v, want array error code %d", i, st.op, st.vol, st.node, err, st.want)
+				case st.want != 0 && ae.Code != st.want:
+					t.Fatalf("step %d %s(%s, %s): got code %d (%v), want %d", i, st.op, st.vol, st.node, ae.Code, err, st.want)
+				}
+			}
+			s, err := a.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := s.CountViolations()
+			for _, inv := range []string{S1, S2} {
+				if got[inv] != tc.violations[inv] {
+					t.Errorf("%s violations: got %d, want %d: %+v", inv, got[inv], tc.violations[inv], s.Violations)
+				}
+			}
+			for kind, n := range tc.refused {
+				if s.Refused[kind] != n {
+					t.Errorf("refused %s: got %d, want %d (all: %v)", kind, s.Refused[kind], n, s.Refused)
+				}
+			}
+			for node, want := range tc.access {
+				var gotAccess string
+				if v := s.Volumes["v"]; v != nil && v.Publications[node] != nil {
+					gotAccess = v.Publications[node].Access
+				}
+				if gotAccess != want {
+					t.Errorf("access of node %s: got %q, want %q", node, gotAccess, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCreateVolume(t *testing.T) {
+	a, _ := newTestArray(t)
+	v1, err := a.CreateVolume(CreateArgs{Name: "n", RequiredBytes: 10, SingleNode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   CreateArgs
+		wantID string
+		want   Code
+	}{
+		{"same name, same size: the same volume", CreateArgs{Name: "n", RequiredBytes: 10}, v1.ID, 0},
+		{"same name, smaller request: the same volume", CreateArgs{Name: "n", RequiredBytes: 5}, v1.ID, 0},
+		{"same name, bigger request", CreateArgs{Name: "n", RequiredBytes: 20}, "", CodeAlreadyExists},
+		{"same name, limit below its size", CreateArgs{Name: "n", RequiredBytes: 1, LimitBytes: 5}, "", CodeAlreadyExists},
+		{"another name: a new volume", CreateArgs{Name: "m", RequiredBytes: 10}, "vol-0002", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := a.CreateVolume(tc.args)
+			var ae *Error
+			if tc.want != 0 {
+				if !errors.As(err, &ae) || ae.Code != tc.want {
+					t.Fatalf("got %v, want code %d", err, tc.want)
+				}
+				return
+			}
+			if err != nil || v.ID != tc.wantID {
+				t.Fatalf("got %+v, %v; want ID %s", v, err, tc.wantID)
+			}
+		})
+	}
+	if c, err := a.ExpandVolume(v1.ID, 100); err != nil || c != 100 {
+		t.Fatalf("ExpandVolume: %d, %v", c, err)
+	}
+	if c, err := a.ExpandVolume(v1.ID, 50); err != nil || c != 100 {
+		t.Fatalf("ExpandVolume never shrinks: %d, %v", c, err)
+	}
+}
+
+// The detailed list is bounded; the counts are complete.
+func TestViolationRecordsBounded(t *testing.T) {
+	a, _ := newTestArray(t)
+	o := Options{BrokenQuarantine: true}
+	if err := a.AddVolume("v", 1); err != nil {
+		t.Fatal(err)
+	}
+	const n = MaxViolationRecords + 50
+	for i := 0; i < n; i++ {
+		if err := a.Publish("v", "a", true, false, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Unpublish("v", "a", true, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := a.Snapshot()
+	if s.CountViolations()[S2] != n-1 || len(s.Violations) != MaxViolationRecords {
+		t.Fatalf("got %d S2 and %d records, want %d and %d", s.CountViolations()[S2], len(s.Violations), n-1, MaxViolationRecords)
+	}
+}
+
+// The state survives a new handle (a restarted instance), and a corrupt
+// state file is an error for every operation and is left as it was.
+func TestDurability(t *testing.T) {
+	dir := t.TempDir()
+	a1, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []func(*Array) error{
+		func(a *Array) error { return a.AddVolume("v", 1) },
+		func(a *Array) error { return a.RegisterNode("a", 0) },
+		func(a *Array) error { return a.Publish("v", "a", true, false, Options{}) },
+		func(a *Array) error { return a.NodeStage("v", "a", "/s") },
+		func(a *Array) error { return a.Write("v", "a") },
+		func(a *Array) error { return a.Unpublish("v", "a", true, Options{}) },
+	}
+	for _, s := range steps {
+		if err := s(a1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := a2.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Volumes["v"].Publications["a"]
+	if p == nil || p.Access != AccessFenced || p.Staged != "/s" || s.Volumes["v"].Writes["a"] != 1 || s.Nodes["a"] == nil {
+		t.Fatalf("state after reopening: %+v", s.Volumes["v"])
+	}
+	if err := a2.Publish("v", "a", true, false, Options{}); err == nil {
+		t.Fatal("the quarantine did not survive reopening")
+	}
+
+	corrupt := []byte(`{"volumes": {`)
+	if err := os.WriteFile(a2.StateFile(), corrupt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []func() error{
+		func() error { return a2.Write("v", "a") },
+		func() error { _, err := a2.Snapshot(); return err },
+		func() error { return a2.AddVolume("w", 1) },
+	} {
+		if err := op(); err == nil || !strings.Contains(err.Error(), "corrupt array state") {
+			t.Fatalf("got %v, want a corrupt state error", err)
+		}
+	}
+	if b, _ := os.ReadFile(a2.StateFile()); string(b) != string(corrupt) {
+		t.Fatalf("the corrupt state was overwritten: %q", b)
+	}
+}
+
+func TestOverridesValidate(t *testing.T) {
+	bad := []Overrides{{FencePolicy: "maybe"}, {PlainUnpublish: "sometimes"}}
+	for _, o := range bad {
+		if err := (&Array{}).SetOverrides(o); err == nil {
+			t.Errorf("SetOverrides(%+v) accepted", o)
+		}
+	}
+	d := time.Second
+	b := true
+	got := Overrides{FencePolicy: FenceRefuse, RecentIO: &d, BrokenFence: &b}.Apply(Options{FencePolicy: FenceRevoke, RecentIO: time.Hour, BrokenQuarantine: true})
+	want := Options{FencePolicy: FenceRefuse, RecentIO: time.Second, BrokenFence: true, BrokenQuarantine: true}
+	if got != want {
+		t.Fatalf("Apply: got %+v, want %+v", got, want)
+	}
+}
+
+func ExampleState_CountViolations() {
+	s := &State{ViolationCounts: map[string]int64{S1: 2}}
+	fmt.Println(s.CountViolations())
+	// Output: map[S1:2 S2:0]
+}

@@ -1,5 +1,0 @@
-package driver
-
-import "sort"
-
-func sortStrings(s []string) { sort.Strings(s) }
