@@ -374,6 +374,8 @@ type envConfig struct {
 	reactors      []reactor
 	frReactors    []reactor
 	csiCalls      []csiCall
+	// attacher replaces the scripted fake (e.g. by a real gRPC client).
+	attacher csiclient.Attacher
 }
 
 func newEnv(t *testing.T, cfg envConfig) *env {
@@ -420,6 +422,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 			CSINodeLister: csiNodeInf.Lister(),
 			VALister:      vaInf.Lister(),
 			Recorder:      e.recorder,
+		}
+		if cfg.attacher != nil {
+			hc.Attacher = cfg.attacher
 		}
 		if cfg.listVolumes {
 			e.lister = &fakeLister{}
