@@ -162,10 +162,6 @@ type Agent struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
-	// cleaned holds, per volume handle, the fence time of the last cleanup
-	// this process recorded, so that a stale informer cache does not make it
-	// clean the same fence twice.
-	cleaned map[string]metav1.Time
 	// reported holds the unattributed leftovers already reported.
 	reported sets.Set[string]
 }
@@ -187,7 +183,6 @@ func New(opts Options) (*Agent, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-node-cleanup"}),
-		cleaned:  map[string]metav1.Time{},
 		reported: sets.New[string](),
 	}
 	// Only this node's request is watched.
@@ -306,9 +301,6 @@ func (a *Agent) requestDeleted(obj interface{}) {
 		return
 	}
 	pendingVolumes.WithLabelValues(a.opts.DriverName).Set(0)
-	a.mu.Lock()
-	a.cleaned = map[string]metav1.Time{}
-	a.mu.Unlock()
 }
 
 // watchError reports that the record cannot be read (the CRD is missing, RBAC
@@ -351,13 +343,20 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 	if !fencerecord.IsQuarantined(fr, a.opts.DriverName, handle) {
 		return nil
 	}
-	entry := *fencerecord.Find(fr, a.opts.DriverName, handle)
-	a.mu.Lock()
-	done, ok := a.cleaned[handle]
-	a.mu.Unlock()
-	if ok && done.Equal(entry.FencedTime) {
-		return nil // recorded already; the cache has not seen it yet
+	// The cache may not have seen our own last write yet: confirm with a
+	// fresh read before calling the plugin and recording anything.
+	fr, err = a.records.Get(ctx, a.opts.NodeName)
+	if apierrors.IsNotFound(err) {
+		return nil
 	}
+	if err != nil {
+		a.recordReadError(ctx, err)
+		return err
+	}
+	if !fencerecord.IsQuarantined(fr, a.opts.DriverName, handle) {
+		return nil
+	}
+	entry := *fencerecord.Find(fr, a.opts.DriverName, handle)
 
 	logger = logger.WithValues("pv", entry.PersistentVolumeName)
 	ctx = klog.NewContext(ctx, logger)
@@ -380,9 +379,6 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 		cleanups.WithLabelValues(a.opts.DriverName, resultError).Inc()
 		return fmt.Errorf("recording the cleanup: %w", err)
 	}
-	a.mu.Lock()
-	a.cleaned[handle] = *entry.FencedTime
-	a.mu.Unlock()
 	cleanups.WithLabelValues(a.opts.DriverName, resultSuccess).Inc()
 	logger.Info("Cleaned up a volume fenced on this node", "steps", report)
 	a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeNormal, ReasonVolumeCleaned,

@@ -329,3 +329,34 @@ func TestOptionsValidation(t *testing.T) {
 		t.Errorf("New without options: %v", err)
 	}
 }
+
+func TestRefencedAfterCleanup(t *testing.T) {
+	// A volume cleaned up, published to the node again later and fenced
+	// again (a second failover) is cleaned again: the agent does not trust
+	// what it did before, only the record.
+	e := newEnv(t)
+	e.startMockDriver(driver.Config{})
+	e.attach("vol-a")
+	e.mount("vol-a", "pv-a", true, "pod-1")
+	e.fence("vol-a", "pv-a")
+	e.run(e.options())
+	e.waitCleaned("vol-a")
+	first := e.entry("vol-a").CleanedTime
+
+	if err := e.arr.Publish("vol-a", testNode, true, false, array.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e.mount("vol-a", "pv-a", true, "pod-2")
+	e.fence("vol-a", "pv-a")
+	if v := e.entry("vol-a"); v.CleanedTime != nil {
+		t.Fatalf("the second fence did not re-open the record: %+v", v)
+	}
+	e.waitCleaned("vol-a")
+	mustBeGone(t, e.layout.PodVolumeDir("pod-2", "pv-a"), e.layout.StagingDir(testDriver, "vol-a"))
+	if p := e.publication("vol-a"); p != nil {
+		t.Errorf("vol-a still quarantined on the array after the second cleanup: %+v", p)
+	}
+	if first == nil {
+		t.Error("first cleanup not recorded")
+	}
+}
