@@ -15,9 +15,13 @@
 // Safety rules:
 //   - only volumes of its own driver that the record says are fenced on its
 //     node and not cleaned are touched;
-//   - leftovers are attributed by their vol_data.json, never by guessing from
-//     names; directories without metadata get no CSI call and are removed
-//     only when empty of mounts and named after a recorded volume's PV;
+//   - leftovers are attributed by their vol_data.json; without it, only by a
+//     name that cannot belong to another volume (the staging directory named
+//     by the hash of the recorded handle, a block volume named after the
+//     recorded PV). A pod's publish directory without metadata, whose name a
+//     CSI inline volume of another driver may share, gets no CSI call and is
+//     removed only when named after the recorded PV and nothing in it is
+//     mounted; anything else without metadata is left alone and reported;
 //   - nothing that is still a mount point is removed or entered;
 //   - a cleanup is recorded only after a fresh scan finds nothing left; a
 //     record that cannot be read, a plugin that is down or a kubelet
