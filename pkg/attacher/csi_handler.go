@@ -87,6 +87,12 @@ type CSIHandler struct {
 	// up with our own writes yet does not publish or unpublish (and fence)
 	// a second time (external-attacher#587).
 	done *recentlyDone
+
+	// inFlight holds the VAs a worker is syncing right now: ReconcileVA
+	// leaves them to that sync, whose result its ListVolumes may already
+	// show while the VA status does not yet.
+	inFlightMu sync.Mutex
+	inFlight   map[string]bool
 }
 
 var _ Handler = &CSIHandler{}
@@ -110,6 +116,7 @@ func NewCSIHandler(cfg CSIHandlerConfig) (*CSIHandler, error) {
 		finalizer:        contract.AttacherFinalizer(cfg.DriverName),
 		forceSync:        map[string]bool{},
 		done:             newRecentlyDone(recentlyDoneTTL, time.Now),
+		inFlight:         map[string]bool{},
 	}, nil
 }
 
@@ -120,6 +127,8 @@ func (h *CSIHandler) Init(vaQueue, pvQueue Queue) { h.vaQueue, h.pvQueue = vaQue
 // VA, any error requeues it with backoff after saving it in the VA status.
 func (h *CSIHandler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment) {
 	logger := klog.FromContext(ctx)
+	h.setInFlight(va.Name, true)
+	defer h.setInFlight(va.Name, false)
 	var err error
 	if va.DeletionTimestamp == nil {
 		err = h.syncAttach(ctx, va)
@@ -132,6 +141,22 @@ func (h *CSIHandler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *s
 		return
 	}
 	h.vaQueue.Forget(va.Name)
+}
+
+func (h *CSIHandler) setInFlight(name string, on bool) {
+	h.inFlightMu.Lock()
+	defer h.inFlightMu.Unlock()
+	if on {
+		h.inFlight[name] = true
+	} else {
+		delete(h.inFlight, name)
+	}
+}
+
+func (h *CSIHandler) isInFlight(name string) bool {
+	h.inFlightMu.Lock()
+	defer h.inFlightMu.Unlock()
+	return h.inFlight[name]
 }
 
 func (h *CSIHandler) setForceSync(name string) {
@@ -551,6 +576,12 @@ func (h *CSIHandler) ReconcileVA(ctx context.Context) error {
 		handle := spec.CSI.VolumeHandle
 		found := slices.Contains(published[handle], nodeID)
 		if found == va.Status.Attached {
+			continue
+		}
+		if h.isInFlight(va.Name) || (found && h.done.has(va, opAttach)) || (!found && h.done.has(va, opDetach)) {
+			// A worker is on it, or the driver agrees with what this
+			// handler just did and the cache has not caught up with our
+			// status write yet.
 			continue
 		}
 		if va.DeletionTimestamp == nil && h.quarantined(va.Spec.NodeName, handle) {

@@ -58,3 +58,42 @@ func TestRecentlyDoneExpires(t *testing.T) {
 		t.Errorf("entries %v", r.entries)
 	}
 }
+
+// ReconcileVA running while the cache still lags behind an attach or a
+// detach this handler just completed must not force it a second time.
+func TestReconcileVAIgnoresOurOwnFreshWork(t *testing.T) {
+	e := newEnv(t, envConfig{listVolumes: true, objects: healthy(pv("pv1", "vol-1"), va("va1", "pv1", "node-1")), csiCalls: []csiCall{attachCall("vol-1", "node-1-id")}})
+	staleVAs := e.factory.Storage().V1().VolumeAttachments().Informer().GetStore().List()
+	e.syncVA("va1")
+	// Back to the cache of before the attach: status says not attached.
+	if err := e.factory.Storage().V1().VolumeAttachments().Informer().GetStore().Replace(staleVAs, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.lister.published = map[string][]string{"vol-1": {"node-1-id"}}
+	if err := e.handler.ReconcileVA(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.ctrl.vaQueue.Len(); n != 0 {
+		t.Errorf("reconcile queued %d VolumeAttachments for a forced sync", n)
+	}
+}
+
+func TestReconcileVALeavesInFlightSyncsAlone(t *testing.T) {
+	e := newEnv(t, envConfig{listVolumes: true, objects: healthy(pv("pv1", "vol-1"), va("va1", "pv1", "node-1"))})
+	h := e.handler.(*CSIHandler)
+	h.setInFlight("va1", true)
+	e.lister.published = map[string][]string{"vol-1": {"node-1-id"}}
+	if err := h.ReconcileVA(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.ctrl.vaQueue.Len(); n != 0 {
+		t.Fatalf("reconcile queued a VolumeAttachment a worker is syncing")
+	}
+	h.setInFlight("va1", false)
+	if err := h.ReconcileVA(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.ctrl.vaQueue.Len(); n != 1 {
+		t.Errorf("reconcile did not queue the disagreeing VolumeAttachment once idle")
+	}
+}

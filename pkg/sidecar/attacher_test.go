@@ -152,10 +152,12 @@ func TestFencingRequestsServed(t *testing.T) {
 	}
 }
 
-// fakeDriver records the calls NewAttacher's handler makes.
+// fakeDriver records the calls NewAttacher's handler makes and lists what
+// it published, as a driver would.
 type fakeDriver struct {
-	mu    sync.Mutex
-	calls []string
+	mu        sync.Mutex
+	calls     []string
+	published map[string][]string
 }
 
 var _ CSIClient = &fakeDriver{}
@@ -167,6 +169,14 @@ func (f *fakeDriver) record(s string) {
 }
 func (f *fakeDriver) Attach(_ context.Context, r csiclient.AttachRequest) (map[string]string, error) {
 	f.record("attach " + r.VolumeID + " " + r.NodeID)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.published == nil {
+		f.published = map[string][]string{}
+	}
+	if !slices.Contains(f.published[r.VolumeID], r.NodeID) {
+		f.published[r.VolumeID] = append(f.published[r.VolumeID], r.NodeID)
+	}
 	return nil, nil
 }
 func (f *fakeDriver) Detach(_ context.Context, vol, node string, _ map[string]string, fenced bool) error {
@@ -175,10 +185,19 @@ func (f *fakeDriver) Detach(_ context.Context, vol, node string, _ map[string]st
 		s += " fence"
 	}
 	f.record(s)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.published[vol] = slices.DeleteFunc(f.published[vol], func(n string) bool { return n == node })
 	return nil
 }
 func (f *fakeDriver) ListVolumes(context.Context) (map[string][]string, error) {
-	return map[string][]string{}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]string{}
+	for v, nodes := range f.published {
+		out[v] = slices.Clone(nodes)
+	}
+	return out, nil
 }
 func (f *fakeDriver) seen() []string {
 	f.mu.Lock()
