@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -56,6 +55,8 @@ func main() {
 	standardflags.AddAutomaxprocs(klog.Infof)
 	opts := &sidecar.Options{}
 	opts.AddFlags(flag.CommandLine)
+	nodeOpts := &sidecar.NodeOptions{}
+	nodeOpts.AddFlags(flag.CommandLine)
 	sidecar.AddFeatureGatesFlag(flag.CommandLine, fg)
 	flag.Parse()
 
@@ -87,7 +88,7 @@ func main() {
 	case sidecar.RoleController:
 		err = runController(ctx, opts, fg)
 	case sidecar.RoleNode:
-		err = errors.New("--role=node is not implemented yet")
+		err = runNode(ctx, opts, nodeOpts)
 	}
 	if err != nil {
 		logger.Error(err, "csi-fence-attacher failed", "role", opts.Role)
