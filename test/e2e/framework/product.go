@@ -10,7 +10,11 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	"github.com/csi-fence/fence-attacher/test/kubeletsim"
 )
 
 // DriverName is the mock driver's name in the e2e tests and the demo.
@@ -29,13 +33,20 @@ type Product struct {
 	Nodes    map[string]*NodeInstance
 }
 
-// NodeInstance is the mock node plugin of one node.
+// NodeInstance is what runs on one simulated node: the mock node plugin, a
+// simulated kubelet volume manager (in this process) and csi-fence-attacher
+// in the node role.
 type NodeInstance struct {
-	Name    string
-	Process *Process
-	HTTP    string // data path: http://HTTP/write?volume=V
-	args    []string
-	bin     string
+	Name       string
+	Process    *Process // mock node plugin
+	Agent      *Process // csi-fence-attacher --role=node
+	HTTP       string   // data path: http://HTTP/write?volume=V
+	KubeletDir string
+	sock       string
+
+	kubelet       *kubeletsim.Kubelet
+	kubeletCancel context.CancelFunc
+	conn          *grpc.ClientConn
 }
 
 // BuildProduct builds the product binaries into dir.
@@ -63,7 +74,8 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 	if err := BuildProduct(ctx, p.BinDir); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"deploy/kubernetes/crd-fencingrequests.yaml", "deploy/kubernetes/rbac-controller.yaml", "deploy/kubernetes/csidriver-example.yaml"} {
+	for _, f := range []string{"deploy/kubernetes/crd-fencingrequests.yaml", "deploy/kubernetes/rbac-controller.yaml",
+		"deploy/kubernetes/rbac-node.yaml", "deploy/kubernetes/csidriver-example.yaml"} {
 		if err := c.ApplyManifest(ctx, f, ""); err != nil {
 			return nil, err
 		}
@@ -103,27 +115,84 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 	return p, nil
 }
 
-// StartNode starts the mock node instance of node.
+// StartNode starts what runs on node: its mock node plugin, its simulated
+// kubelet and csi-fence-attacher in the node role.
 func (p *Product) StartNode(ctx context.Context, node string) (*NodeInstance, error) {
-	ports, err := freePorts(1)
-	if err != nil {
-		return nil, err
-	}
 	dir := filepath.Join(p.c.WorkDir, "nodes", node)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	n := &NodeInstance{Name: node, HTTP: "127.0.0.1:" + strconv.Itoa(ports[0]), bin: filepath.Join(p.BinDir, "csi-fence-mock")}
-	n.args = []string{"--role=node", "--node-id=" + node, "--csi-address=unix://" + filepath.Join(dir, "csi.sock"),
-		"--state-dir=" + p.StateDir, "--driver-name=" + DriverName, "--http-endpoint=" + n.HTTP}
-	if n.Process, err = p.c.StartProcess("mock-node-"+node, n.bin, n.args...); err != nil {
-		return nil, err
-	}
-	if err := waitHTTP(ctx, "http://"+n.HTTP+"/metrics", nil, 30*time.Second); err != nil {
-		return nil, err
+	n := &NodeInstance{Name: node, KubeletDir: filepath.Join(dir, "kubelet"), sock: filepath.Join(dir, "csi.sock")}
+	for _, d := range []string{n.KubeletDir + "/pods", n.KubeletDir + "/plugins"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	p.Nodes[node] = n
-	return n, nil
+	return n, p.PowerOn(ctx, node)
+}
+
+// PowerOn (re)starts everything of a node that StartNode started.
+func (p *Product) PowerOn(ctx context.Context, node string) error {
+	n := p.Nodes[node]
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	n.HTTP = "127.0.0.1:" + strconv.Itoa(ports[0])
+	if n.Process, err = p.c.StartProcess("mock-node-"+node, filepath.Join(p.BinDir, "csi-fence-mock"),
+		"--role=node", "--node-id="+node, "--csi-address=unix://"+n.sock, "--state-dir="+p.StateDir,
+		"--driver-name="+DriverName, "--http-endpoint="+n.HTTP); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, "http://"+n.HTTP+"/metrics", nil, 30*time.Second); err != nil {
+		return err
+	}
+	if n.conn, err = grpc.NewClient("unix://"+n.sock, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return err
+	}
+	if n.kubelet, err = kubeletsim.New(kubeletsim.Options{
+		Client: p.c.Client, NodeName: node, DriverName: DriverName, KubeletDir: n.KubeletDir, Conn: n.conn,
+		Period: 200 * time.Millisecond, ReportVolumesInUse: true,
+	}); err != nil {
+		return err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	n.kubeletCancel = cancel
+	go func() { _ = n.kubelet.Run(kctx) }()
+
+	kubeconfig, err := p.c.ServiceAccountKubeconfig(ctx, "default", "csi-fence-attacher-node")
+	if err != nil {
+		return err
+	}
+	if n.Agent, err = p.c.StartProcess("node-agent-"+node, filepath.Join(p.BinDir, "csi-fence-attacher"),
+		"--role=node", "--node-name="+node, "--kubelet-dir="+n.KubeletDir, "--csi-address="+n.sock,
+		"--kubeconfig="+kubeconfig, "--http-endpoint=127.0.0.1:"+strconv.Itoa(ports[1]), "--v=4",
+		"--retry-interval-start=200ms", "--retry-interval-max=5s", "--timeout=5s"); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, "http://127.0.0.1:"+strconv.Itoa(ports[1])+"/metrics", nil, 30*time.Second)
+}
+
+// PowerOff cuts the node's power: its kubelet, node agent and plugin stop
+// at once and leave everything on disk as it was.
+func (n *NodeInstance) PowerOff() {
+	n.Partition()
+	n.Process.Kill()
+}
+
+// Partition cuts the node off the control plane: its kubelet and node agent
+// can no longer act, but its plugin keeps serving its workload's I/O.
+func (n *NodeInstance) Partition() {
+	if n.kubelet != nil {
+		n.kubelet.PowerOff()
+		n.kubeletCancel()
+		n.kubelet = nil
+	}
+	if n.conn != nil {
+		n.conn.Close()
+		n.conn = nil
+	}
+	if n.Agent != nil {
+		n.Agent.Kill()
+	}
 }
 
 // Write is one write of a workload on this node to volume, through the node

@@ -237,9 +237,11 @@ func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts Failove
 	if err := e.C.ShutDown(ctx, victim); err != nil {
 		return err
 	}
-	if !opts.Partition {
+	if opts.Partition {
+		inst.Partition()
+	} else {
 		writer.Stop()
-		inst.Process.Kill()
+		inst.PowerOff()
 	}
 	if err := e.C.WaitNodeReady(ctx, victim, false, 60*time.Second); err != nil {
 		return err
@@ -279,15 +281,21 @@ func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts Failove
 			return err
 		}
 		rec.Mark(timeline.NodeBack, victim)
-		if inst.Process.Exited() {
-			if _, err := e.P.StartNode(ctx, victim); err != nil {
-				return err
-			}
+		// Whether it was powered off or cut off, the node's kubelet, node
+		// agent and plugin start again as after a reboot.
+		inst.PowerOff()
+		if err := e.P.PowerOn(ctx, victim); err != nil {
+			return err
 		}
 		if err := e.C.WaitNodeReady(ctx, victim, true, 60*time.Second); err != nil {
 			return err
 		}
 		rec.Mark(timeline.NodeReady, "")
+		if err := framework.WaitFor(ctx, 60*time.Second, "the node agent's forced cleanup of "+vol, func(context.Context) (bool, error) {
+			return rec.Has(timeline.NodeCleaned), nil
+		}); err != nil {
+			return err
+		}
 		if opts.OutOfServiceTaint {
 			if err := e.C.RemoveTaint(ctx, victim, contract.OutOfServiceTaintKey); err != nil {
 				return err
