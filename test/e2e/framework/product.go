@@ -125,6 +125,10 @@ func (p *Product) StartNode(ctx context.Context, node string) (*NodeInstance, er
 			return nil, err
 		}
 	}
+	// The array learns its nodes as a real array learns its hosts' initiators.
+	if err := p.Array.RegisterNode(node, 0); err != nil {
+		return nil, err
+	}
 	p.Nodes[node] = n
 	return n, p.PowerOn(ctx, node)
 }
