@@ -1,11 +1,13 @@
 // Command csi-fence-mock is a CSI driver over a simulated storage array that
 // implements the fence/force extension and counts every safety violation.
+// See mock-driver/README.md.
 //
 //	csi-fence-mock [serve] --role=controller|node --csi-address=... --state-dir=... [flags]
-//	csi-fence-mock status --state-dir=...            print the array (violations, volumes) as JSON
-//	csi-fence-mock fault --state-dir=... SPEC...     set faults at run time ("Method:code=...,latency=...,prob=...,count=...")
-//	csi-fence-mock fault --state-dir=... --clear     remove every fault
-//	csi-fence-mock io --state-dir=... --node-id=N --volume=V [--write] [--count=N]
+//	csi-fence-mock status --state-dir=D [--fail-on-violation]
+//	csi-fence-mock fault --state-dir=D SPEC... | --list | --clear
+//	csi-fence-mock configure --state-dir=D [--fence-policy=...] [--broken-fence=...] ... | --reset
+//	csi-fence-mock io --state-dir=D (--write|--read) [--count=N] [--interval=100ms [--duration=D]] NODE VOLUME [PATH]
+//	csi-fence-mock version
 package main
 
 import (
@@ -14,217 +16,282 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/mock-driver/driver"
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	"github.com/csi-fence/fence-attacher/mock-driver/server"
 )
 
 var version = "unknown"
 
+// Exit codes besides 0 (success) and 1 (error).
+const (
+	exitUsage     = 2 // bad flags or arguments
+	exitRefused   = 3 // io: the array refused an operation
+	exitViolation = 4 // status --fail-on-violation: violations recorded
+)
+
 func main() {
-	args := os.Args[1:]
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs one subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
-	var err error
-	switch cmd {
-	case "serve":
-		err = serve(args)
-	case "status":
-		err = statusCmd(args)
-	case "fault":
-		err = faultCmd(args)
-	case "io":
-		err = ioCmd(args)
-	default:
-		err = fmt.Errorf("unknown command %q: want serve, status, fault or io", cmd)
+	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"serve": serve, "status": statusCmd, "fault": faultCmd, "configure": configureCmd, "io": ioCmd,
+		"version": func(context.Context, []string, io.Writer, io.Writer) error { fmt.Fprintln(stdout, version); return nil },
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "csi-fence-mock:", err)
-		os.Exit(1)
+	fn, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "csi-fence-mock: unknown command %q: want serve, status, fault, configure, io or version\n", cmd)
+		return exitUsage
 	}
+	err := fn(ctx, args, stdout, stderr)
+	var ce codeError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ce):
+		if ce.msg != "" {
+			fmt.Fprintln(stderr, "csi-fence-mock:", ce.msg)
+		}
+		return ce.code
+	}
+	fmt.Fprintln(stderr, "csi-fence-mock:", err)
+	return 1
 }
 
-func serve(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	klog.InitFlags(fs)
-	role := fs.String("role", "controller", "controller or node")
-	endpoint := fs.String("csi-address", "unix:///tmp/csi-fence-mock.sock", "CSI endpoint: unix:///path or tcp://host:port")
-	stateDir := fs.String("state-dir", "/var/lib/csi-fence-mock", "Directory of the simulated array's state, shared by all instances")
-	name := fs.String("driver-name", "fence.csi-fence.io", "CSI driver name")
-	nodeID := fs.String("node-id", "", "Node ID (node role)")
-	httpEndpoint := fs.String("http-endpoint", "", "Address of the HTTP server for /metrics and, on a node, the data path /write and /read (empty: off)")
-	noPublish := fs.Bool("disable-publish", false, "Do not advertise PUBLISH_UNPUBLISH_VOLUME")
-	noFence := fs.Bool("disable-fence", false, "Do not advertise UNPUBLISH_FENCE (and ignore fence=true, as a driver without the extension would)")
-	noForce := fs.Bool("disable-force", false, "Do not advertise FORCE_UNPUBLISH")
-	noStage := fs.Bool("disable-stage", false, "Do not advertise STAGE_UNSTAGE_VOLUME")
-	noList := fs.Bool("disable-list-volumes", false, "Do not advertise LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES")
-	policy := fs.String("fence-policy", "revoke", "What a fence does while the node shows recent I/O: revoke, refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
-	recent := fs.Duration("recent-io", 2*time.Second, "How recent a write counts as recent I/O for --fence-policy")
-	brokenFence := fs.Bool("broken-fence", false, "NEGATIVE CONTROL: report fences as done without revoking access")
-	brokenQuarantine := fs.Bool("broken-quarantine", false, "NEGATIVE CONTROL: let publishes through on nodes where the volume is quarantined")
-	var faultSpecs multiFlag
-	fs.Var(&faultSpecs, "fault", "Fault to inject, repeatable: Method:code=Unavailable,latency=2s,prob=0.5,count=3")
-	fs.Parse(args)
+// codeError ends a command with a given exit code.
+type codeError struct {
+	code int
+	msg  string
+}
 
-	if *role != "controller" && *role != "node" {
-		return fmt.Errorf("--role must be controller or node")
+func (e codeError) Error() string { return e.msg }
+
+func usageErr(format string, args ...interface{}) error {
+	return codeError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return codeError{code: exitUsage}
 	}
-	if *role == "node" && *nodeID == "" {
-		return fmt.Errorf("--node-id is required for the node role")
-	}
-	switch array.FencePolicy(*policy) {
-	case array.FenceRevoke, array.FenceRefuse, array.FenceUnknown:
-	default:
-		return fmt.Errorf("--fence-policy must be revoke, refuse or unknown")
-	}
-	arr, err := array.Open(*stateDir)
-	if err != nil {
+	return nil
+}
+
+const defaultStateDir = "/var/lib/csi-fence-mock"
+
+func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlagSet("serve", stderr)
+	klog.InitFlags(fs)
+	var (
+		opts  server.Options
+		cfg   = &opts.Driver
+		arr   = &cfg.Array
+		role  = fs.String("role", "controller", "Instance role: controller, or node (one instance per simulated node)")
+		specs multiFlag
+	)
+	fs.StringVar(&opts.Endpoint, "csi-address", "unix:///tmp/csi-fence-mock.sock", "CSI endpoint: unix:///path, or tcp://host:port")
+	fs.StringVar(&opts.StateDir, "state-dir", defaultStateDir, "Directory of the simulated array's state, shared by every instance")
+	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", "", "host:port of the HTTP server: /metrics, /status, /healthz, and on a node the data path /write, /read, /writer (empty: off)")
+	fs.StringVar(&cfg.Name, "driver-name", driver.DefaultName, "CSI driver name")
+	fs.StringVar(&cfg.NodeID, "node-id", "", "Node ID (required for --role=node)")
+	fs.Int64Var(&cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "Volumes this node may have published, reported by NodeGetInfo and enforced by the array (0: no limit)")
+	fs.Int64Var(&cfg.Capacity, "capacity", driver.DefaultCapacity, "Total capacity of the array in bytes (GetCapacity)")
+	fs.BoolVar(&cfg.NoPublish, "disable-publish", false, "Do not advertise PUBLISH_UNPUBLISH_VOLUME (nor PUBLISH_READONLY, UNPUBLISH_FENCE); node plugins then grant themselves access")
+	fs.BoolVar(&cfg.NoReadOnly, "disable-readonly", false, "Do not advertise PUBLISH_READONLY")
+	fs.BoolVar(&cfg.NoFence, "disable-fence", false, "Do not advertise UNPUBLISH_FENCE, and ignore fence=true as a driver without the extension would")
+	fs.BoolVar(&cfg.NoForce, "disable-force", false, "Do not advertise FORCE_UNPUBLISH, and ignore force=true")
+	fs.BoolVar(&cfg.NoStage, "disable-stage", false, "Do not advertise STAGE_UNSTAGE_VOLUME")
+	fs.BoolVar(&cfg.NoListVolumes, "disable-list-volumes", false, "Do not advertise LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES")
+	fs.BoolVar(&cfg.NoExpand, "disable-expand", false, "Do not advertise EXPAND_VOLUME")
+	fs.BoolVar(&cfg.NoCapacity, "disable-capacity", false, "Do not advertise GET_CAPACITY")
+	fs.BoolVar(&cfg.AnyNode, "any-node", false, "Publish to node IDs that no node instance registered (default: NotFound)")
+	policy := fs.String("fence-policy", string(array.FenceRevoke), "What a fence does while the node shows recent I/O: revoke (succeed), refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
+	fs.DurationVar(&arr.RecentIO, "recent-io", 2*time.Second, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
+	plain := fs.String("plain-unpublish", string(array.PlainUnpublishLinger), "What ControllerUnpublishVolume without fence does to a node still using the volume (staged, published, or recent I/O): linger (its data path stays open until it cleans up or goes quiet, as storage without fencing) or revoke (cut off at once, no quarantine)")
+	fs.BoolVar(&arr.BrokenFence, "broken-fence", false, "NEGATIVE CONTROL: report fences as done without cutting the node's data path")
+	fs.BoolVar(&arr.BrokenQuarantine, "broken-quarantine", false, "NEGATIVE CONTROL: let publishes through on nodes where the volume is quarantined (recorded as S2)")
+	fs.Var(&specs, "fault", "Fault to inject, repeatable: Method:code=Unavailable,latency=2s,prob=0.5,count=3[,node=N][,lie]; written to the shared control file (on a node instance, node= defaults to this node)")
+	if err := parse(fs, args); err != nil {
 		return err
 	}
-	store := faults.NewStore(*stateDir)
-	for _, spec := range faultSpecs {
+	if fs.NArg() > 0 {
+		return usageErr("serve takes no arguments, got %q", fs.Args())
+	}
+	opts.Role = server.Role(*role)
+	arr.FencePolicy = array.FencePolicy(*policy)
+	arr.PlainUnpublish = array.PlainUnpublishMode(*plain)
+	cfg.Version = version
+	if opts.Role != server.RoleController && opts.Role != server.RoleNode {
+		return usageErr("--role must be controller or node, not %q", *role)
+	}
+	if opts.Role == server.RoleNode && cfg.NodeID == "" {
+		return usageErr("--node-id is required for --role=node")
+	}
+	if err := arr.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
+		return err
+	}
+	store := faults.NewStore(opts.StateDir)
+	for _, spec := range specs {
 		m, f, err := faults.Parse(spec)
 		if err != nil {
-			return err
+			return usageErr("--fault: %v", err)
+		}
+		if f.Node == "" && opts.Role == server.RoleNode {
+			f.Node = cfg.NodeID
 		}
 		if err := store.Set(m, f); err != nil {
 			return err
 		}
 	}
-	d := driver.New(driver.Config{
-		Name: *name, Version: version, NodeID: *nodeID,
-		NoPublish: *noPublish, NoFence: *noFence, NoForce: *noForce, NoStage: *noStage, NoListVolumes: *noList,
-		Array: array.Options{FencePolicy: array.FencePolicy(*policy), RecentIO: *recent, BrokenFence: *brokenFence, BrokenQuarantine: *brokenQuarantine},
-	}, arr)
-
-	network, addr := "unix", strings.TrimPrefix(*endpoint, "unix://")
-	if strings.HasPrefix(*endpoint, "tcp://") {
-		network, addr = "tcp", strings.TrimPrefix(*endpoint, "tcp://")
-	} else if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	lis, err := net.Listen(network, addr)
+	inst, err := server.Start(opts)
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(store.Interceptor()))
-	csi.RegisterIdentityServer(srv, d)
-	if *role == "controller" {
-		csi.RegisterControllerServer(srv, d)
-	} else {
-		csi.RegisterNodeServer(srv, d)
+	select {
+	case <-ctx.Done():
+		klog.InfoS("Stopping on signal")
+		inst.Stop()
+		return nil
+	case err := <-inst.Done():
+		inst.Stop()
+		return err
 	}
+}
 
-	if *httpEndpoint != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(newCollector(arr))
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		if *role == "node" {
-			mux.HandleFunc("/write", ioHandler(arr, *nodeID, true))
-			mux.HandleFunc("/read", ioHandler(arr, *nodeID, false))
+func stateDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("state-dir", defaultStateDir, "State directory of the array")
+}
+
+func statusCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", stderr)
+	dir := stateDirFlag(fs)
+	failOn := fs.Bool("fail-on-violation", false, fmt.Sprintf("Exit with code %d if any violation is recorded", exitViolation))
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	arr, err := array.Open(*dir)
+	if err != nil {
+		return err
+	}
+	rep, err := server.BuildReport(arr, faults.NewStore(*dir))
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return err
+	}
+	if *failOn && rep.Violations[array.S1]+rep.Violations[array.S2] > 0 {
+		return codeError{code: exitViolation, msg: fmt.Sprintf("safety violations recorded: %v", rep.Violations)}
+	}
+	return nil
+}
+
+func faultCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("fault", stderr)
+	dir := stateDirFlag(fs)
+	clear := fs.Bool("clear", false, "Remove every fault")
+	list := fs.Bool("list", false, "List the faults")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: csi-fence-mock fault --state-dir=D [--clear] [--list] [Method:code=C,latency=D,prob=P,count=N,node=ID,lie | Method:off]...")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if !*clear && !*list && fs.NArg() == 0 {
+		return usageErr("give fault specs, --clear or --list")
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	store := faults.NewStore(*dir)
+	if *clear {
+		if err := store.Clear(); err != nil {
+			return err
 		}
-		hl, err := net.Listen("tcp", *httpEndpoint)
+	}
+	// Parse them all first: a bad spec changes nothing.
+	type set struct {
+		method string
+		f      faults.Fault
+	}
+	var sets []set
+	for _, spec := range fs.Args() {
+		m, f, err := faults.Parse(spec)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		sets = append(sets, set{m, f})
+	}
+	for _, s := range sets {
+		if err := store.Set(s.method, s.f); err != nil {
+			return err
+		}
+	}
+	if *list {
+		fl, err := store.List()
 		if err != nil {
 			return err
 		}
-		go http.Serve(hl, mux)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	go func() { <-ctx.Done(); srv.GracefulStop() }()
-	klog.InfoS("Serving", "role", *role, "endpoint", *endpoint, "driver", *name, "node", *nodeID, "stateDir", *stateDir)
-	return srv.Serve(lis)
-}
-
-// ioHandler is the data path of a simulated workload on this node.
-func ioHandler(arr *array.Array, node string, write bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		vol := r.URL.Query().Get("volume")
-		if vol == "" {
-			http.Error(w, "volume is required", http.StatusBadRequest)
-			return
-		}
-		var err error
-		var data int64
-		if write {
-			err = arr.Write(vol, node)
-		} else {
-			data, err = arr.Read(vol, node)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusForbidden)
-			return
-		}
-		fmt.Fprintln(w, data)
-	}
-}
-
-// collector exports the array's counters, read from the shared state at
-// scrape time so that every instance reports the same numbers.
-type collector struct {
-	arr        *array.Array
-	violations *prometheus.Desc
-	refused    *prometheus.Desc
-	writes     *prometheus.Desc
-}
-
-func newCollector(arr *array.Array) *collector {
-	return &collector{
-		arr:        arr,
-		violations: prometheus.NewDesc("csi_fence_mock_safety_violations_total", "Safety invariant violations recorded by the simulated array.", []string{"invariant"}, nil),
-		refused:    prometheus.NewDesc("csi_fence_mock_refused_unsafe_requests_total", "Unsafe requests the simulated array refused.", []string{"kind"}, nil),
-		writes:     prometheus.NewDesc("csi_fence_mock_writes_total", "Writes accepted by the simulated array.", []string{"volume", "node"}, nil),
-	}
-}
-
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.violations
-	ch <- c.refused
-	ch <- c.writes
-}
-
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	s, err := c.arr.Snapshot()
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.violations, err)
-		return
-	}
-	for inv, n := range s.CountViolations() {
-		ch <- prometheus.MustNewConstMetric(c.violations, prometheus.CounterValue, float64(n), inv)
-	}
-	for kind, n := range s.Refused {
-		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(n), kind)
-	}
-	for id, v := range s.Volumes {
-		for node, n := range v.Writes {
-			ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(n), id, node)
+		for _, k := range sortedKeys(fl) {
+			fmt.Fprintf(stdout, "%s:%s\n", strings.SplitN(k, "@", 2)[0], fl[k])
 		}
 	}
+	return nil
 }
 
-func statusCmd(args []string) error {
-	fs := flag.NewFlagSet("status", flag.ExitOnError)
-	stateDir := fs.String("state-dir", "/var/lib/csi-fence-mock", "State directory of the array")
-	fs.Parse(args)
-	arr, err := array.Open(*stateDir)
+func configureCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("configure", stderr)
+	dir := stateDirFlag(fs)
+	reset := fs.Bool("reset", false, "Drop every override first: instances go back to their own flags")
+	policy := fs.String("fence-policy", "", "Override --fence-policy of every instance: revoke, refuse or unknown")
+	recent := fs.Duration("recent-io", 0, "Override --recent-io")
+	plain := fs.String("plain-unpublish", "", "Override --plain-unpublish: linger or revoke")
+	brokenFence := fs.Bool("broken-fence", false, "Override --broken-fence")
+	brokenQuarantine := fs.Bool("broken-quarantine", false, "Override --broken-quarantine")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr("configure takes no arguments, got %q", fs.Args())
+	}
+	arr, err := array.Open(*dir)
 	if err != nil {
 		return err
 	}
@@ -232,63 +299,123 @@ func statusCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		ViolationCounts map[string]int `json:"violationCounts"`
-		*array.State
-	}{s.CountViolations(), s}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	o := s.Overrides
+	if *reset {
+		o = array.Overrides{}
+	}
+	// Only the flags given change anything.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "fence-policy":
+			o.FencePolicy = array.FencePolicy(*policy)
+		case "recent-io":
+			o.RecentIO = recent
+		case "plain-unpublish":
+			o.PlainUnpublish = array.PlainUnpublishMode(*plain)
+		case "broken-fence":
+			o.BrokenFence = brokenFence
+		case "broken-quarantine":
+			o.BrokenQuarantine = brokenQuarantine
+		}
+	})
+	if err := arr.SetOverrides(o); err != nil {
+		return usageErr("%v", err)
+	}
+	enc := json.NewEncoder(stdout)
+	return enc.Encode(o)
 }
 
-func faultCmd(args []string) error {
-	fs := flag.NewFlagSet("fault", flag.ExitOnError)
-	stateDir := fs.String("state-dir", "/var/lib/csi-fence-mock", "State directory of the array")
-	clear := fs.Bool("clear", false, "Remove every fault")
-	fs.Parse(args)
-	store := faults.NewStore(*stateDir)
-	if *clear {
-		return store.Clear()
+// ioCmd plays a workload on a node. Each operation prints "accepted <data>"
+// or "refused: <why>"; the exit code is exitRefused if any was refused. The
+// node and volume come from flags or from positional arguments NODE VOLUME
+// [PATH] (PATH, the target path, is accepted and ignored: the fence sanity
+// suite's --fence.io-check-cmd appends it).
+func ioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("io", stderr)
+	dir := stateDirFlag(fs)
+	node := fs.String("node-id", "", "Node doing the I/O (or the first argument)")
+	vol := fs.String("volume", "", "Volume ID (or the second argument)")
+	write := fs.Bool("write", false, "Write")
+	read := fs.Bool("read", false, "Read (the default)")
+	count := fs.Int("count", 1, "Number of operations, 0 for no limit (with --interval)")
+	interval := fs.Duration("interval", 0, "Pause between operations; with it, refusals do not stop the loop (a partitioned node's workload keeps writing)")
+	duration := fs.Duration("duration", 0, "Stop after this long (0: after --count operations, or on SIGINT/SIGTERM)")
+	quiet := fs.Bool("quiet", false, "Print only the summary")
+	if err := parse(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() == 0 {
-		return fmt.Errorf("give at least one fault spec, or --clear")
+	pos := fs.Args()
+	if len(pos) > 3 {
+		return usageErr("io takes at most NODE VOLUME [PATH], got %q", pos)
 	}
-	for _, spec := range fs.Args() {
-		m, f, err := faults.Parse(spec)
-		if err != nil {
-			return err
-		}
-		if err := store.Set(m, f); err != nil {
-			return err
-		}
+	if *node == "" && len(pos) > 0 {
+		*node = pos[0]
 	}
-	return nil
-}
-
-func ioCmd(args []string) error {
-	fs := flag.NewFlagSet("io", flag.ExitOnError)
-	stateDir := fs.String("state-dir", "/var/lib/csi-fence-mock", "State directory of the array")
-	node := fs.String("node-id", "", "Node doing the I/O")
-	vol := fs.String("volume", "", "Volume ID")
-	write := fs.Bool("write", false, "Write (default: read)")
-	count := fs.Int("count", 1, "Number of operations")
-	fs.Parse(args)
-	if *node == "" || *vol == "" {
-		return fmt.Errorf("--node-id and --volume are required")
+	if *vol == "" && len(pos) > 1 {
+		*vol = pos[1]
 	}
-	arr, err := array.Open(*stateDir)
+	switch {
+	case *node == "" || *vol == "":
+		return usageErr("give --node-id and --volume (or NODE VOLUME)")
+	case *write && *read:
+		return usageErr("--write or --read, not both")
+	case *count < 0 || (*count == 0 && *interval == 0):
+		return usageErr("--count must be positive, or 0 with --interval")
+	}
+	arr, err := array.Open(*dir)
 	if err != nil {
 		return err
 	}
-	for i := 0; i < *count; i++ {
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	var accepted, refused int
+	for i := 0; *count == 0 || i < *count; i++ {
+		var data int64
 		if *write {
-			err = arr.Write(*vol, *node)
+			data, err = arr.WriteData(*vol, *node)
 		} else {
-			_, err = arr.Read(*vol, *node)
+			data, err = arr.Read(*vol, *node)
 		}
-		if err != nil {
+		var ae *array.Error
+		switch {
+		case err == nil:
+			accepted++
+			if !*quiet {
+				fmt.Fprintf(stdout, "accepted %d\n", data)
+			}
+		case errors.As(err, &ae):
+			refused++
+			if !*quiet {
+				fmt.Fprintf(stdout, "refused: %v\n", err)
+			}
+			if *interval == 0 {
+				return codeError{code: exitRefused}
+			}
+		default:
 			return err
 		}
+		if *interval == 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ioSummary(stdout, accepted, refused)
+		case <-time.After(*interval):
+		}
+	}
+	if *count == 1 && *interval == 0 {
+		return nil // the one line said it all
+	}
+	return ioSummary(stdout, accepted, refused)
+}
+
+func ioSummary(stdout io.Writer, accepted, refused int) error {
+	fmt.Fprintf(stdout, "summary: accepted=%d refused=%d\n", accepted, refused)
+	if refused > 0 {
+		return codeError{code: exitRefused}
 	}
 	return nil
 }
@@ -297,3 +424,12 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

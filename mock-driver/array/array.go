@@ -55,6 +55,9 @@ type Publication struct {
 	Since     time.Time `json:"since"`
 	Staged    string    `json:"staged,omitempty"`    // staging path, if staged
 	Published []string  `json:"published,omitempty"` // target paths, if published
+	// NodeSide: the node plugin staged or published the volume at some point.
+	// Once it has cleaned up again, its recent I/O no longer counts as use.
+	NodeSide bool `json:"nodeSide,omitempty"`
 	// Leaky marks a fence the array reported without cutting the node's data
 	// path (the --broken-fence negative control).
 	Leaky bool `json:"leaky,omitempty"`

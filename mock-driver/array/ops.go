@@ -2,6 +2,7 @@ package array
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -298,6 +299,9 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 			p = &Publication{}
 			v.Publications[node] = p
 		}
+		if p.Access != AccessUnpublished {
+			p.NodeSide = false // a new publication; an unpublished one keeps what the node holds
+		}
 		p.Access, p.ReadOnly, p.Since, p.Leaky, p.LingerUntil, p.Linger = AccessGranted, args.ReadOnly, now, false, time.Time{}, 0
 		if v.SingleNode && !args.ReadOnly {
 			v.Owner = node
@@ -335,7 +339,10 @@ func (a *Array) Unpublish(id, node string, fence bool, opts Options) error {
 			if p.Access != AccessGranted {
 				return nil // a quarantine stays until the node cleans up
 			}
-			if o.PlainUnpublish == PlainUnpublishRevoke || !(p.holds() || recent) {
+			// In use: the node holds it, or does I/O without having gone
+			// through its node plugin (a workload the CO cannot see).
+			inUse := p.holds() || (recent && !p.NodeSide)
+			if o.PlainUnpublish == PlainUnpublishRevoke || !inUse {
 				delete(v.Publications, node)
 				return nil
 			}
@@ -371,7 +378,7 @@ func (a *Array) NodeStage(id, node, path string) error {
 		if p.Staged != "" && p.Staged != path {
 			return errf(CodeFailedPrecondition, "volume %s is already staged on node %s at %s", id, node, p.Staged)
 		}
-		p.Staged = path
+		p.Staged, p.NodeSide = path, true
 		return nil
 	})
 }
@@ -392,21 +399,22 @@ func (a *Array) NodePublish(id, node, target, staging string) error {
 				return nil
 			}
 		}
-		p.Published = append(p.Published, target)
+		p.Published, p.NodeSide = append(p.Published, target), true
 		return nil
 	})
 }
 
 // NodeUnpublish removes target from the node's publications. On a fenced
-// volume it needs force; when nothing of a fenced (or unpublished) volume is
-// left on the node, its record goes: the quarantine is lifted.
+// volume published at target it needs force (the node lost access: it cannot
+// unmount cleanly); when nothing of a fenced (or unpublished) volume is left
+// on the node, its record goes: the quarantine is lifted.
 func (a *Array) NodeUnpublish(id, node, target string, force bool) error {
 	return a.update(func(s *State, _ time.Time) error {
 		v, p := lookup(s, id, node)
 		if p == nil {
 			return nil
 		}
-		if p.Access == AccessFenced && !force {
+		if p.Access == AccessFenced && !force && slices.Contains(p.Published, target) {
 			return errf(CodeFailedPrecondition, "volume %s is fenced on node %s: only a forced NodeUnpublishVolume can clean it up", id, node)
 		}
 		kept := p.Published[:0]
@@ -431,7 +439,7 @@ func (a *Array) NodeUnstage(id, node string, force bool) error {
 			return nil
 		}
 		fenced := p.Access == AccessFenced
-		if fenced && !force {
+		if fenced && !force && p.holds() {
 			return errf(CodeFailedPrecondition, "volume %s is fenced on node %s: only a forced NodeUnstageVolume can clean it up", id, node)
 		}
 		if len(p.Published) > 0 && !fenced {
@@ -456,7 +464,32 @@ func release(v *Volume, node string) {
 // the node's data path is closed (fenced, never published, or a plain
 // unpublish whose session ended). An accepted write on a single-node volume
 // from a node other than its owner is an S1 violation.
-func (a *Array) Write(id, node string) error { return a.io(id, node, true) }
+func (a *Array) Write(id, node string) error {
+	_, err := a.WriteData(id, node)
+	return err
+}
+
+// WriteData is Write, returning the volume's data counter after the write.
+func (a *Array) WriteData(id, node string) (int64, error) {
+	var data int64
+	err := a.update(func(s *State, now time.Time) error {
+		v, err := a.access(s, now, id, node, "write")
+		if err != nil {
+			return err
+		}
+		if v.Publications[node].ReadOnly {
+			s.refuse("write-readonly")
+			return errf(CodePermissionDenied, "volume %s is read-only on node %s", id, node)
+		}
+		if v.SingleNode && v.Owner != "" && v.Owner != node {
+			s.violate(now, S1, id, node, "write from node %s accepted after the volume was published to node %s", node, v.Owner)
+		}
+		count(v, node, now, true)
+		data = v.Data
+		return nil
+	})
+	return data, err
+}
 
 // Read is one read of a workload on node; it needs access like a write.
 func (a *Array) Read(id, node string) (int64, error) {
@@ -471,24 +504,6 @@ func (a *Array) Read(id, node string) (int64, error) {
 		return nil
 	})
 	return data, err
-}
-
-func (a *Array) io(id, node string, write bool) error {
-	return a.update(func(s *State, now time.Time) error {
-		v, err := a.access(s, now, id, node, "write")
-		if err != nil {
-			return err
-		}
-		if v.Publications[node].ReadOnly {
-			s.refuse("write-readonly")
-			return errf(CodePermissionDenied, "volume %s is read-only on node %s", id, node)
-		}
-		if v.SingleNode && v.Owner != "" && v.Owner != node {
-			s.violate(now, S1, id, node, "write from node %s accepted after the volume was published to node %s", node, v.Owner)
-		}
-		count(v, node, now, true)
-		return nil
-	})
 }
 
 // access checks node's data path to the volume; a refusal is counted by kind.

@@ -146,6 +146,18 @@ func TestScenarios(t *testing.T) {
 			access: map[string]string{"a": AccessGranted},
 		},
 		{
+			name: "a quarantine with nothing on the node is lifted by any node cleanup",
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), fails("publish", "v", "a", CodeFailedPrecondition),
+				ok("nodeunpublish", "v", "a"), ok("publish", "v", "a")},
+			access: map[string]string{"a": AccessGranted},
+		},
+		{
+			name: "an unforced cleanup of what is not there succeeds and keeps the quarantine",
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("fence", "v", "a"),
+				ok("nodeunpublish", "v", "a"), fails("unstage", "v", "a", CodeFailedPrecondition), fails("publish", "v", "a", CodeFailedPrecondition)},
+			access: map[string]string{"a": AccessFenced},
+		},
+		{
 			name:   "fence is idempotent",
 			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), ok("fence", "v", "a"), ok("fence", "v", "a")},
 			access: map[string]string{"a": AccessFenced},
@@ -233,6 +245,12 @@ func TestScenarios(t *testing.T) {
 			opts:   window,
 			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("unpublish", "v", "a"), ok("unstage", "v", "a"), ok("publish", "v", "b")},
 			access: map[string]string{"a": "", "b": AccessGranted},
+		},
+		{
+			name: "a node that cleaned up through its plugin is done, recent I/O or not",
+			opts: window,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("write", "v", "a"),
+				ok("nodeunpublish", "v", "a"), ok("unstage", "v", "a"), ok("unpublish", "v", "a"), ok("delete", "v", "")},
 		},
 		{
 			name:   "revoke mode: plain unpublish cuts the node off",

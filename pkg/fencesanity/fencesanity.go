@@ -1,0 +1,134 @@
+// Package fencesanity is a sanity suite for the CSI fence/force extension
+// (DESIGN.md section 4, CSI spec PR #477) that any driver can run, built on
+// csi-test's pkg/sanity: its specs are registered with sanity.DescribeSanity
+// when this package is imported, and Test runs them together with csi-test's
+// own suite.
+//
+// csi-test's "should return appropriate capabilities" specs fail on
+// capability values they do not know, the extension's included; Test skips
+// them (ReplacedSanitySpecs) and runs versions that accept the extension.
+// Against a driver without the extension, the fence specs are skipped with a
+// message saying so.
+//
+// Whether a fence really cuts a node off its volume cannot be seen through
+// CSI: the caller provides an IOChecker that tries a write as a workload on
+// that node would. Without one, the specs that need it are skipped.
+package fencesanity
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	"google.golang.org/grpc"
+)
+
+// IOTarget names a volume as a workload on a node sees it.
+type IOTarget struct {
+	NodeID   string
+	VolumeID string
+	// TargetPath is where NodePublishVolume published the volume on that
+	// node ("" if the spec did not publish it on the node).
+	TargetPath string
+}
+
+// IOChecker tells whether a workload on a node can write to a volume now.
+type IOChecker interface {
+	// CanWrite tries a write: true if the storage accepted it, false if it
+	// refused it, an error if it could not tell.
+	CanWrite(ctx context.Context, t IOTarget) (bool, error)
+}
+
+// IOCheckerFunc is a function IOChecker.
+type IOCheckerFunc func(ctx context.Context, t IOTarget) (bool, error)
+
+// CanWrite calls f.
+func (f IOCheckerFunc) CanWrite(ctx context.Context, t IOTarget) (bool, error) { return f(ctx, t) }
+
+// CommandIOChecker runs a command to check I/O: cmd, split on white space,
+// with NODE-ID VOLUME-ID TARGET-PATH appended. Its standard output must
+// begin with "accepted" or "refused" (its exit code is not looked at then);
+// anything else is an error.
+func CommandIOChecker(cmd string, timeout time.Duration) IOChecker {
+	return IOCheckerFunc(func(ctx context.Context, t IOTarget) (bool, error) {
+		args := strings.Fields(cmd)
+		if len(args) == 0 {
+			return false, fmt.Errorf("empty I/O check command")
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		c := exec.CommandContext(ctx, args[0], append(args[1:], t.NodeID, t.VolumeID, t.TargetPath)...)
+		var stdout, stderr bytes.Buffer
+		c.Stdout, c.Stderr = &stdout, &stderr
+		runErr := c.Run()
+		out := strings.TrimSpace(stdout.String())
+		switch {
+		case strings.HasPrefix(out, "accepted"):
+			return true, nil
+		case strings.HasPrefix(out, "refused"):
+			return false, nil
+		}
+		return false, fmt.Errorf("I/O check command %q (node %s, volume %s) printed %q, want accepted or refused (exit: %v, stderr: %s)",
+			cmd, t.NodeID, t.VolumeID, out, runErr, strings.TrimSpace(stderr.String()))
+	})
+}
+
+// Config is what the fence specs need beyond sanity.TestConfig.
+type Config struct {
+	// IOChecker checks that a fence cuts a node's I/O; nil skips those specs.
+	IOChecker IOChecker
+	// OtherNodeAddress is the endpoint of the node plugin of a second node,
+	// for the specs that move a volume between nodes or share it; empty skips
+	// them. Its staging and target paths are made next to the sanity ones, on
+	// this machine.
+	OtherNodeAddress     string
+	OtherNodeDialOptions []grpc.DialOption
+	// FenceTimeout bounds the retries of a fence that the driver refuses for
+	// now (FAILED_PRECONDITION or UNAVAILABLE, as an array does while the node
+	// still shows I/O). Default 30s.
+	FenceTimeout time.Duration
+}
+
+// DefaultFenceTimeout is Config.FenceTimeout's default.
+const DefaultFenceTimeout = 30 * time.Second
+
+// config is the configuration of the run; the specs read it when they run.
+var config = Config{FenceTimeout: DefaultFenceTimeout}
+
+// ReplacedSanitySpecs are regular expressions of the csi-test specs that
+// this package replaces: Test skips them. Callers that run the suite in
+// their own way add them to Ginkgo's skip list.
+var ReplacedSanitySpecs = []string{
+	regexp.QuoteMeta("Controller Service [Controller Server] ControllerGetCapabilities should return appropriate capabilities"),
+	regexp.QuoteMeta("Node Service NodeGetCapabilities should return appropriate capabilities"),
+}
+
+// Configure sets the fence configuration of specs registered through
+// GinkgoTest or run by RunSpecs in another way.
+func Configure(cfg Config) {
+	if cfg.FenceTimeout <= 0 {
+		cfg.FenceTimeout = DefaultFenceTimeout
+	}
+	config = cfg
+}
+
+// Test runs csi-test's sanity suite together with the fence specs, the
+// replaced capability specs skipped. Like sanity.Test it can run once per
+// process.
+func Test(t ginkgo.GinkgoTestingT, sanityConfig sanity.TestConfig, cfg Config) {
+	Configure(cfg)
+	sc := sanity.GinkgoTest(&sanityConfig)
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	suiteConfig, reporterConfig := ginkgo.GinkgoConfiguration()
+	suiteConfig.SkipStrings = append(suiteConfig.SkipStrings, ReplacedSanitySpecs...)
+	ginkgo.RunSpecs(t, "CSI Driver Test Suite", suiteConfig, reporterConfig)
+	sc.Finalize()
+	closeOtherNode()
+}
