@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -37,6 +38,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/attacher"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fence"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 )
 
@@ -57,6 +59,8 @@ func main() {
 	opts.AddFlags(flag.CommandLine)
 	nodeOpts := &sidecar.NodeOptions{}
 	nodeOpts.AddFlags(flag.CommandLine)
+	failoverOpts := &sidecar.FailoverOptions{}
+	failoverOpts.AddFlags(flag.CommandLine)
 	sidecar.AddFeatureGatesFlag(flag.CommandLine, fg)
 	flag.Parse()
 
@@ -70,7 +74,7 @@ func main() {
 		return
 	}
 	logger.Info("Version", "version", version, "role", opts.Role)
-	if err := opts.Validate(); err != nil {
+	if err := errors.Join(opts.Validate(), failoverOpts.Validate()); err != nil {
 		logger.Error(err, "Invalid flags")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
@@ -86,7 +90,7 @@ func main() {
 
 	switch opts.Role {
 	case sidecar.RoleController:
-		err = runController(ctx, opts, fg)
+		err = runController(ctx, opts, failoverOpts, fg)
 	case sidecar.RoleNode:
 		err = runNode(ctx, opts, nodeOpts)
 	}
@@ -113,7 +117,7 @@ type controllerEnv struct {
 // runController runs the controller role next to the driver's controller
 // plugin: the attacher, under external-attacher's Lease so that an old and
 // a new replica never act at once.
-func runController(ctx context.Context, opts *sidecar.Options, fg featuregate.FeatureGate) error {
+func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate) error {
 	env, err := connectController(ctx, opts)
 	if err != nil {
 		return err
@@ -129,9 +133,52 @@ func runController(ctx context.Context, opts *sidecar.Options, fg featuregate.Fe
 	if err != nil {
 		return err
 	}
+	mode := sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps)
+	if mode.CSIHandler {
+		runFailover, err := sidecar.NewFailover(ctx, sidecar.FailoverDeps{
+			DriverName: env.driverName,
+			CanFence:   fence.ControllerCanFence(env.controllerCaps),
+			SafeDetach: fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
+			Options:    opts,
+			Failover:   failoverOpts,
+			Client:     env.client,
+			Dynamic:    env.dynamic,
+			CSI:        csiclient.New(env.conn, int32(opts.MaxEntries)),
+		})
+		if err != nil {
+			return err
+		}
+		if runFailover != nil {
+			go runWithOwnLease(ctx, env, contract.FailoverLeaseName(env.driverName), runFailover)
+		}
+	}
 	leaderelection.RunWithLeaderElection(ctx, env.restConfig, standardflags.Configuration, runAttacher,
 		contract.AttacherLeaseName(env.driverName), env.mux, fg.Enabled(sidecar.ReleaseLeaderElectionOnExit))
 	return nil
+}
+
+// runWithOwnLease runs the failover controller under its own Lease, so that
+// it can be placed apart from the attacher. csi-lib-utils' helper would
+// register the leader-election health check a second time on the mux, so the
+// lower-level API is used; losing the Lease ends the process, as for the
+// attacher.
+func runWithOwnLease(ctx context.Context, env *controllerEnv, lease string, run func(context.Context)) {
+	sc := standardflags.Configuration
+	if !sc.LeaderElection {
+		run(ctx)
+		return
+	}
+	le := leaderelection.NewLeaderElection(env.client, lease, run)
+	if sc.LeaderElectionNamespace != "" {
+		le.WithNamespace(sc.LeaderElectionNamespace)
+	}
+	le.WithLeaseDuration(sc.LeaderElectionLeaseDuration)
+	le.WithRenewDeadline(sc.LeaderElectionRenewDeadline)
+	le.WithRetryPeriod(sc.LeaderElectionRetryPeriod)
+	if err := le.Run(); err != nil {
+		klog.FromContext(ctx).Error(err, "Failover leader election failed", "lease", lease)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
 }
 
 // connectController builds the API clients, connects to and probes the

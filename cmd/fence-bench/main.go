@@ -32,7 +32,7 @@ func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n",
 
 func main() {
 	trials := flag.Int("trials", 5, "Trials per path")
-	paths := flag.String("paths", "out-of-service", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible) and automatic (SafeDetach pod GC)")
+	paths := flag.String("paths", "automatic,out-of-service", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible) and automatic (SafeDetach pod GC)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -48,7 +48,7 @@ func run(ctx context.Context, trials int, paths []string) error {
 		return err
 	}
 	defer c.Cleanup(false)
-	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=true"}})
+	p, err := c.StartProduct(ctx, framework.ProductOptions{})
 	if err != nil {
 		return err
 	}

@@ -148,3 +148,52 @@ func TestOutOfServiceFailover(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w *testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// The product's main job: SafeDetach failover without a person. The node is
+// powered off; the failover controller quarantines it, fences the volume,
+// force-deletes the pod; the replacement attaches elsewhere; when the node
+// returns it is force-cleaned and the quarantine is lifted.
+func TestSafeDetachFailover(t *testing.T) {
+	runFailover(t, "sd", scenario.FailoverOptions{Return: true})
+}
+
+// A partitioned node keeps running its workload, which keeps writing: the
+// fence must cut those writes off before the volume moves, and the array must
+// see no write from two nodes.
+func TestPartitionedNodeFailover(t *testing.T) {
+	runFailover(t, "pt", scenario.FailoverOptions{Partition: true, Return: true})
+}
+
+func runFailover(t *testing.T, prefix string, opts scenario.FailoverOptions) {
+	ctx := context.Background()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, prefix, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: env.Volumes[0]},
+		func(e timeline.Event) { t.Logf("milestone: %s %s", e.What, e.Detail) })
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Failover(ctx, rec, opts); err != nil {
+		t.Fatal(err)
+	}
+	// Fence before delete (S1's order): the fence is recorded no later than
+	// the force-delete.
+	fenced, ok1 := rec.At(timeline.StorageFenced)
+	deleted, ok2 := rec.At(timeline.PodForceDeleted)
+	if !ok1 || !ok2 || fenced.After(deleted) {
+		t.Errorf("want the fence before the force-delete; fenced=%v (%v) deleted=%v (%v)", fenced, ok1, deleted, ok2)
+	}
+	if !rec.Has(timeline.Quarantined) {
+		t.Errorf("the node was never quarantined")
+	}
+	rec.Print(&testWriter{t})
+	expectNoViolations(t)
+}

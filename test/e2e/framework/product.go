@@ -105,7 +105,8 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 	}
 	attArgs := append([]string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--v=5",
 		"--leader-election", "--leader-election-namespace=default", "--http-endpoint=127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--timeout=5s", "--retry-interval-start=200ms", "--retry-interval-max=5s", "--reconcile-sync=10s"}, opts.AttacherArgs...)
+		"--timeout=5s", "--retry-interval-start=200ms", "--retry-interval-max=5s", "--reconcile-sync=10s",
+		"--feature-gates=NonGracefulFailover=true"}, opts.AttacherArgs...)
 	if p.Attacher, err = c.StartProcess("csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), attArgs...); err != nil {
 		return nil, err
 	}

@@ -302,6 +302,25 @@ func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts Failove
 			}
 			rec.Mark(timeline.TaintsRemoved, "out-of-service taint removed by the operator")
 		}
+		if err := framework.WaitFor(ctx, 60*time.Second, "quarantine of "+victim+" lifted", func(ctx context.Context) (bool, error) {
+			n, err := e.C.Client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, t := range n.Spec.Taints {
+				if t.Key == contract.QuarantineTaintKey {
+					return false, nil
+				}
+			}
+			for _, c := range n.Status.Conditions {
+				if string(c.Type) == contract.ConditionFencingRequired || string(c.Type) == contract.ConditionFencingComplete {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

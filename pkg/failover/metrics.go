@@ -1,0 +1,40 @@
+package failover
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+var (
+	forceDeletePods = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "force_delete_pods_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of pods force-deleted by the failover controller, by reason (safe-detach, out-of-service, fencing-complete).",
+	}, []string{"reason"})
+	forceDeletePodErrors = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "force_delete_pod_errors_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of errors while force-deleting pods, by reason.",
+	}, []string{"reason"})
+	fencedNodes = metrics.NewGauge(&metrics.GaugeOpts{
+		Name: "fenced_nodes", StabilityLevel: metrics.ALPHA,
+		Help: "Number of nodes under quarantine.",
+	})
+	failoverDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Name: "failover_duration_seconds", StabilityLevel: metrics.ALPHA,
+		Help:    "Time from a pod becoming eligible (Terminating on a NotReady node) to its force-delete.",
+		Buckets: metrics.ExponentialBuckets(0.1, 2, 12),
+	})
+	fenceErrors = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "failover_fence_errors_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of fences refused or failed during a failover, by driver.",
+	}, []string{"driver_name"})
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers the failover metrics on the legacy registry.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, fencedNodes, failoverDuration, fenceErrors)
+	})
+}

@@ -1,0 +1,97 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/failover"
+)
+
+// FailoverOptions are the flags of the failover controller.
+type FailoverOptions struct {
+	MaxFencedNodes       int
+	MaxFencedNodePercent int
+}
+
+// AddFlags registers the failover flags on fs.
+func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.MaxFencedNodes, "max-fenced-nodes", 0, "Storm guard: never fence more than this many nodes at once (0: no absolute limit).")
+	fs.IntVar(&o.MaxFencedNodePercent, "max-fenced-node-percent", 50, "Storm guard: never fence more than this share of all nodes at once, in percent (0: no limit).")
+}
+
+// Validate checks the failover flags.
+func (o *FailoverOptions) Validate() error {
+	if o.MaxFencedNodes < 0 || o.MaxFencedNodePercent < 0 || o.MaxFencedNodePercent > 100 {
+		return errors.New("--max-fenced-nodes must be >= 0 and --max-fenced-node-percent between 0 and 100")
+	}
+	return nil
+}
+
+// FailoverDeps are what the failover controller is built from.
+type FailoverDeps struct {
+	DriverName string
+	CanFence   bool
+	SafeDetach bool // feature gate NonGracefulFailover
+	Options    *Options
+	Failover   *FailoverOptions
+	Client     kubernetes.Interface
+	Dynamic    dynamic.Interface
+	CSI        csiclient.Attacher
+}
+
+// NewFailover builds the failover controller and returns the function that
+// runs it, or nil when the FencingRequest CRD is not installed (the failover
+// keeps its record there and cannot work without it).
+func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), error) {
+	served, err := FencingRequestsServed(d.Client.Discovery())
+	if err != nil {
+		return nil, err
+	}
+	if !served {
+		klog.FromContext(ctx).Info("The FencingRequest CRD is not installed: automatic failover is off")
+		return nil, nil
+	}
+	failover.RegisterMetrics()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events(v1.NamespaceAll)})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: fmt.Sprintf("csi-fence-failover %s", d.DriverName)})
+	c, err := failover.New(failover.Options{
+		DriverName:           d.DriverName,
+		CanFence:             d.CanFence,
+		SafeDetach:           d.SafeDetach,
+		Timeout:              d.Options.Timeout,
+		MaxFencedNodes:       d.Failover.MaxFencedNodes,
+		MaxFencedNodePercent: d.Failover.MaxFencedNodePercent,
+		RetryIntervalStart:   d.Options.RetryIntervalStart,
+		RetryIntervalMax:     d.Options.RetryIntervalMax,
+		Resync:               failoverResync(d.Options),
+	}, d.Client, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) { c.Run(ctx, int(d.Options.WorkerThreads)) }, nil
+}
+
+// failoverResync is how often every node is looked at again: time passing is
+// an input of the failover (a node's NotReady age), so it is short.
+func failoverResync(o *Options) (d time.Duration) {
+	d = 10e9
+	if o.Resync > 0 && o.Resync < d {
+		d = o.Resync
+	}
+	return d
+}
