@@ -108,6 +108,25 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseInterleaved parses flags given before, between or after the
+// positional arguments, and returns the positional ones.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+}
+
 const defaultStateDir = "/var/lib/csi-fence-mock"
 
 func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -231,10 +250,11 @@ func faultCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "usage: csi-fence-mock fault --state-dir=D [--clear] [--list] [Method:code=C,latency=D,prob=P,count=N,node=ID,lie | Method:off]...")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	specs, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	if !*clear && !*list && fs.NArg() == 0 {
+	if !*clear && !*list && len(specs) == 0 {
 		return usageErr("give fault specs, --clear or --list")
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
@@ -252,7 +272,7 @@ func faultCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		f      faults.Fault
 	}
 	var sets []set
-	for _, spec := range fs.Args() {
+	for _, spec := range specs {
 		m, f, err := faults.Parse(spec)
 		if err != nil {
 			return usageErr("%v", err)
@@ -341,10 +361,10 @@ func ioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	interval := fs.Duration("interval", 0, "Pause between operations; with it, refusals do not stop the loop (a partitioned node's workload keeps writing)")
 	duration := fs.Duration("duration", 0, "Stop after this long (0: after --count operations, or on SIGINT/SIGTERM)")
 	quiet := fs.Bool("quiet", false, "Print only the summary")
-	if err := parse(fs, args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	pos := fs.Args()
 	if len(pos) > 3 {
 		return usageErr("io takes at most NODE VOLUME [PATH], got %q", pos)
 	}
