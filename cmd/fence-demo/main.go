@@ -28,16 +28,17 @@ func (p printer) Logf(format string, args ...interface{}) {
 func main() {
 	keep := flag.Bool("keep", false, "Keep the work directory (logs, array state) after the run")
 	partition := flag.Bool("partition", false, "Partition the node instead of powering it off: its workload keeps writing, and the fence must stop it")
+	outOfService := flag.Bool("out-of-service", false, "Fail over the KEP-2268 way, an operator adding the out-of-service taint, instead of the automatic SafeDetach failover")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, *keep, *partition); err != nil {
+	if err := run(ctx, *keep, *partition, *outOfService); err != nil {
 		fmt.Fprintln(os.Stderr, "fence-demo: FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, keep, partition bool) (err error) {
+func run(ctx context.Context, keep, partition, outOfService bool) (err error) {
 	log := printer{start: time.Now()}
 	log.Logf("preparing the control-plane binaries (a cold build takes several minutes; cached afterwards)")
 	c, err := framework.Start(ctx, log, framework.Options{})
@@ -66,7 +67,7 @@ func run(ctx context.Context, keep, partition bool) (err error) {
 		return err
 	}
 	log.Logf("failing node %s, which runs %s", victim, env.PodName(0))
-	failErr := env.Failover(ctx, rec, scenario.FailoverOptions{Partition: partition, OutOfServiceTaint: true, Return: true})
+	failErr := env.Failover(ctx, rec, scenario.FailoverOptions{Partition: partition, OutOfServiceTaint: outOfService, Return: true})
 
 	fmt.Println("\nTimeline of the failover:")
 	rec.Print(os.Stdout)
