@@ -118,7 +118,11 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"log-text-split-stream":     "",
 		"log-text-info-buffer-size": "",
 		// Ours.
-		"role": `"controller"`,
+		"role":                    `"controller"`,
+		"max-fenced-nodes":        "",
+		"max-fenced-node-percent": "50",
+		"kubelet-dir":             `"/var/lib/kubelet"`,
+		"node-name":               "",
 	}
 	for name, def := range want {
 		g, ok := got[name]
@@ -149,7 +153,8 @@ func TestCommandLineErrors(t *testing.T) {
 		wantOut  string
 	}{
 		{"version", []string{"--version"}, 0, "csi-fence-attacher unknown"},
-		{"node role is not there yet", []string{"--role=node"}, 1, "--role=node is not implemented yet"},
+		{"node role needs its node", []string{"--role=node", "--node-name="}, 1, "--role=node needs --node-name"},
+		{"storm guard out of range", []string{"--max-fenced-node-percent=101"}, 1, "--max-fenced-node-percent between 0 and 100"},
 		{"unknown role", []string{"--role=both"}, 1, "--role must be"},
 		{"no workers", []string{"--worker-threads=0"}, 1, "--worker-threads must be greater than zero"},
 		{"no timeout", []string{"--timeout=0"}, 1, "--timeout must be positive"},

@@ -74,8 +74,8 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 	if err := BuildProduct(ctx, p.BinDir); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"deploy/kubernetes/crd-fencingrequests.yaml", "deploy/kubernetes/rbac-controller.yaml",
-		"deploy/kubernetes/rbac-node.yaml", "deploy/kubernetes/csidriver-example.yaml"} {
+	for _, f := range []string{"deploy/kubernetes/base/crd-fencingrequests.yaml", "deploy/kubernetes/base/rbac-controller.yaml",
+		"deploy/kubernetes/base/rbac-node.yaml", "deploy/kubernetes/mock-example/csidriver.yaml"} {
 		if err := c.ApplyManifest(ctx, f, ""); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,52 @@
+// Package kubernetes holds the manifests users apply; this test renders the
+// kustomizations as `kubectl apply -k` would and checks that the sidecar is
+// placed where the README says.
+package kubernetes
+
+import (
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+func TestMockExampleRenders(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), "mock-example")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/kubernetes/mock-example: %v", err)
+	}
+	kinds := map[string]bool{}
+	for _, r := range res.Resources() {
+		kinds[r.GetKind()+"/"+r.GetName()] = true
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(y)
+		switch r.GetKind() + "/" + r.GetName() {
+		case "Deployment/csi-driver-controller":
+			for _, want := range []string{"name: csi-fence-attacher", "--leader-election", "NonGracefulFailover=true", "serviceAccountName: csi-fence-attacher", "name: csi-fence-mock"} {
+				if !strings.Contains(s, want) {
+					t.Errorf("controller Deployment lacks %q:\n%s", want, s)
+				}
+			}
+		case "DaemonSet/csi-driver-node":
+			for _, want := range []string{"--role=node", "mountPropagation: HostToContainer", "serviceAccountName: csi-fence-attacher-node", "fieldPath: spec.nodeName", "name: csi-fence-mock"} {
+				if !strings.Contains(s, want) {
+					t.Errorf("node DaemonSet lacks %q:\n%s", want, s)
+				}
+			}
+		}
+	}
+	for _, want := range []string{
+		"CustomResourceDefinition/fencingrequests.fencing.csi-fence.io", "ClusterRole/csi-fence-attacher-runner",
+		"ClusterRole/csi-fence-attacher-node", "CSIDriver/fence.csi-fence.io",
+		"Deployment/csi-driver-controller", "DaemonSet/csi-driver-node",
+	} {
+		if !kinds[want] {
+			t.Errorf("rendered example lacks %s (has %v)", want, kinds)
+		}
+	}
+}
