@@ -25,6 +25,15 @@ mkdir -p "$out"
 
 log() { echo "e2e-binaries: $*" >&2; }
 
+# Two test runs (or a test run and the demo) may start on a cold cache at the
+# same time: one builds, the other waits for it instead of building into the
+# same directory.
+exec 9>"$out/.lock"
+if ! flock -n 9; then
+	log "another build of $out is running; waiting for it"
+	flock 9
+fi
+
 build() { # name module-dir ldflags packages...
 	local name=$1 dir=$2 ldflags=$3; shift 3
 	local tmp=$out/.tmp-$name
@@ -60,6 +69,7 @@ if [ ! -f "$out/kwok-stages/pod-create.yaml" ]; then
 	rm -rf "$out/kwok-stages"
 	moddir=$(cd "$tools/kwok" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 	rm -rf "$out/kwok-stages.tmp" && mkdir -p "$out/kwok-stages.tmp"
+	# Stages of kwokctl's default set, by their paths in the kwok module.
 	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
 		pod/general/pod-create.yaml pod/general/pod-ready.yaml pod/general/pod-complete.yaml pod/general/pod-delete.yaml; do
 		cp "$moddir/kustomize/stage/$f" "$out/kwok-stages.tmp/"
