@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
@@ -181,8 +184,24 @@ func runFailover(t *testing.T, prefix string, opts scenario.FailoverOptions) {
 	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
 		t.Fatal(err)
 	}
+	// A pod that tolerates the node being unreachable forever chose to wait
+	// for its node: it must never be touched.
+	tolerant := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: prefix + "-tolerant", Namespace: env.NS},
+		Spec: corev1.PodSpec{
+			NodeName:    victim,
+			Containers:  []corev1.Container{{Name: "c", Image: "busybox"}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		},
+	}
+	if _, err := cluster.Client.CoreV1().Pods(env.NS).Create(ctx, tolerant, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := env.Failover(ctx, rec, opts); err != nil {
 		t.Fatal(err)
+	}
+	if p, err := cluster.Client.CoreV1().Pods(env.NS).Get(ctx, tolerant.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the pod tolerating the unreachable node forever was touched: %v, %v", err, p)
 	}
 	// Fence before delete (S1's order): the fence is recorded no later than
 	// the force-delete.
@@ -195,5 +214,74 @@ func runFailover(t *testing.T, prefix string, opts scenario.FailoverOptions) {
 		t.Errorf("the node was never quarantined")
 	}
 	rec.Print(&testWriter{t})
+	expectNoViolations(t)
+}
+
+// A driver that refuses to fence (it cannot prove the node stopped): nothing
+// moves, the reason is visible on the FencingRequest; once the driver
+// agrees, the failover completes.
+func TestRefusedFenceMovesNothing(t *testing.T) {
+	ctx := context.Background()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "rf", 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := faults.NewStore(product.StateDir)
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Code: codes.FailedPrecondition}); err != nil {
+		t.Fatal(err)
+	}
+	defer store.Clear()
+	if err := cluster.ShutDown(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	product.Nodes[victim].PowerOff()
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	if err := framework.WaitFor(ctx, 90*time.Second, "the refused fence recorded on the FencingRequest", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, victim)
+		if err != nil {
+			return false, nil
+		}
+		v := fencerecord.Find(fr, framework.DriverName, env.Volumes[0])
+		return v != nil && v.FenceError != "" && fr.Status.ErrorMessage != "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing moved: the pod is still there (Terminating), its volume is
+	// still attached to the dead node, and the array never fenced it.
+	pod, err := cluster.Client.CoreV1().Pods(env.NS).Get(ctx, env.PodName(0), metav1.GetOptions{})
+	if err != nil || pod.Spec.NodeName != victim {
+		t.Fatalf("the pod moved although its volume could not be fenced: %v %v", pod, err)
+	}
+	if va, err := env.VA(ctx, env.Volumes[0], victim); err != nil || va == nil {
+		t.Fatalf("the old attachment is gone although the fence was refused: %v", err)
+	}
+	s, _ := product.Array.Snapshot()
+	if p := s.Volumes[env.Volumes[0]].Publications[victim]; p == nil || p.Access != "granted" {
+		t.Fatalf("the array shows %+v; the refused fence must leave the volume as it was", p)
+	}
+	// The driver agrees now: the failover completes.
+	if err := store.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitAttached(ctx, 0, victim, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Bring the node back and let it be cleaned, so the cluster is whole again.
+	if err := cluster.BringBack(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := product.PowerOn(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 90*time.Second, "quarantine lifted", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, victim)
+		return err == nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	expectNoViolations(t)
 }
