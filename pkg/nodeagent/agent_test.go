@@ -347,10 +347,10 @@ func TestRefencedAfterCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mount("vol-a", "pv-a", true, "pod-2")
+	// The second fence re-opens the record (pkg/fencerecord's tests pin
+	// that); the running agent may clean it again at once, so what is
+	// checked here is that it did: pod-2's leftovers are gone.
 	e.fence("vol-a", "pv-a")
-	if v := e.entry("vol-a"); v.CleanedTime != nil {
-		t.Fatalf("the second fence did not re-open the record: %+v", v)
-	}
 	e.waitCleaned("vol-a")
 	mustBeGone(t, e.layout.PodVolumeDir("pod-2", "pv-a"), e.layout.StagingDir(testDriver, "vol-a"))
 	if p := e.publication("vol-a"); p != nil {
