@@ -7,6 +7,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
@@ -147,7 +148,7 @@ func (d *Driver) ControllerPublishVolume(_ context.Context, req *csi.ControllerP
 // of pkg/fence) unless the fence capability is switched off: a driver without
 // the extension does not know the field and does a plain unpublish, which is
 // exactly the danger the extension exists to remove.
-func (d *Driver) ControllerUnpublishVolume(_ context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	if d.cfg.NoPublish {
 		return nil, status.Error(codes.Unimplemented, "ControllerUnpublishVolume is switched off")
 	}
@@ -175,6 +176,8 @@ func (d *Driver) ControllerUnpublishVolume(_ context.Context, req *csi.Controlle
 		if err := d.array.Unpublish(req.GetVolumeId(), n, fenced, d.cfg.Array); err != nil {
 			return nil, toStatus(err)
 		}
+		// The fence field is an unknown field: gRPC logs do not show it.
+		klog.FromContext(ctx).V(1).Info("Unpublished", "volume", req.GetVolumeId(), "node", n, "fence", fenced)
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
