@@ -1,0 +1,256 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+)
+
+// steps records the side effects of a sync in order.
+type steps struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (s *steps) add(x string) { s.mu.Lock(); s.log = append(s.log, x); s.mu.Unlock() }
+func (s *steps) index(x string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, y := range s.log {
+		if y == x {
+			return i
+		}
+	}
+	return -1
+}
+
+type fakeCSI struct {
+	steps *steps
+	err   error
+	calls int
+}
+
+func (f *fakeCSI) Attach(context.Context, csiclient.AttachRequest) (map[string]string, error) {
+	return nil, errors.New("not used")
+}
+
+func (f *fakeCSI) Detach(_ context.Context, volumeID, nodeID string, _ map[string]string, fence bool) error {
+	f.calls++
+	if !fence {
+		return errors.New("the failover must only fence")
+	}
+	if f.err != nil {
+		return f.err
+	}
+	f.steps.add("fence " + volumeID)
+	return nil
+}
+
+func objects(nodeReady v1.ConditionStatus, podTerminating bool) []runtime.Object {
+	now := metav1.Now()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{
+		Conditions:   []v1.NodeCondition{{Type: v1.NodeReady, Status: nodeReady}},
+		VolumesInUse: []v1.UniqueVolumeName{"kubernetes.io/csi/" + driver + "^h1"},
+	}}
+	healthy := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	others := []runtime.Object{}
+	for _, n := range []string{"n3", "n4"} {
+		others = append(others, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}})
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{NodeName: "n1", Volumes: []v1.Volume{pvcVol("data")}}}
+	if podTerminating {
+		pod.DeletionTimestamp = &now
+	}
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv1"}}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
+		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "h1"}},
+	}}
+	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver, Annotations: map[string]string{contract.SafeDetachAnnotation: "true"}}}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1", Annotations: map[string]string{contract.NodeIDAnnotation: "n1-id"}},
+		Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv1")}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true}}
+	return append([]runtime.Object{node, healthy, pod, pvc, pv, csiDriver, va}, others...)
+}
+
+type env struct {
+	c      *Controller
+	client *fake.Clientset
+	dyn    *dynamicfake.FakeDynamicClient
+	fr     *fencingv1alpha1.Client
+	csi    *fakeCSI
+	steps  *steps
+}
+
+func newEnv(t *testing.T, objs []runtime.Object, safeDetach bool) *env {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	s := &steps{}
+	client := fake.NewSimpleClientset(objs...)
+	client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		n := a.(k8stesting.UpdateAction).GetObject().(*v1.Node)
+		if Taint(n, contract.QuarantineTaintKey) != nil {
+			s.add("quarantine")
+		}
+		return false, nil, nil
+	})
+	client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		s.add("delete " + a.(k8stesting.DeleteAction).GetName())
+		return false, nil, nil
+	})
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
+	e := &env{client: client, dyn: dyn, fr: fencingv1alpha1.NewClient(dyn), csi: &fakeCSI{steps: s}, steps: s}
+	e.c = e.start(ctx, t, safeDetach)
+	return e
+}
+
+// start builds a controller on the env's API state and syncs its caches, as
+// a (re)started process would.
+func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool) *Controller {
+	c, err := New(Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second,
+		MaxFencedNodePercent: 50, RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second, Resync: time.Hour},
+		e.client, dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0), e.fr, e.csi, record.NewFakeRecorder(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.factory.Start(ctx.Done())
+	c.dfactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		t.Fatal("caches did not sync")
+	}
+	return c
+}
+
+func (e *env) sync(t *testing.T) error {
+	_, ctx := ktesting.NewTestContext(t)
+	return e.c.sync(ctx, "n1")
+}
+
+// Quarantine first, then the fence, then the force-delete: the order that
+// makes the failover safe (S1) and keeps new pods off the node.
+func TestSafeDetachOrder(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	q, f, d := e.steps.index("quarantine"), e.steps.index("fence h1"), e.steps.index("delete db-0")
+	if q < 0 || f < 0 || d < 0 || !(q < f && f < d) {
+		t.Fatalf("want quarantine < fence < delete, got %v", e.steps.log)
+	}
+	fr, err := e.fr.Get(context.Background(), "n1")
+	if err != nil || !fencerecord.IsQuarantined(fr, driver, "h1") || fr.Status.Phase != fencingv1alpha1.PhaseFenced {
+		t.Fatalf("record = %+v, %v", fr, err)
+	}
+	node, _ := e.client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if len(node.Status.VolumesInUse) != 0 {
+		t.Errorf("fenced volume still in volumesInUse: %v", node.Status.VolumesInUse)
+	}
+	if !conditionTrue(node, contract.ConditionFencingComplete) {
+		t.Errorf("FencingComplete not set: %+v", node.Status.Conditions)
+	}
+}
+
+// A refused fence moves nothing: no pod is deleted, the error is recorded,
+// and the sync fails so that it is retried with backoff.
+func TestRefusedFenceDeletesNothing(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	e.csi.err = errors.New("FAILED_PRECONDITION: node still writing")
+	if err := e.sync(t); err == nil {
+		t.Fatal("sync succeeded although the fence was refused")
+	}
+	if e.steps.index("delete db-0") >= 0 {
+		t.Fatalf("pod deleted although its volume is not fenced: %v", e.steps.log)
+	}
+	fr, err := e.fr.Get(context.Background(), "n1")
+	if err != nil || fencerecord.Find(fr, driver, "h1") == nil || fencerecord.Find(fr, driver, "h1").FenceError == "" || fr.Status.ErrorMessage == "" {
+		t.Fatalf("refusal not recorded: %+v, %v", fr, err)
+	}
+	// The driver agrees later: a retry completes the failover.
+	e.csi.err = nil
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.steps.index("delete db-0") < 0 {
+		t.Fatalf("pod not deleted after the fence succeeded: %v", e.steps.log)
+	}
+}
+
+// S3/S4: nothing happens on a Ready node, to a pod that is not Terminating,
+// or with the feature gate off.
+func TestNothingHappensWithoutCause(t *testing.T) {
+	tests := []struct {
+		name       string
+		ready      v1.ConditionStatus
+		terminated bool
+		gate       bool
+	}{
+		{"Ready node", v1.ConditionTrue, true, true},
+		{"pod not Terminating", v1.ConditionUnknown, false, true},
+		{"feature gate off", v1.ConditionUnknown, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, objects(tc.ready, tc.terminated), tc.gate)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if len(e.steps.log) != 0 || e.csi.calls != 0 {
+				t.Fatalf("side effects without cause: %v, %d CSI calls", e.steps.log, e.csi.calls)
+			}
+		})
+	}
+}
+
+// A restart between any two steps loses nothing: a fresh controller on the
+// state the API holds finishes the failover, and fences nothing twice.
+func TestRestartAfterFence(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	// First incarnation: the pod is not deleted yet because the delete fails.
+	e.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	_ = e.sync(t)
+	calls := e.csi.calls
+	if calls != 1 {
+		t.Fatalf("want one fence, got %d", calls)
+	}
+	// Second incarnation on the same API state (a new controller, caches
+	// rebuilt): the record says fenced, so no second fence; the pod goes.
+	e.client.ReactionChain = e.client.ReactionChain[1:]
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c2 := e.start(ctx, t, true)
+	if err := c2.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if e.csi.calls != calls {
+		t.Errorf("fenced again after a restart: %d calls", e.csi.calls)
+	}
+	if e.steps.index("delete db-0") < 0 {
+		t.Errorf("the restarted controller did not finish the failover: %v", e.steps.log)
+	}
+}
