@@ -271,13 +271,11 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 			v.Publications = map[string]*Publication{}
 		}
 		p := v.Publications[node]
+		quarantined := p != nil && p.Access == AccessFenced
 		switch {
-		case p != nil && p.Access == AccessFenced:
-			if !o.BrokenQuarantine {
-				s.refuse("publish-quarantined")
-				return errf(CodeFailedPrecondition, "volume %s is quarantined on node %s: a forced NodeUnpublishVolume/NodeUnstageVolume on that node must clean it up first", id, node)
-			}
-			s.violate(now, S2, id, node, "volume published to node %s where it is quarantined", node)
+		case quarantined && !o.BrokenQuarantine:
+			s.refuse("publish-quarantined")
+			return errf(CodeFailedPrecondition, "volume %s is quarantined on node %s: a forced NodeUnpublishVolume/NodeUnstageVolume on that node must clean it up first", id, node)
 		case p != nil && p.Access == AccessGranted:
 			if p.ReadOnly != args.ReadOnly {
 				return errf(CodeAlreadyExists, "volume %s is already published to node %s with readonly=%v", id, node, p.ReadOnly)
@@ -291,6 +289,9 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 		}
 		if n != nil && n.MaxVolumes > 0 && publishedOn(s, node) >= n.MaxVolumes {
 			return errf(CodeResourceExhausted, "node %s already has its maximum of %d volumes", node, n.MaxVolumes)
+		}
+		if quarantined {
+			s.violate(now, S2, id, node, "volume published to node %s where it is quarantined", node)
 		}
 		if len(others) == 0 {
 			v.SingleNode = args.SingleNode

@@ -272,6 +272,13 @@ func TestScenarios(t *testing.T) {
 			access:     map[string]string{"a": AccessGranted},
 		},
 		{
+			name:    "broken quarantine: a publish refused for another reason is no S2",
+			opts:    Options{BrokenQuarantine: true},
+			steps:   []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), ok("publish", "v", "b"), fails("publish", "v", "a", CodeFailedPrecondition)},
+			refused: map[string]int64{"publish-elsewhere": 1},
+			access:  map[string]string{"a": AccessFenced, "b": AccessGranted},
+		},
+		{
 			name: "multi-node volume: a fence touches one node only",
 			steps: []step{ok("add", "v", ""), ok("publish-rwx", "v", "a"), ok("publish-rwx", "v", "b"), ok("write", "v", "a"), ok("write", "v", "b"),
 				ok("fence", "v", "a"), fails("write", "v", "a", CodePermissionDenied), ok("write", "v", "b"), ok("publish-rwx", "v", "c")},
