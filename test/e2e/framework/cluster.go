@@ -7,6 +7,7 @@ package framework
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -53,9 +55,11 @@ type Cluster struct {
 	Client     kubernetes.Interface
 	Dynamic    dynamic.Interface
 
-	log       Logger
-	pki       *pki
-	apiURL    string
+	log    Logger
+	pki    *pki
+	apiURL string
+
+	mu        sync.Mutex
 	processes []*Process
 }
 
@@ -100,10 +104,17 @@ func freePorts(n int) ([]int, error) {
 	return out, nil
 }
 
+// startAttempts bounds the retries of Start when a component lost the race
+// for one of its free ports to another process.
+const startAttempts = 3
+
 // Start starts the control plane and waits until every part is healthy.
-// On error everything started is stopped again.
+// On error everything started is stopped again. Every process it starts dies
+// with the calling process (see startProcess), so a panic or a test timeout
+// leaves nothing running; the work dir is then kept (its path is logged
+// first).
 func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error) {
-	start := time.Now()
+	begin := time.Now()
 	if opts.NodeMonitorGracePeriod == 0 {
 		opts.NodeMonitorGracePeriod = 10 * time.Second
 	}
@@ -112,21 +123,16 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 			return nil, err
 		}
 	}
+	if err := checkBinaries(opts.BinDir); err != nil {
+		return nil, err
+	}
 	if opts.WorkDir == "" {
 		if opts.WorkDir, err = os.MkdirTemp("", "fence-e2e-"); err != nil {
 			return nil, err
 		}
 	}
+	log.Logf("control plane work dir %s (logs in %s/logs, kept on failure)", opts.WorkDir, opts.WorkDir)
 	c = &Cluster{WorkDir: opts.WorkDir, BinDir: opts.BinDir, log: log}
-	defer func() {
-		if err != nil {
-			c.Stop()
-		}
-	}()
-	logs := filepath.Join(c.WorkDir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return nil, err
-	}
 	if c.pki, err = newPKI(filepath.Join(c.WorkDir, "pki")); err != nil {
 		return nil, err
 	}
@@ -145,154 +151,275 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 			return nil, err
 		}
 	}
-	ports, err := freePorts(7)
+	log.Logf("certificates issued (%.1fs)", time.Since(begin).Seconds())
+	for attempt := 1; ; attempt++ {
+		err = c.start(ctx, opts, begin)
+		if err == nil {
+			return c, nil
+		}
+		c.Stop()
+		var exited *ExitedError
+		if attempt == startAttempts || !errors.As(err, &exited) || !exited.PortConflict {
+			return nil, err
+		}
+		// Free ports are only free until someone binds them; another run
+		// (or an outgoing connection) won the race. Start over on new ports.
+		log.Logf("attempt %d: %s lost its port to another process; starting again on other ports", attempt, exited.Name)
+		_ = os.Rename(filepath.Join(c.WorkDir, "logs"), filepath.Join(c.WorkDir, fmt.Sprintf("logs-attempt-%d", attempt)))
+		if err := os.RemoveAll(filepath.Join(c.WorkDir, "etcd")); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// controlPlaneBinaries are the files hack/e2e-binaries.sh provides.
+var controlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages"}
+
+func checkBinaries(dir string) error {
+	for _, b := range controlPlaneBinaries {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return fmt.Errorf("control-plane binaries in %s are incomplete (run hack/e2e-binaries.sh, or fix FENCE_E2E_BIN): %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// start starts every component on fresh free ports.
+func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) error {
+	log := c.log
+	logs := filepath.Join(c.WorkDir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	ports, err := freePorts(6)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	etcdClient, etcdPeer, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
 	c.apiURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 	bin := func(name string) string { return filepath.Join(c.BinDir, name) }
+	since := func() float64 { return time.Since(begin).Seconds() }
 
-	// etcd
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	if err := c.run(logs, "etcd", bin("etcd"), "--name=e2e", "--data-dir="+filepath.Join(c.WorkDir, "etcd"),
+	etcd, err := c.run(logs, "etcd", bin("etcd"), "--name=e2e", "--data-dir="+filepath.Join(c.WorkDir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=e2e="+peerURL, "--unsafe-no-fsync", "--log-level=warn"); err != nil {
-		return nil, err
+		"--initial-cluster=e2e="+peerURL, "--unsafe-no-fsync", "--log-level=warn")
+	if err != nil {
+		return err
 	}
-	if err := waitHTTP(ctx, etcdURL+"/health", nil, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
+	if err := waitHTTPOf(ctx, etcd, etcdURL+"/health", nil, 30*time.Second); err != nil {
+		return fmt.Errorf("etcd: %w", err)
 	}
-	log.Logf("etcd healthy (%.1fs)", time.Since(start).Seconds())
+	log.Logf("etcd healthy (%.1fs)", since())
 
 	p := c.pki.path
-	if err := c.run(logs, "kube-apiserver", bin("kube-apiserver"),
+	api, err := c.run(logs, "kube-apiserver", bin("kube-apiserver"),
 		"--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(apiPort), "--tls-cert-file="+p("apiserver.crt"), "--tls-private-key-file="+p("apiserver.key"),
 		"--client-ca-file="+p("ca.crt"), "--service-cluster-ip-range=10.0.0.0/24",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+p("sa.pub"), "--service-account-signing-key-file="+p("sa.key"),
 		"--authorization-mode=Node,RBAC", "--endpoint-reconciler-type=none", "--allow-privileged=true",
-		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated")); err != nil {
-		return nil, err
+		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))
+	if err != nil {
+		return err
 	}
 	adminTLS, err := c.clientTLS("admin")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := waitHTTP(ctx, c.apiURL+"/readyz", adminTLS, 60*time.Second); err != nil {
-		return nil, fmt.Errorf("kube-apiserver: %w", err)
+	// Our admin certificate is only accepted by our own apiserver: another
+	// run's apiserver on this port cannot pass for it.
+	if err := waitHTTPOf(ctx, api, c.apiURL+"/readyz", adminTLS, 60*time.Second); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
 	}
-	log.Logf("kube-apiserver ready (%.1fs)", time.Since(start).Seconds())
+	if err := c.alive(); err != nil {
+		return err
+	}
+	log.Logf("kube-apiserver ready (%.1fs)", since())
 
 	for _, user := range []string{"admin", "kcm", "scheduler", "kwok"} {
 		if err := c.writeCertKubeconfig(user); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	c.Kubeconfig = c.kubeconfigPath("admin")
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
-		return nil, err
+		return err
 	}
 	c.Config.QPS, c.Config.Burst = 100, 200
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
-		return nil, err
+		return err
 	}
 	if c.Dynamic, err = dynamic.NewForConfig(c.Config); err != nil {
-		return nil, err
+		return err
 	}
 
 	kcm := c.kubeconfigPath("kcm")
-	controllers := "serviceaccount-controller,serviceaccount-token-controller,namespace-controller,garbage-collector-controller," +
-		"pod-garbage-collector-controller,node-lifecycle-controller,taint-eviction-controller,persistentvolume-attach-detach-controller," +
-		"persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller," +
-		"statefulset-controller,replicaset-controller,deployment-controller"
-	if err := c.run(logs, "kube-controller-manager", bin("kube-controller-manager"),
+	kcmProc, err := c.run(logs, "kube-controller-manager", bin("kube-controller-manager"),
 		"--kubeconfig="+kcm, "--authentication-kubeconfig="+kcm, "--authorization-kubeconfig="+kcm,
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(kcmPort), "--leader-elect=false",
 		"--use-service-account-credentials=true", "--service-account-private-key-file="+p("sa.key"),
 		"--root-ca-file="+p("ca.crt"), "--node-monitor-period=1s",
 		"--node-monitor-grace-period="+opts.NodeMonitorGracePeriod.String(), "--allocate-node-cidrs=false",
-		"--controllers="+controllers); err != nil {
-		return nil, err
+		"--controllers="+strings.Join(Controllers, ","))
+	if err != nil {
+		return err
 	}
 	sched := c.kubeconfigPath("scheduler")
-	if err := c.run(logs, "kube-scheduler", bin("kube-scheduler"),
+	schedProc, err := c.run(logs, "kube-scheduler", bin("kube-scheduler"),
 		"--kubeconfig="+sched, "--authentication-kubeconfig="+sched, "--authorization-kubeconfig="+sched,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(schedPort)); err != nil {
-		return nil, err
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(schedPort))
+	if err != nil {
+		return err
 	}
 	stages, err := os.ReadDir(filepath.Join(c.BinDir, "kwok-stages"))
 	if err != nil {
-		return nil, fmt.Errorf("kwok stages: %w", err)
+		return fmt.Errorf("kwok stages: %w", err)
 	}
+	// kwok renews a node's Lease every quarter of its duration: 10 s gives
+	// 2.5 s, well inside the grace period (kwok's kubelet-like 40 s would
+	// renew every 10 s and flap against a 10 s grace period).
 	kwokArgs := []string{"--kubeconfig=" + c.kubeconfigPath("kwok"), "--manage-all-nodes=false",
-		"--manage-nodes-with-label-selector=" + KwokLabel + "=fake", "--node-lease-duration-seconds=10",
+		"--manage-nodes-with-label-selector=" + KwokLabel + "=" + KwokLabelValue, "--node-lease-duration-seconds=10",
 		"--cidr=10.244.0.0/16", "--node-ip=127.0.0.1", "--server-address=127.0.0.1:" + strconv.Itoa(kwokPort)}
 	for _, s := range stages {
 		kwokArgs = append(kwokArgs, "--config="+filepath.Join(c.BinDir, "kwok-stages", s.Name()))
 	}
-	if err := c.run(logs, "kwok", bin("kwok"), kwokArgs...); err != nil {
-		return nil, err
+	kwokProc, err := c.run(logs, "kwok", bin("kwok"), kwokArgs...)
+	if err != nil {
+		return err
 	}
 	insecure := &tls.Config{InsecureSkipVerify: true}
-	for name, url := range map[string]string{
-		"kube-controller-manager": fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort),
-		"kube-scheduler":          fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort),
-		"kwok":                    fmt.Sprintf("http://127.0.0.1:%d/healthz", kwokPort),
+	for _, h := range []struct {
+		p   *Process
+		url string
+		tls *tls.Config
+	}{
+		{kcmProc, fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), insecure},
+		{schedProc, fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), insecure},
+		{kwokProc, fmt.Sprintf("http://127.0.0.1:%d/healthz", kwokPort), nil},
 	} {
-		if err := waitHTTP(ctx, url, insecure, 60*time.Second); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+		if err := waitHTTPOf(ctx, h.p, h.url, h.tls, 60*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", h.p.Name, err)
 		}
 	}
 	// ServiceAccount admission rejects pods until the default SA exists.
 	if err := waitFor(ctx, 60*time.Second, 200*time.Millisecond, "default ServiceAccount", func(ctx context.Context) (bool, error) {
+		if err := c.alive(); err != nil {
+			return false, err
+		}
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	}); err != nil {
-		return nil, err
-	}
-	log.Logf("control plane up in %.1fs (logs in %s)", time.Since(start).Seconds(), logs)
-	return c, nil
-}
-
-func (c *Cluster) run(logs, name, bin string, args ...string) error {
-	p, err := startProcess(logs, name, bin, args...)
-	if err != nil {
 		return err
 	}
-	c.processes = append(c.processes, p)
+	// A health endpoint may have been answered by another run's process on
+	// the same port while ours failed to bind it: only ours still running
+	// proves ours answered.
+	if err := c.alive(); err != nil {
+		return err
+	}
+	log.Logf("control plane up in %.1fs: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok", since())
 	return nil
 }
 
-// Start runs a product process beside the cluster; it is stopped with it.
-func (c *Cluster) StartProcess(name, bin string, args ...string) (*Process, error) {
-	p, err := startProcess(filepath.Join(c.WorkDir, "logs"), name, bin, args...)
+// Controllers are the kube-controller-manager controllers the tests rely on:
+// the attach/detach controller, node lifecycle with taint-based eviction,
+// pod GC (out-of-service force delete), StatefulSets and what a cluster
+// needs to run pods with volumes at all (ServiceAccounts and their tokens,
+// PV binding and protection, namespaces, garbage collection).
+var Controllers = []string{
+	"serviceaccount-controller", "serviceaccount-token-controller", "namespace-controller", "garbage-collector-controller",
+	"pod-garbage-collector-controller", "node-lifecycle-controller", "taint-eviction-controller",
+	"persistentvolume-attach-detach-controller", "persistentvolume-binder-controller",
+	"persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller",
+	"statefulset-controller", "replicaset-controller", "deployment-controller",
+}
+
+// alive returns an ExitedError for the first process that has ended
+// without being stopped.
+func (c *Cluster) alive() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.processes {
+		if p.Unexpected() {
+			return p.exitError()
+		}
+	}
+	return nil
+}
+
+// Alive reports an error when any process the cluster started (control plane
+// or product) has ended without Stop or Kill (a crash), with the end of its
+// log.
+func (c *Cluster) Alive() error {
+	return c.alive()
+}
+
+func (c *Cluster) run(logs, name, bin string, args ...string) (*Process, error) {
+	p, err := startProcess(logs, name, bin, args...)
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
 	c.processes = append(c.processes, p)
+	c.mu.Unlock()
 	return p, nil
 }
 
-// Stop stops every process, the last started first.
-func (c *Cluster) Stop() {
-	for i := len(c.processes) - 1; i >= 0; i-- {
-		c.processes[i].Stop(5 * time.Second)
-	}
-	c.processes = nil
+// StartProcess runs a product process beside the cluster, logging to the
+// cluster's log dir; it is stopped with the cluster.
+func (c *Cluster) StartProcess(name, bin string, args ...string) (*Process, error) {
+	return c.run(filepath.Join(c.WorkDir, "logs"), name, bin, args...)
 }
 
-// Cleanup stops the cluster and removes its work dir unless keep.
+// Stop stops every process: first everything started after the control
+// plane (the product), then the control plane from kwok down to etcd, each
+// group in parallel (SIGTERM, SIGKILL after a grace period).
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	procs := c.processes
+	c.processes = nil
+	c.mu.Unlock()
+	var product, etcd []*Process
+	var controlPlane []*Process
+	for _, p := range procs {
+		switch p.Name {
+		case "etcd":
+			etcd = append(etcd, p)
+		case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok":
+			controlPlane = append(controlPlane, p)
+		default:
+			product = append(product, p)
+		}
+	}
+	for _, group := range [][]*Process{product, controlPlane, etcd} {
+		var wg sync.WaitGroup
+		for _, p := range group {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.Stop(5 * time.Second)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// Cleanup stops the cluster and removes its work dir unless keep; a kept
+// work dir keeps the logs, PKI and kubeconfigs, but not etcd's data (over
+// 100 MB of preallocated WAL, of no use after the run).
 func (c *Cluster) Cleanup(keep bool) {
 	c.Stop()
 	if keep {
+		_ = os.RemoveAll(filepath.Join(c.WorkDir, "etcd"))
 		c.log.Logf("kept %s (logs in %s/logs)", c.WorkDir, c.WorkDir)
 		return
 	}
-	os.RemoveAll(c.WorkDir)
+	_ = os.RemoveAll(c.WorkDir)
 }
 
 func (c *Cluster) clientTLS(user string) (*tls.Config, error) {
@@ -348,8 +475,18 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 }
 
 func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, timeout time.Duration) error {
+	return waitHTTPOf(ctx, nil, url, tlsCfg, timeout)
+}
+
+// waitHTTPOf waits until url answers 200 OK, and gives up at once when p
+// (if not nil), the process that should answer, has ended.
+func waitHTTPOf(ctx context.Context, p *Process, url string, tlsCfg *tls.Config, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	defer client.CloseIdleConnections()
 	return waitFor(ctx, timeout, 100*time.Millisecond, url, func(ctx context.Context) (bool, error) {
+		if p != nil && p.Exited() {
+			return false, p.exitError()
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		rsp, err := client.Do(req)
 		if err != nil {

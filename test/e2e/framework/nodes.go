@@ -10,11 +10,24 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 )
 
 // KwokLabel is the label KWOK selects the nodes it simulates by. Removing it
 // stops the node's heartbeat (a power cut); adding it back starts it again.
+// KWOK's label selector is evaluated by the apiserver, so the removal reaches
+// KWOK as a watch DELETED event and it lets go of the node at once; its
+// annotation selector is client-side only and would not.
 const KwokLabel = "kwok.x-k8s.io/node"
+
+// KwokLabelValue is the value of KwokLabel on the nodes this framework makes.
+const KwokLabelValue = "fake"
+
+// Keep at least one node Ready at all times. When every node is NotReady the
+// node lifecycle controller enters "master disruption mode" and stops adding
+// the unreachable NoExecute taint and evicting pods (with more than two
+// NotReady nodes and over 55% of a zone it slows down likewise), which is
+// not the failure any test here means to simulate.
 
 // CreateNode creates a KWOK node and, since no kubelet or node-driver-registrar
 // runs, its CSINode with an entry for driver (node ID = node name).
@@ -22,7 +35,7 @@ func (c *Cluster) CreateNode(ctx context.Context, name, driver string) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
-			Labels: map[string]string{KwokLabel: "fake", "kubernetes.io/hostname": name, "type": "kwok"},
+			Labels: map[string]string{KwokLabel: KwokLabelValue, "kubernetes.io/hostname": name, "type": "kwok"},
 			Annotations: map[string]string{
 				// A kubelet sets it; without it the attach/detach controller
 				// ignores the node.
@@ -46,14 +59,52 @@ func (c *Cluster) CreateNode(ctx context.Context, name, driver string) error {
 	return nil
 }
 
-// ShutDown stops the node's heartbeat, as a power cut or a partition would.
+// CreateNodes creates n KWOK nodes named prefix-0 ... prefix-(n-1) (see
+// CreateNode) and waits until all are Ready.
+func (c *Cluster) CreateNodes(ctx context.Context, prefix string, n int, driver string) ([]string, error) {
+	var names []string
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		if err := c.CreateNode(ctx, name, driver); err != nil {
+			return names, err
+		}
+		names = append(names, name)
+	}
+	for _, name := range names {
+		if err := c.WaitNodeReady(ctx, name, true, 30*time.Second); err != nil {
+			return names, err
+		}
+		// A new node carries node.kubernetes.io/not-ready:NoSchedule until
+		// the node lifecycle controller has seen it Ready; a pod created
+		// before that waits in the scheduler's backoff for seconds.
+		if err := c.WaitTaint(ctx, name, corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule, false, 30*time.Second); err != nil {
+			return names, err
+		}
+	}
+	return names, nil
+}
+
+// ShutDown stops the node's heartbeat, as a power cut would: KWOK stops
+// renewing its Lease, and after the node monitor grace period the node
+// lifecycle controller marks it NotReady (Unknown) and taints it
+// node.kubernetes.io/unreachable. What ran on the node (its mock node
+// instance) is the caller's to stop.
 func (c *Cluster) ShutDown(ctx context.Context, name string) error {
 	return c.patchNode(ctx, name, map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{KwokLabel: nil}}})
 }
 
-// BringBack restarts the node's heartbeat.
+// Partition cuts the node off the control plane. To the API this is the
+// same as ShutDown (the heartbeat stops); the difference is what the caller
+// keeps running: a partitioned node's mock instance keeps serving and its
+// workload keeps writing to the array.
+func (c *Cluster) Partition(ctx context.Context, name string) error {
+	return c.ShutDown(ctx, name)
+}
+
+// BringBack restarts the node's heartbeat (KWOK's node-initialize stage runs
+// again and the node turns Ready).
 func (c *Cluster) BringBack(ctx context.Context, name string) error {
-	return c.patchNode(ctx, name, map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{KwokLabel: "fake"}}})
+	return c.patchNode(ctx, name, map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{KwokLabel: KwokLabelValue}}})
 }
 
 func (c *Cluster) patchNode(ctx context.Context, name string, patch interface{}) error {
@@ -86,35 +137,72 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string, want bool, tim
 	})
 }
 
-// AddTaint adds a taint to the node (no-op if its key is there).
-func (c *Cluster) AddTaint(ctx context.Context, name string, taint corev1.Taint) error {
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
+// WaitNodeNotReady waits until the node is no longer Ready (False or
+// Unknown).
+func (c *Cluster) WaitNodeNotReady(ctx context.Context, name string, timeout time.Duration) error {
+	return c.WaitNodeReady(ctx, name, false, timeout)
+}
+
+// HasTaint reports whether the node has a taint with key and effect.
+func HasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
 	for _, t := range n.Spec.Taints {
-		if t.Key == taint.Key {
-			return nil
+		if t.Key == key && t.Effect == effect {
+			return true
 		}
 	}
-	n.Spec.Taints = append(n.Spec.Taints, taint)
-	_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	return err
+	return false
+}
+
+// WaitTaint waits until the node has (want) or has not (!want) a taint with
+// key and effect.
+func (c *Cluster) WaitTaint(ctx context.Context, name, key string, effect corev1.TaintEffect, want bool, timeout time.Duration) error {
+	return WaitFor(ctx, timeout, fmt.Sprintf("node %s taint %s:%s present=%v", name, key, effect, want), func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return HasTaint(n, key, effect) == want, nil
+	})
+}
+
+// AddTaint adds a taint to the node (no-op if its key is there). The node
+// lifecycle controller and KWOK write the same Node, so a conflict is
+// retried on a fresh copy.
+func (c *Cluster) AddTaint(ctx context.Context, name string, taint corev1.Taint) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == taint.Key {
+				return nil
+			}
+		}
+		n.Spec.Taints = append(n.Spec.Taints, taint)
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // RemoveTaint removes every taint with key from the node.
 func (c *Cluster) RemoveTaint(ctx context.Context, name, key string) error {
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	var kept []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if t.Key != key {
-			kept = append(kept, t)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	n.Spec.Taints = kept
-	_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	return err
+		var kept []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != key {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == len(n.Spec.Taints) {
+			return nil
+		}
+		n.Spec.Taints = kept
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
