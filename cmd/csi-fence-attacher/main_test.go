@@ -121,6 +121,8 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"role":                    `"controller"`,
 		"max-fenced-nodes":        "",
 		"max-fenced-node-percent": "50",
+		"fencing-taints":          "",
+		"fencing-required-after":  "",
 		"kubelet-dir":             `"/var/lib/kubelet"`,
 		"node-name":               "",
 	}

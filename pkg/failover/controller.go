@@ -44,6 +44,15 @@ type Options struct {
 	RetryIntervalStart, RetryIntervalMax time.Duration
 	// Resync is how often every node is synced again.
 	Resync time.Duration
+	// FencingRequiredAfter: a node NotReady this long gets
+	// FencingRequired=True even before a pod qualifies (0: only when a pod
+	// qualifies). Either way fencing itself starts only for a qualifying pod
+	// or an explicit FencingRequest.
+	FencingRequiredAfter time.Duration
+	// FencingTaints adds the Node Fencing KEP's optional taints
+	// node.kubernetes.io/fencingtriaged:PreferNoSchedule and
+	// node.kubernetes.io/fencingrequired:NoSchedule with the conditions.
+	FencingTaints bool
 }
 
 // Controller is the failover controller of one driver.
@@ -255,6 +264,13 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	}
 	if !ready && IsControlPlane(node) {
 		return nil
+	}
+	if !ready {
+		// The Node Fencing KEP's timeline: triaged as soon as the node is
+		// seen NotReady, required once it stays so.
+		if err := c.triage(ctx, node); err != nil {
+			return err
+		}
 	}
 	// SafeDetach: which Terminating pods may fail over?
 	var eligible []*v1.Pod

@@ -129,9 +129,13 @@ func newEnv(t *testing.T, objs []runtime.Object, safeDetach bool) *env {
 
 // start builds a controller on the env's API state and syncs its caches, as
 // a (re)started process would.
-func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool) *Controller {
-	c, err := New(Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second,
-		MaxFencedNodePercent: 50, RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second, Resync: time.Hour},
+func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool, tweak ...func(*Options)) *Controller {
+	opts := Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second,
+		MaxFencedNodePercent: 50, RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second, Resync: time.Hour}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	c, err := New(opts,
 		e.client, dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0), e.fr, e.csi, record.NewFakeRecorder(100))
 	if err != nil {
 		t.Fatal(err)
@@ -253,4 +257,65 @@ func TestRestartAfterFence(t *testing.T) {
 	if e.steps.index("delete db-0") < 0 {
 		t.Errorf("the restarted controller did not finish the failover: %v", e.steps.log)
 	}
+}
+
+// The Node Fencing KEP's timeline with its optional taints: triaged when
+// NotReady is seen, required once NotReady long enough, and everything gone
+// when the node is Ready again with nothing fenced.
+func TestFencingConditionsAndTaints(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, false) // no pod qualifies: signalling only
+	node := objs[0].(*v1.Node)
+	node.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute))
+	e := newEnv(t, objs, true)
+	_, ctx := ktesting.NewTestContext(t)
+	e.c = e.start(ctx, t, true, func(o *Options) { o.FencingTaints = true; o.FencingRequiredAfter = 30 * time.Second })
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := e.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if !conditionTrue(n, contract.ConditionFencingTriaged) || !conditionTrue(n, contract.ConditionFencingRequired) {
+		t.Errorf("conditions = %+v", n.Status.Conditions)
+	}
+	if Taint(n, contract.FencingTriagedTaintKey) == nil || Taint(n, contract.FencingRequiredTaintKey) == nil {
+		t.Errorf("taints = %+v", n.Spec.Taints)
+	}
+	if Taint(n, contract.QuarantineTaintKey) != nil || e.csi.calls != 0 {
+		t.Errorf("a node with no qualifying pod was fenced: taints %+v, %d CSI calls", n.Spec.Taints, e.csi.calls)
+	}
+	// The node comes back: every taint and condition added goes (S6).
+	n.Status.Conditions[0] = v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue}
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == v1.NodeReady {
+			n.Status.Conditions[i].Status = v1.ConditionTrue
+		}
+	}
+	if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitUntil(ctx, func() bool { got, _ := e.c.nodes.Get("n1"); return got != nil && NodeReady(got) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	n, _ = e.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if hasFencingCondition(n) || Taint(n, contract.FencingTriagedTaintKey) != nil || Taint(n, contract.FencingRequiredTaintKey) != nil {
+		t.Errorf("left behind: conditions %+v, taints %+v", n.Status.Conditions, n.Spec.Taints)
+	}
+}
+
+// waitUntil polls cond until it holds or 5 s pass.
+func waitUntil(ctx context.Context, cond func() bool) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("condition not met in 5s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -36,10 +37,58 @@ func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
 		klog.FromContext(ctx).V(2).Info("Quarantined node", "taint", contract.QuarantineTaintKey)
 		c.recorder.Eventf(node, v1.EventTypeWarning, "NodeQuarantined", "Node %s quarantined before fencing its volumes", node.Name)
 	}
+	if err := c.fencingTaints(ctx, node.Name, true); err != nil {
+		return err
+	}
 	return c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{
 		contract.ConditionFencingTriaged:  v1.ConditionTrue,
 		contract.ConditionFencingRequired: v1.ConditionTrue,
 	}, "NodeUnreachable", "the node is not Ready and has pods to fail over")
+}
+
+// triage marks a NotReady node FencingTriaged, and FencingRequired once it
+// has been NotReady for FencingRequiredAfter.
+func (c *Controller) triage(ctx context.Context, node *v1.Node) error {
+	want := map[string]v1.ConditionStatus{contract.ConditionFencingTriaged: v1.ConditionTrue}
+	required := false
+	if d := c.opts.FencingRequiredAfter; d > 0 {
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == v1.NodeReady && cond.Status != v1.ConditionTrue && time.Since(cond.LastTransitionTime.Time) >= d {
+				want[contract.ConditionFencingRequired] = v1.ConditionTrue
+				required = true
+			}
+		}
+	}
+	if conditionTrue(node, contract.ConditionFencingTriaged) && (!required || conditionTrue(node, contract.ConditionFencingRequired)) {
+		return nil
+	}
+	if err := c.fencingTaints(ctx, node.Name, required); err != nil {
+		return err
+	}
+	return c.setConditions(ctx, node.Name, want, "NodeNotReady", "the node is not Ready")
+}
+
+// fencingTaints adds the optional Node Fencing taints (when enabled):
+// fencingtriaged always, fencingrequired when required.
+func (c *Controller) fencingTaints(ctx context.Context, node string, required bool) error {
+	if !c.opts.FencingTaints {
+		return nil
+	}
+	return c.updateNode(ctx, node, func(n *v1.Node) bool {
+		changed := false
+		add := func(key string, effect v1.TaintEffect) {
+			if Taint(n, key) == nil {
+				now := metav1.Now()
+				n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: key, Effect: effect, TimeAdded: &now})
+				changed = true
+			}
+		}
+		add(contract.FencingTriagedTaintKey, v1.TaintEffectPreferNoSchedule)
+		if required {
+			add(contract.FencingRequiredTaintKey, v1.TaintEffectNoSchedule)
+		}
+		return changed
+	})
 }
 
 // fenceNode fences every attachment of our driver on the node that is not
@@ -222,7 +271,8 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	quarantined := Taint(node, contract.QuarantineTaintKey) != nil
 	ours := node.Annotations[contract.OutOfServiceProvenanceAnnotation] != ""
 	active := fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
-	if !quarantined && !active && !ours && !hasFencingCondition(node) {
+	if !quarantined && !active && !ours && !hasFencingCondition(node) &&
+		Taint(node, contract.FencingTriagedTaintKey) == nil && Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
 	}
 	vas, err := c.vasOn(node.Name)
@@ -238,7 +288,8 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		changed := false
 		var kept []v1.Taint
 		for _, t := range n.Spec.Taints {
-			if t.Key == contract.QuarantineTaintKey || (t.Key == contract.OutOfServiceTaintKey && n.Annotations[contract.OutOfServiceProvenanceAnnotation] != "") {
+			if t.Key == contract.QuarantineTaintKey || t.Key == contract.FencingTriagedTaintKey || t.Key == contract.FencingRequiredTaintKey ||
+				(t.Key == contract.OutOfServiceTaintKey && n.Annotations[contract.OutOfServiceProvenanceAnnotation] != "") {
 				changed = true
 				continue
 			}

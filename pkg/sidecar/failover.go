@@ -25,16 +25,23 @@ import (
 type FailoverOptions struct {
 	MaxFencedNodes       int
 	MaxFencedNodePercent int
+	FencingTaints        bool
+	FencingRequiredAfter time.Duration
 }
 
 // AddFlags registers the failover flags on fs.
 func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxFencedNodes, "max-fenced-nodes", 0, "Storm guard: never fence more than this many nodes at once (0: no absolute limit).")
 	fs.IntVar(&o.MaxFencedNodePercent, "max-fenced-node-percent", 50, "Storm guard: never fence more than this share of all nodes at once, in percent (0: no limit).")
+	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
+	fs.DurationVar(&o.FencingRequiredAfter, "fencing-required-after", 0, "Mark a node FencingRequired once it has been NotReady this long, even before a pod qualifies for failover (0: only when a pod qualifies).")
 }
 
 // Validate checks the failover flags.
 func (o *FailoverOptions) Validate() error {
+	if o.FencingRequiredAfter < 0 {
+		return errors.New("--fencing-required-after must not be negative")
+	}
 	if o.MaxFencedNodes < 0 || o.MaxFencedNodePercent < 0 || o.MaxFencedNodePercent > 100 {
 		return errors.New("--max-fenced-nodes must be >= 0 and --max-fenced-node-percent between 0 and 100")
 	}
@@ -79,6 +86,8 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		RetryIntervalStart:   d.Options.RetryIntervalStart,
 		RetryIntervalMax:     d.Options.RetryIntervalMax,
 		Resync:               failoverResync(d.Options),
+		FencingTaints:        d.Failover.FencingTaints,
+		FencingRequiredAfter: d.Failover.FencingRequiredAfter,
 	}, d.Client, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
