@@ -319,3 +319,37 @@ func waitUntil(ctx context.Context, cond func() bool) error {
 	}
 	return nil
 }
+
+// S4: only an explicit FencingRequest fences a Ready node; a pod that is not
+// Terminating is left running (its owner decides), but its volumes are
+// fenced and the node quarantined.
+func TestManualFencingRequestFencesReadyNode(t *testing.T) {
+	for _, origin := range []fencingv1alpha1.Origin{fencingv1alpha1.OriginManual, fencingv1alpha1.OriginAutomatic} {
+		t.Run(string(origin), func(t *testing.T) {
+			e := newEnv(t, objects(v1.ConditionTrue, false), true)
+			_, ctx := ktesting.NewTestContext(t)
+			if _, err := e.fr.Create(ctx, &fencingv1alpha1.FencingRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+				Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: origin, Reason: "maintenance"},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitUntil(ctx, func() bool { _, err := e.c.frs.Get("n1"); return err == nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			manual := origin == fencingv1alpha1.OriginManual
+			if got := e.steps.index("fence h1") >= 0; got != manual {
+				t.Errorf("fenced=%v, want %v (steps %v)", got, manual, e.steps.log)
+			}
+			if got := e.steps.index("quarantine") >= 0; got != manual {
+				t.Errorf("quarantined=%v, want %v", got, manual)
+			}
+			if e.steps.index("delete db-0") >= 0 {
+				t.Errorf("a running pod was deleted: %v", e.steps.log)
+			}
+		})
+	}
+}
