@@ -382,29 +382,31 @@ func (c *Controller) setConditions(ctx context.Context, node string, want map[st
 }
 
 func (c *Controller) updateNode(ctx context.Context, name string, mutate func(*v1.Node) bool) error {
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !mutate(n) {
-			return nil
-		}
-		_, err = c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
+	return c.mutateNode(ctx, name, false, mutate)
 }
 
 func (c *Controller) updateNodeStatus(ctx context.Context, name string, mutate func(*v1.Node) bool) error {
+	return c.mutateNode(ctx, name, true, mutate)
+}
+
+// mutateNode applies mutate to a fresh copy of the node and writes it (its
+// status subresource when status), retrying on conflicts with the kubelet,
+// the node lifecycle controller and other drivers' controllers.
+func (c *Controller) mutateNode(ctx context.Context, name string, status bool, mutate func(*v1.Node) bool) error {
+	nodes := c.client.CoreV1().Nodes()
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if !mutate(n) {
 			return nil
 		}
-		_, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if status {
+			_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		} else {
+			_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		}
 		return err
 	})
 }
