@@ -12,6 +12,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
@@ -207,8 +208,22 @@ func (c *Controller) vaDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	if va, ok := obj.(*storagev1.VolumeAttachment); ok && pvName(va) != "" {
-		c.pvQueue.Add(pvName(va))
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok || pvName(va) == "" {
+		return
+	}
+	c.pvQueue.Add(pvName(va))
+	// A publish of the same volume to another node may be waiting for this
+	// attachment to go (the single-node guard): retry it now rather than
+	// after its backoff, which would add seconds to every failover.
+	others, err := c.vaLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, o := range others {
+		if o.Name != va.Name && pvName(o) == pvName(va) && o.DeletionTimestamp == nil && !o.Status.Attached {
+			c.vaQueue.Add(o.Name)
+		}
 	}
 }
 

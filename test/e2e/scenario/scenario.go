@@ -14,12 +14,17 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
 )
+
+// GroupLabel keeps each scenario's pods on the scenario's own nodes, so that
+// scenarios sharing a cluster never move each other's pods.
+const GroupLabel = "fence-e2e/group"
 
 // Env is a cluster with the product running on nodes.
 type Env struct {
@@ -40,6 +45,10 @@ func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log 
 	for i := 0; i < nodes; i++ {
 		name := fmt.Sprintf("%s-node-%d", prefix, i)
 		if err := c.CreateNode(ctx, name, framework.DriverName); err != nil {
+			return nil, err
+		}
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, GroupLabel, prefix))
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return nil, err
 		}
 		if _, err := p.StartNode(ctx, name); err != nil {
@@ -86,7 +95,7 @@ func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log 
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"type": "kwok"},
+					NodeSelector: map[string]string{GroupLabel: prefix},
 					Containers:   []corev1.Container{{Name: "db", Image: "postgres", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
 					// One replica per node, and a workload that wants to fail
 					// over fast: it tolerates an unreachable node for 2 s only.
