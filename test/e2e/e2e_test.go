@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "starting fence-attacher:", err)
 	} else {
 		code = m.Run()
+		if rbacCode := checkRBAC(); code == 0 {
+			code = rbacCode
+		}
 	}
 	cluster.Cleanup(code != 0)
 	os.Exit(code)

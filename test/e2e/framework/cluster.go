@@ -215,14 +215,18 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 	log.Logf("etcd healthy (%.1fs)", since())
 
 	p := c.pki.path
-	api, err := c.run(logs, "kube-apiserver", bin("kube-apiserver"),
+	audit, err := c.auditFlags()
+	if err != nil {
+		return err
+	}
+	api, err := c.run(logs, "kube-apiserver", bin("kube-apiserver"), append(audit,
 		"--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(apiPort), "--tls-cert-file="+p("apiserver.crt"), "--tls-private-key-file="+p("apiserver.key"),
 		"--client-ca-file="+p("ca.crt"), "--service-cluster-ip-range=10.0.0.0/24",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+p("sa.pub"), "--service-account-signing-key-file="+p("sa.key"),
 		"--authorization-mode=Node,RBAC", "--endpoint-reconciler-type=none", "--allow-privileged=true",
-		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))
+		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))...)
 	if err != nil {
 		return err
 	}
