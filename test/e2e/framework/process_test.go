@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,7 +20,28 @@ import (
 // child through startProcess and then waits to be killed.
 const helperEnv = "FENCE_FRAMEWORK_HELPER_DIR"
 
+// serverEnv makes the test binary act as a server of /metrics on the
+// address of its --http-endpoint flag; its first start fails as if another
+// process had taken the port (the value is a marker file).
+const serverEnv = "FENCE_FRAMEWORK_SERVER_MARKER"
+
 func TestMain(m *testing.M) {
+	if marker := os.Getenv(serverEnv); marker != "" {
+		var addr string
+		for _, a := range os.Args {
+			if v, ok := strings.CutPrefix(a, "--http-endpoint="); ok {
+				addr = v
+			}
+		}
+		if _, err := os.Stat(marker); err != nil {
+			_ = os.WriteFile(marker, nil, 0o644)
+			fmt.Fprintf(os.Stderr, "listen tcp %s: bind: address already in use\n", addr)
+			os.Exit(1)
+		}
+		http.HandleFunc("/metrics", func(http.ResponseWriter, *http.Request) {})
+		fmt.Println(http.ListenAndServe(addr, nil))
+		os.Exit(1)
+	}
 	if dir := os.Getenv(helperEnv); dir != "" {
 		p, err := startProcess(dir, "child", "sleep", "600")
 		if err != nil {
@@ -143,5 +166,37 @@ func TestWaitGivesUpOnExitedProcess(t *testing.T) {
 				t.Errorf("a process that ended by itself must count as unexpected")
 			}
 		})
+	}
+}
+
+// A product process that lost the race for its port is started again on
+// another one; a process failing for any other reason is not.
+func TestStartServerRetriesLostPort(t *testing.T) {
+	c := &Cluster{WorkDir: t.TempDir(), log: t}
+	if err := os.MkdirAll(filepath.Join(c.WorkDir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	marker := filepath.Join(t.TempDir(), "lost-once")
+	t.Setenv(serverEnv, marker)
+	p, addr, err := c.startServer(context.Background(), "server", os.Args[0], "/metrics", 20*time.Second,
+		func(addr string) []string { return []string{"-test.run=^$", "--http-endpoint=" + addr} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Exited() || addr == "" {
+		t.Fatalf("server not running at %q", addr)
+	}
+	if log, _ := os.ReadFile(p.LogPath); strings.Count(string(log), "### ") != 2 {
+		t.Errorf("want two starts in the log, got:\n%s", log)
+	}
+
+	_, _, err = c.startServer(context.Background(), "broken", "sh", "/metrics", 20*time.Second,
+		func(string) []string {
+			return []string{"-c", "echo 'flag provided but not defined: -bogus' >&2; exit 2"}
+		})
+	var exited *ExitedError
+	if !errors.As(err, &exited) || exited.PortConflict {
+		t.Fatalf("want a plain ExitedError, got %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -99,21 +100,47 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(1)
-	if err != nil {
+	if p.Attacher, _, err = c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second,
+		func(addr string) []string {
+			return append([]string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--v=5",
+				"--leader-election", "--leader-election-namespace=default", "--http-endpoint=" + addr,
+				"--timeout=5s", "--retry-interval-start=200ms", "--retry-interval-max=5s", "--reconcile-sync=10s",
+				"--feature-gates=NonGracefulFailover=true"}, opts.AttacherArgs...)
+		}); err != nil {
 		return nil, err
-	}
-	attArgs := append([]string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--v=5",
-		"--leader-election", "--leader-election-namespace=default", "--http-endpoint=127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--timeout=5s", "--retry-interval-start=200ms", "--retry-interval-max=5s", "--reconcile-sync=10s",
-		"--feature-gates=NonGracefulFailover=true"}, opts.AttacherArgs...)
-	if p.Attacher, err = c.StartProcess("csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), attArgs...); err != nil {
-		return nil, err
-	}
-	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]), nil, 60*time.Second); err != nil {
-		return nil, fmt.Errorf("csi-fence-attacher did not come up (see %s): %w", p.Attacher.LogPath, err)
 	}
 	return p, nil
+}
+
+// startServer starts a process that serves HTTP on a free port (args gets
+// its address) and waits until path answers 200 there. When the process
+// lost the race for its port (see Start), it is started again on another.
+func (c *Cluster) startServer(ctx context.Context, name, bin, path string, timeout time.Duration, args func(addr string) []string) (*Process, string, error) {
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, "", err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+		proc, err := c.StartProcess(name, bin, args(addr)...)
+		if err != nil {
+			return nil, "", err
+		}
+		err = waitHTTPOf(ctx, proc, "http://"+addr+path, nil, timeout)
+		if err == nil && proc.Exited() {
+			err = proc.exitError() // someone else answered on its port
+		}
+		if err == nil {
+			return proc, addr, nil
+		}
+		proc.Stop(5 * time.Second)
+		var exited *ExitedError
+		if attempt < startAttempts && errors.As(err, &exited) && exited.PortConflict {
+			c.log.Logf("%s lost its port to another process; starting it again on another port", name)
+			continue
+		}
+		return nil, "", fmt.Errorf("%s did not come up (see %s): %w", name, proc.LogPath, err)
+	}
 }
 
 // StartNode starts what runs on node: its mock node plugin, its simulated
@@ -137,17 +164,12 @@ func (p *Product) StartNode(ctx context.Context, node string) (*NodeInstance, er
 // PowerOn (re)starts everything of a node that StartNode started.
 func (p *Product) PowerOn(ctx context.Context, node string) error {
 	n := p.Nodes[node]
-	ports, err := freePorts(2)
-	if err != nil {
-		return err
-	}
-	n.HTTP = "127.0.0.1:" + strconv.Itoa(ports[0])
-	if n.Process, err = p.c.StartProcess("mock-node-"+node, filepath.Join(p.BinDir, "csi-fence-mock"),
-		"--role=node", "--node-id="+node, "--csi-address=unix://"+n.sock, "--state-dir="+p.StateDir,
-		"--driver-name="+DriverName, "--http-endpoint="+n.HTTP); err != nil {
-		return err
-	}
-	if err := waitHTTP(ctx, "http://"+n.HTTP+"/metrics", nil, 30*time.Second); err != nil {
+	var err error
+	if n.Process, n.HTTP, err = p.c.startServer(ctx, "mock-node-"+node, filepath.Join(p.BinDir, "csi-fence-mock"), "/metrics", 30*time.Second,
+		func(addr string) []string {
+			return []string{"--role=node", "--node-id=" + node, "--csi-address=unix://" + n.sock, "--state-dir=" + p.StateDir,
+				"--driver-name=" + DriverName, "--http-endpoint=" + addr}
+		}); err != nil {
 		return err
 	}
 	if n.conn, err = grpc.NewClient("unix://"+n.sock, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
@@ -167,13 +189,13 @@ func (p *Product) PowerOn(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	if n.Agent, err = p.c.StartProcess("node-agent-"+node, filepath.Join(p.BinDir, "csi-fence-attacher"),
-		"--role=node", "--node-name="+node, "--kubelet-dir="+n.KubeletDir, "--csi-address="+n.sock,
-		"--kubeconfig="+kubeconfig, "--http-endpoint=127.0.0.1:"+strconv.Itoa(ports[1]), "--v=4",
-		"--retry-interval-start=200ms", "--retry-interval-max=5s", "--timeout=5s"); err != nil {
-		return err
-	}
-	return waitHTTP(ctx, "http://127.0.0.1:"+strconv.Itoa(ports[1])+"/metrics", nil, 30*time.Second)
+	n.Agent, _, err = p.c.startServer(ctx, "node-agent-"+node, filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 30*time.Second,
+		func(addr string) []string {
+			return []string{"--role=node", "--node-name=" + node, "--kubelet-dir=" + n.KubeletDir, "--csi-address=" + n.sock,
+				"--kubeconfig=" + kubeconfig, "--http-endpoint=" + addr, "--v=4",
+				"--retry-interval-start=200ms", "--retry-interval-max=5s", "--timeout=5s"}
+		})
+	return err
 }
 
 // PowerOff cuts the node's power: its kubelet, node agent and plugin stop
