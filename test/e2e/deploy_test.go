@@ -83,6 +83,9 @@ func TestDeployExample(t *testing.T) {
 			image, _ := c["image"].(string)
 			name, _ := c["name"].(string)
 			args, _, _ := unstructured.NestedStringSlice(c, "args")
+			if name == "csi-attacher" {
+				t.Errorf("%s/%s still runs external-attacher beside csi-fence-attacher (same Lease, same finalizers)", w.GetKind(), w.GetName())
+			}
 			var bin string
 			switch {
 			case strings.Contains(image, "/csi-fence-attacher:"):
