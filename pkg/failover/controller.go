@@ -30,9 +30,9 @@ type Options struct {
 	DriverName string
 	// CanFence: the driver advertises UNPUBLISH_FENCE.
 	CanFence bool
-	// SafeDetach enables the SafeDetach path (feature gate
-	// NonGracefulFailover). The out-of-service path and the release of a
-	// quarantine always run.
+	// SafeDetach enables the failover (feature gate NonGracefulFailover):
+	// the SafeDetach path, the event-driven out-of-service path and fencing.
+	// Without it only the release of a node that is back runs.
 	SafeDetach bool
 	// Timeout bounds every CSI call.
 	Timeout time.Duration
@@ -238,6 +238,12 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if ready && !manual {
 		return c.release(ctx, node, fr)
 	}
+	// Everything below changes what happens to pods: behind the
+	// NonGracefulFailover gate, so that with the gate off the sidecar acts
+	// as external-attacher does (releasing a node is always allowed).
+	if !c.opts.SafeDetach {
+		return nil
+	}
 	pods, err := c.podsOn(nodeName)
 	if err != nil {
 		return err
@@ -258,9 +264,6 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 				}
 			}
 		}
-	}
-	if !c.opts.SafeDetach {
-		return nil
 	}
 	if !ready && IsControlPlane(node) {
 		return nil
