@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/test/kubeletsim"
@@ -71,10 +73,12 @@ type ProductOptions struct {
 // controller instance and csi-fence-attacher with the ServiceAccount of
 // deploy/kubernetes/rbac-controller.yaml.
 func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Product, error) {
+	begin := time.Now()
 	p := &Product{c: c, BinDir: filepath.Join(c.WorkDir, "bin"), StateDir: filepath.Join(c.WorkDir, "array"), Nodes: map[string]*NodeInstance{}}
 	if err := BuildProduct(ctx, p.BinDir); err != nil {
 		return nil, err
 	}
+	c.log.Logf("csi-fence-attacher and csi-fence-mock built (%.1fs)", time.Since(begin).Seconds())
 	for _, f := range []string{"deploy/kubernetes/base/crd-fencingrequests.yaml", "deploy/kubernetes/base/rbac-controller.yaml",
 		"deploy/kubernetes/base/rbac-node.yaml", "deploy/kubernetes/mock-example/csidriver.yaml"} {
 		if err := c.ApplyManifest(ctx, f, ""); err != nil {
@@ -109,6 +113,7 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 		}); err != nil {
 		return nil, err
 	}
+	c.log.Logf("deploy/ applied, mock controller and csi-fence-attacher up (%.1fs)", time.Since(begin).Seconds())
 	return p, nil
 }
 
@@ -181,7 +186,14 @@ func (p *Product) PowerOn(ctx context.Context, node string) error {
 	}); err != nil {
 		return err
 	}
-	kctx, cancel := context.WithCancel(context.Background())
+	// The simulated kubelet runs in this process; its log goes to the
+	// node's file beside the others, not to the test's output.
+	kubeletLog, err := os.OpenFile(filepath.Join(p.c.WorkDir, "logs", "kubelet-"+node+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(kubeletLog), textlogger.Verbosity(4)))
+	kctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	n.kubeletCancel = cancel
 	go func() { _ = n.kubelet.Run(kctx) }()
 
