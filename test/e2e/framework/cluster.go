@@ -1,7 +1,28 @@
 // Package framework runs a real Kubernetes control plane on this machine for
-// the end-to-end tests and the demo: etcd, kube-apiserver,
+// the end-to-end tests, the demo and the benchmark: etcd, kube-apiserver,
 // kube-controller-manager and kube-scheduler built from pinned modules (see
-// hack/e2e-binaries.sh), KWOK for the nodes, on 127.0.0.1 with free ports.
+// hack/e2e-binaries.sh), KWOK for the nodes, on 127.0.0.1 with free ports,
+// and the product beside it as real processes.
+//
+// It reports through a Logger and returns errors, so a command uses it with a
+// plain context as well as a test (a *testing.T is a Logger):
+//
+//	c, err := framework.Start(ctx, log, framework.Options{}) // ~4-5 s warm
+//	defer c.Cleanup(failed)                                  // keeps logs when failed
+//	p, err := c.StartProduct(ctx, framework.ProductOptions{}) // deploy/ applied, attacher up
+//	nodes, err := c.CreateNodes(ctx, "n", 3, framework.DriverName)
+//	_, err = p.StartNode(ctx, nodes[0])                      // mock node, kubelet sim, node agent
+//	err = c.ShutDown(ctx, nodes[0])                          // heartbeat stops -> NotReady after 10 s
+//
+// Binaries: $FENCE_E2E_BIN, else what hack/e2e-binaries.sh prints (it builds
+// them once, minutes, into ~/.cache/fence-attacher/e2e-bin, or
+// $FENCE_E2E_CACHE). Every log goes to <work dir>/logs; the work dir (a new
+// temp dir unless Options.WorkDir) is logged first and kept on failure.
+// Every process started dies with the calling process, however it ends.
+//
+// The apiserver keeps an audit log of ServiceAccount requests (Cluster.RBAC):
+// the product runs with the ServiceAccount tokens and RBAC of deploy/, and the
+// audit log shows what it used and what was denied.
 package framework
 
 import (
