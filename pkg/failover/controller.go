@@ -234,6 +234,19 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	}
 	manual := fr != nil && fr.Spec.Origin != fencingv1alpha1.OriginAutomatic && fr.Status.Phase != fencingv1alpha1.PhaseComplete
 	ready := NodeReady(node)
+	if manual && ready {
+		// Fencing a Ready node needs the request to exist now, not just in
+		// a cache that may lag its deletion (S4).
+		live, err := c.frClient.Get(ctx, nodeName)
+		if apierrors.IsNotFound(err) {
+			fr, manual = nil, false
+		} else if err != nil {
+			return err
+		}
+		if live != nil && (live.Spec.Origin == fencingv1alpha1.OriginAutomatic || live.Status.Phase == fencingv1alpha1.PhaseComplete) {
+			manual = false
+		}
+	}
 
 	if ready && !manual {
 		return c.release(ctx, node, fr)

@@ -111,7 +111,10 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 			continue
 		}
 		handle := pv.Spec.CSI.VolumeHandle
-		if fencerecord.IsQuarantined(fr, c.opts.DriverName, handle) {
+		// Fenced once under this request is done, even once cleaned up: a
+		// node the admin keeps fenced must not be fenced again after each
+		// cleanup. A completed request starts over.
+		if e := fencerecord.Find(fr, c.opts.DriverName, handle); e != nil && e.FencedTime != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete {
 			continue
 		}
 		nodeID := va.Annotations[contract.NodeIDAnnotation]
