@@ -39,6 +39,7 @@ test-fmt:
 	./release-tools/verify-gofmt.sh
 test-vet:
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e/...
 test-vendor:
 	./release-tools/verify-gomod.sh
 
