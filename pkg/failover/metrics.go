@@ -25,6 +25,11 @@ var (
 		Help:    "Time from a pod becoming eligible (Terminating on a NotReady node) to its force-delete.",
 		Buckets: metrics.ExponentialBuckets(0.1, 2, 12),
 	})
+	fencingDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Name: "fencing_duration_seconds", StabilityLevel: metrics.ALPHA,
+		Help:    "Time from the start of a node's fencing (its FencingRequest's startTime) to every attachment on it fenced.",
+		Buckets: metrics.ExponentialBuckets(0.1, 2, 12),
+	})
 	fenceErrors = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name: "failover_fence_errors_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of fences refused or failed during a failover, by driver.",
@@ -35,6 +40,6 @@ var (
 // RegisterMetrics registers the failover metrics on the legacy registry.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, fencedNodes, failoverDuration, fenceErrors)
+		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, fencedNodes, failoverDuration, fencingDuration, fenceErrors)
 	})
 }

@@ -181,8 +181,13 @@ func (c *Controller) markFenced(ctx context.Context, node string) error {
 		fr.Status.Phase = fencingv1alpha1.PhaseFenced
 		fr.Status.ErrorReason, fr.Status.ErrorMessage = "", ""
 		setFRCondition(fr, fencingv1alpha1.ConditionFenced, metav1.ConditionTrue, "AllAttachmentsFenced", "every attachment on the node is fenced")
-		_, err = c.frClient.UpdateStatus(ctx, fr)
-		return err
+		if _, err = c.frClient.UpdateStatus(ctx, fr); err != nil {
+			return err
+		}
+		if fr.Status.StartTime != nil {
+			fencingDuration.Observe(time.Since(fr.Status.StartTime.Time).Seconds())
+		}
+		return nil
 	})
 }
 
