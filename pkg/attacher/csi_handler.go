@@ -488,21 +488,8 @@ func (h *CSIHandler) fencingRequest(nodeName string) (*fencingv1alpha1.FencingRe
 	return fr, nil
 }
 
-// secrets reads the publish secret directly from the API, not from a cache,
-// so that the sidecar never watches Secrets. Their values never reach a log.
 func (h *CSIHandler) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
-	if ref == nil {
-		return nil, nil
-	}
-	s, err := h.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("loading publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	out := make(map[string]string, len(s.Data))
-	for k, v := range s.Data {
-		out[k] = string(v)
-	}
-	return out, nil
+	return csiclient.PublishSecrets(ctx, h.Client, ref)
 }
 
 // SyncNewOrUpdatedPersistentVolume implements Handler: the PV finalizer is

@@ -14,8 +14,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -55,27 +53,6 @@ type Handler interface {
 	ReconcileVA(ctx context.Context) error
 }
 
-// FencingRequestLister reads the FencingRequest of a node, usually from an
-// informer. It returns (nil, nil) when the node has none.
-type FencingRequestLister interface {
-	Get(nodeName string) (*fencingv1alpha1.FencingRequest, error)
-}
-
-// NewFencingRequestLister adapts the lister of a dynamic FencingRequest
-// informer (dynamicinformer, resource fencingv1alpha1.Resource).
-func NewFencingRequestLister(l cache.GenericLister) FencingRequestLister {
-	return genericFRLister{l}
-}
-
-type genericFRLister struct{ l cache.GenericLister }
-
-func (g genericFRLister) Get(nodeName string) (*fencingv1alpha1.FencingRequest, error) {
-	obj, err := g.l.Get(nodeName)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return fencingv1alpha1.FromUnstructured(obj)
-}
+// FencingRequestLister reads the FencingRequest of a node; see
+// fencingv1alpha1.NewLister.
+type FencingRequestLister = fencingv1alpha1.Lister

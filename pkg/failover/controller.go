@@ -69,7 +69,8 @@ type Controller struct {
 	pvs      corelisters.PersistentVolumeLister
 	vas      storagelisters.VolumeAttachmentLister
 	drivers  storagelisters.CSIDriverLister
-	frs      cache.GenericLister
+	frs      fencingv1alpha1.Lister
+	frCache  cache.GenericLister // for listing every request
 	synced   []cache.InformerSynced
 	factory  informers.SharedInformerFactory
 	dfactory dynamicinformer.DynamicSharedInformerFactory
@@ -95,7 +96,8 @@ func New(opts Options, client kubernetes.Interface, dyn dynamicinformer.DynamicS
 		eligibleSince: map[string]time.Time{},
 	}
 	frInformer := dyn.ForResource(fencingv1alpha1.Resource)
-	c.frs = frInformer.Lister()
+	c.frCache = frInformer.Lister()
+	c.frs = fencingv1alpha1.NewLister(c.frCache)
 	byNode := func(node string) { c.queue.Add(node) }
 	handlers := []struct {
 		inf cache.SharedIndexInformer
@@ -175,7 +177,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 			}
 		}
 		fencedNodes.Set(float64(quarantined))
-		frs, _ := c.frs.List(labels.Everything())
+		frs, _ := c.frCache.List(labels.Everything())
 		for _, o := range frs {
 			c.queue.Add(objName(o))
 		}
@@ -200,21 +202,10 @@ func (c *Controller) worker(ctx context.Context) {
 	}
 }
 
-func (c *Controller) fencingRequest(node string) (*fencingv1alpha1.FencingRequest, error) {
-	o, err := c.frs.Get(node)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return fencingv1alpha1.FromUnstructured(o)
-}
-
 // sync is one pass over one node: see the package doc for the order.
 func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	logger := klog.FromContext(ctx)
-	fr, err := c.fencingRequest(nodeName)
+	fr, err := c.frs.Get(nodeName)
 	if err != nil {
 		return err
 	}

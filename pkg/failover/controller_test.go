@@ -334,7 +334,7 @@ func TestManualFencingRequestFencesReadyNode(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if err := waitUntil(ctx, func() bool { _, err := e.c.frs.Get("n1"); return err == nil }); err != nil {
+			if err := waitUntil(ctx, func() bool { fr, err := e.c.frs.Get("n1"); return err == nil && fr != nil }); err != nil {
 				t.Fatal(err)
 			}
 			if err := e.sync(t); err != nil {

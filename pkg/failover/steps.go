@@ -17,6 +17,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
@@ -122,7 +123,7 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 			nodeID = node.Name
 		}
 		rec := fencingv1alpha1.FencedVolume{Driver: c.opts.DriverName, VolumeHandle: handle, PersistentVolumeName: pv.Name, NodeID: nodeID}
-		secrets, err := c.secrets(ctx, pv.Spec.CSI.ControllerPublishSecretRef)
+		secrets, err := csiclient.PublishSecrets(ctx, c.client, pv.Spec.CSI.ControllerPublishSecretRef)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 			err = c.csi.Detach(cctx, handle, nodeID, secrets, true)
@@ -429,21 +430,6 @@ func (c *Controller) vasOn(node string) ([]*storagev1.VolumeAttachment, error) {
 		if va.Spec.NodeName == node {
 			out = append(out, va)
 		}
-	}
-	return out, nil
-}
-
-func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
-	if ref == nil {
-		return nil, nil
-	}
-	s, err := c.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for k, v := range s.Data {
-		out[k] = string(v)
 	}
 	return out, nil
 }

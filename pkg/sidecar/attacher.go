@@ -132,7 +132,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		case served && d.Dynamic != nil:
 			dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, o.Resync)
 			frInformer := dynFactory.ForResource(fencingv1alpha1.Resource)
-			hc.FencingRequests = attacher.NewFencingRequestLister(frInformer.Lister())
+			hc.FencingRequests = fencingv1alpha1.NewLister(frInformer.Lister())
 			hc.FenceRecord = fencingv1alpha1.NewClient(d.Dynamic)
 			ctrlCfg.FencingRequestInformer = frInformer.Informer()
 		default:
