@@ -5,7 +5,7 @@
 //	csi-fence-mock [serve] --role=controller|node --csi-address=... --state-dir=... [flags]
 //	csi-fence-mock status --state-dir=D [--fail-on-violation]
 //	csi-fence-mock fault --state-dir=D SPEC... | --list | --clear
-//	csi-fence-mock configure --state-dir=D [--fence-policy=...] [--broken-fence=...] ... | --reset
+//	csi-fence-mock configure --state-dir=D [--fence-policy=...] [--refuse-unsafe=...] [--broken-fence=...] ... | --reset
 //	csi-fence-mock io --state-dir=D (--write|--read) [--count=N] [--interval=100ms [--duration=D]] NODE VOLUME [PATH]
 //	csi-fence-mock version
 package main
@@ -129,6 +129,10 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 const defaultStateDir = "/var/lib/csi-fence-mock"
 
+// refuseUnsafeUsage documents the array's two modes.
+const refuseUnsafeUsage = "Strict mode: refuse (FAILED_PRECONDITION) a publish to a node where the volume is quarantined (S2) and a publish of a single-node volume still published to another node (S1), as a strict driver does; status counts them under refusedUnsafe. " +
+	"Default (witness mode): carry them out and count them as S1/S2 violations, so that a CO's own guards are what is tested. Use it to run csi-fence-sanity against the mock."
+
 func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	klog.InitFlags(fs)
@@ -158,8 +162,9 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	policy := fs.String("fence-policy", string(array.FenceRevoke), "What a fence does while the node shows recent I/O: revoke (succeed), refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
 	fs.DurationVar(&arr.RecentIO, "recent-io", 2*time.Second, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
 	plain := fs.String("plain-unpublish", string(array.PlainUnpublishLinger), "What ControllerUnpublishVolume without fence does to a node still using the volume (staged, published, or recent I/O): linger (its data path stays open until it cleans up or goes quiet, as storage without fencing) or revoke (cut off at once, no quarantine)")
+	fs.BoolVar(&arr.RefuseUnsafe, "refuse-unsafe", false, refuseUnsafeUsage)
 	fs.BoolVar(&arr.BrokenFence, "broken-fence", false, "NEGATIVE CONTROL: report fences as done without cutting the node's data path")
-	fs.BoolVar(&arr.BrokenQuarantine, "broken-quarantine", false, "NEGATIVE CONTROL: let publishes through on nodes where the volume is quarantined (recorded as S2)")
+	fs.BoolVar(&arr.BrokenQuarantine, "broken-quarantine", false, "NEGATIVE CONTROL: with --refuse-unsafe, let publishes through on nodes where the volume is quarantined (recorded as S2); without it they go through anyway")
 	fs.Var(&specs, "fault", "Fault to inject, repeatable: Method:code=Unavailable,latency=2s,prob=0.5,count=3[,node=N][,lie]; written to the shared control file (on a node instance, node= defaults to this node)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -235,9 +240,17 @@ func statusCmd(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err := enc.Encode(rep); err != nil {
 		return err
 	}
-	if *failOn && rep.Violations[array.S1]+rep.Violations[array.S2] > 0 {
-		return codeError{code: exitViolation, msg: fmt.Sprintf("safety violations recorded: %v", rep.Violations)}
+	if !*failOn {
+		return nil
 	}
+	summary := fmt.Sprintf("S1=%d S2=%d; unsafe publishes refused (--refuse-unsafe): %s=%d %s=%d",
+		rep.Violations[array.S1], rep.Violations[array.S2],
+		array.RefusedPublishElsewhere, rep.RefusedUnsafe[array.RefusedPublishElsewhere],
+		array.RefusedPublishQuarantined, rep.RefusedUnsafe[array.RefusedPublishQuarantined])
+	if rep.Violations[array.S1]+rep.Violations[array.S2] > 0 {
+		return codeError{code: exitViolation, msg: "safety violations recorded: " + summary}
+	}
+	fmt.Fprintln(stderr, "csi-fence-mock: no safety violations:", summary)
 	return nil
 }
 
@@ -303,6 +316,7 @@ func configureCmd(_ context.Context, args []string, stdout, stderr io.Writer) er
 	policy := fs.String("fence-policy", "", "Override --fence-policy of every instance: revoke, refuse or unknown")
 	recent := fs.Duration("recent-io", 0, "Override --recent-io")
 	plain := fs.String("plain-unpublish", "", "Override --plain-unpublish: linger or revoke")
+	refuseUnsafe := fs.Bool("refuse-unsafe", false, "Override --refuse-unsafe (true: strict mode, false: witness mode)")
 	brokenFence := fs.Bool("broken-fence", false, "Override --broken-fence")
 	brokenQuarantine := fs.Bool("broken-quarantine", false, "Override --broken-quarantine")
 	if err := parse(fs, args); err != nil {
@@ -332,6 +346,8 @@ func configureCmd(_ context.Context, args []string, stdout, stderr io.Writer) er
 			o.RecentIO = recent
 		case "plain-unpublish":
 			o.PlainUnpublish = array.PlainUnpublishMode(*plain)
+		case "refuse-unsafe":
+			o.RefuseUnsafe = refuseUnsafe
 		case "broken-fence":
 			o.BrokenFence = brokenFence
 		case "broken-quarantine":

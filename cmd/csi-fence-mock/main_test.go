@@ -96,10 +96,10 @@ func TestConfigureCommand(t *testing.T) {
 	if o.BrokenFence == nil || !*o.BrokenFence || o.FencePolicy != array.FenceRefuse || o.RecentIO == nil || o.RecentIO.Seconds() != 5 || o.BrokenQuarantine != nil {
 		t.Fatalf("overrides: %+v", o)
 	}
-	if code, _, stderr := runCmd("configure", d, "--reset", "--broken-quarantine=false"); code != 0 {
+	if code, _, stderr := runCmd("configure", d, "--reset", "--broken-quarantine=false", "--refuse-unsafe"); code != 0 {
 		t.Fatal(stderr)
 	}
-	if o := overrides(); o.BrokenFence != nil || o.FencePolicy != "" || o.BrokenQuarantine == nil || *o.BrokenQuarantine {
+	if o := overrides(); o.BrokenFence != nil || o.FencePolicy != "" || o.BrokenQuarantine == nil || *o.BrokenQuarantine || o.RefuseUnsafe == nil || !*o.RefuseUnsafe {
 		t.Fatalf("overrides after --reset: %+v", o)
 	}
 }
@@ -144,23 +144,33 @@ func TestIOAndStatusCommands(t *testing.T) {
 		})
 	}
 
-	status := func() (int, server.Report) {
+	status := func() (int, server.Report, string) {
 		t.Helper()
-		code, out, _ := runCmd("status", d, "--fail-on-violation")
+		code, out, stderr := runCmd("status", d, "--fail-on-violation")
 		var rep server.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("status output %q: %v", out, err)
 		}
-		return code, rep
+		return code, rep, stderr
 	}
-	code, rep := status()
+	code, rep, _ := status()
 	if code != 0 || rep.Violations[array.S1] != 0 || rep.Volumes["v"].Publications["n1"].Access != array.AccessFenced || rep.Refused["write-fenced"] < 3 || rep.Volumes["v"].Writes["n1"] != 3 {
 		t.Fatalf("status: exit %d, %+v", code, rep)
 	}
-	if err := arr.Publish("v", "n1", true, false, array.Options{BrokenQuarantine: true}); err != nil {
+	// A strict array refuses the publish to the quarantined node: no
+	// violation, and status says what it refused.
+	if err := arr.Publish("v", "n1", true, false, array.Options{RefuseUnsafe: true}); err == nil {
+		t.Fatal("a strict array published to a quarantined node")
+	}
+	code, rep, stderr := status()
+	if code != 0 || rep.RefusedUnsafe[array.RefusedPublishQuarantined] != 1 || !strings.Contains(stderr, "publish-quarantined=1") {
+		t.Fatalf("status after a refused unsafe publish: exit %d, %v, stderr %q", code, rep.RefusedUnsafe, stderr)
+	}
+	// A witness array carries it out: a violation.
+	if err := arr.Publish("v", "n1", true, false, array.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if code, rep := status(); code != exitViolation || rep.Violations[array.S2] != 1 || len(rep.ViolationRecords) != 1 {
-		t.Fatalf("status after an S2 violation: exit %d, %+v", code, rep.Violations)
+	if code, rep, stderr := status(); code != exitViolation || rep.Violations[array.S2] != 1 || len(rep.ViolationRecords) != 1 || !strings.Contains(stderr, "S1=0 S2=1") {
+		t.Fatalf("status after an S2 violation: exit %d, %+v, stderr %q", code, rep.Violations, stderr)
 	}
 }

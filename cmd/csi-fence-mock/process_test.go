@@ -232,9 +232,11 @@ func (e *env) sanity(extra ...string) (string, error) {
 	return string(out), err
 }
 
-// TestSanityAgainstProcesses: the mock's processes pass csi-fence-sanity.
+// TestSanityAgainstProcesses: the mock's processes pass csi-fence-sanity,
+// as a strict driver: the fence suite checks that the driver refuses unsafe
+// publishes.
 func TestSanityAgainstProcesses(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, "--refuse-unsafe")
 	out, err := e.sanity()
 	if err != nil || !strings.Contains(out, "SUCCESS!") {
 		t.Fatalf("csi-fence-sanity: %v\n%s", err, out)
@@ -248,12 +250,12 @@ func TestSanityAgainstProcesses(t *testing.T) {
 // started with --broken-fence, on the specs that check I/O after a fence,
 // and passes (fence specs skipped, saying why) against --disable-fence.
 func TestSanityCatchesBrokenFence(t *testing.T) {
-	broken := newEnv(t, "--broken-fence")
+	broken := newEnv(t, "--refuse-unsafe", "--broken-fence")
 	out, err := broken.sanity("--ginkgo.focus=Fence")
 	if err == nil || !strings.Contains(out, "[FAIL] Fence [Controller Server] on a single-node volume published to this node [It] fence=true cuts the node's I/O before it returns") {
 		t.Fatalf("csi-fence-sanity against --broken-fence: %v\n%s", err, out)
 	}
-	without := newEnv(t, "--disable-fence", "--disable-force")
+	without := newEnv(t, "--refuse-unsafe", "--disable-fence", "--disable-force")
 	out, err = without.sanity("--ginkgo.v")
 	if err != nil || !strings.Contains(out, "SUCCESS!") || !strings.Contains(out, "UNPUBLISH_FENCE (ControllerServiceCapability type 1000): fence specs do not apply") {
 		t.Fatalf("csi-fence-sanity against --disable-fence: %v\n%s", err, out)
@@ -264,9 +266,10 @@ func TestSanityCatchesBrokenFence(t *testing.T) {
 // writing through the node instance while the volume is fenced and moved;
 // the controller is killed and restarted in between; faults are injected by
 // the CLI while everything runs. Then the same with the fence broken at run
-// time, which the array must catch as S1.
+// time, which the array must catch as S1. The array is strict: the unsafe
+// publishes tried on the way are refused.
 func TestFailoverAcrossProcesses(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, "--refuse-unsafe")
 	ctx := context.Background()
 	ctl := func() csi.ControllerClient { return csi.NewControllerClient(e.conn("controller")) }
 	publish := func(id, node string) error {
@@ -400,6 +403,45 @@ func TestFailoverAcrossProcesses(t *testing.T) {
 	}
 	if code, out := e.cli("configure", "--state-dir="+e.state, "--reset"); code != 0 {
 		t.Fatal(out)
+	}
+}
+
+// TestWitnessAcrossProcesses: by default the array carries out the unsafe
+// publishes and status fails on them; "configure --refuse-unsafe" makes the
+// running instances refuse them, and status shows the refusals.
+func TestWitnessAcrossProcesses(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ctl := csi.NewControllerClient(e.conn("controller"))
+	publishTwice := func(name string) error {
+		t.Helper()
+		vol, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{rwo}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := vol.GetVolume().GetVolumeId()
+		if _, err := ctl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "n1", VolumeCapability: rwo}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ctl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "n2", VolumeCapability: rwo})
+		return err
+	}
+	if err := publishTwice("witnessed"); err != nil {
+		t.Fatalf("a witness array refused the publish to a second node: %v", err)
+	}
+	code, out := e.cli("status", "--state-dir="+e.state, "--fail-on-violation")
+	if code != exitViolation || !strings.Contains(out, "S1=1 S2=0") || !strings.Contains(out, "while still published to nodes [n1]") {
+		t.Fatalf("status after an unsafe publish: exit %d\n%s", code, out)
+	}
+	if code, out := e.cli("configure", "--state-dir="+e.state, "--refuse-unsafe"); code != 0 {
+		t.Fatal(out)
+	}
+	if err := publishTwice("refused"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a strict array's answer to a publish to a second node: %v", err)
+	}
+	rep := e.report()
+	if rep.Violations[array.S1] != 1 || rep.RefusedUnsafe[array.RefusedPublishElsewhere] != 1 {
+		t.Fatalf("after a refused unsafe publish: violations %v, refused unsafe %v", rep.Violations, rep.RefusedUnsafe)
 	}
 }
 

@@ -5,11 +5,14 @@
 // (separate processes) share it safely, and it survives their restarts.
 //
 // The array is also the referee of the safety invariants: it records every
-// violation of S1 (a single-node volume writable from two nodes at once, or a
-// write accepted from a node after the volume was published to another node)
-// and S2 (a publish to a node where the volume is quarantined). Unsafe requests
-// it refuses are counted separately: a refusal is the array doing its job, a
-// violation is the unsafe thing having happened.
+// violation of S1 (a single-node volume published to a second node or
+// writable from two nodes at once, or a write accepted from a node after the
+// volume was published to another node or while another node can write) and
+// S2 (a publish to a node where the volume is quarantined). By default it is
+// a witness: it carries such publishes out, so that the CO's guards are what
+// is proven. With Options.RefuseUnsafe it refuses them, as a strict driver
+// would, and counts the refusals separately: a refusal is the array doing its
+// job, a violation is the unsafe thing having happened.
 package array
 
 import (
@@ -42,6 +45,15 @@ const (
 const (
 	S1 = "S1"
 	S2 = "S2"
+)
+
+// Kinds of refused requests (State.Refused) that S1 and S2 forbid, refused
+// by an array with Options.RefuseUnsafe; a witness array carries them out and
+// records the violation instead. The other kinds are the array's data path
+// and fence policy doing their job.
+const (
+	RefusedPublishElsewhere   = "publish-elsewhere"   // S1
+	RefusedPublishQuarantined = "publish-quarantined" // S2
 )
 
 // MaxViolationRecords bounds the detailed violation list; the counts are
@@ -153,6 +165,15 @@ func (s *State) CountViolations() map[string]int {
 		out[inv] = int(n)
 	}
 	return out
+}
+
+// RefusedUnsafe returns the number of refused publishes that S1 or S2
+// forbid, by kind; both kinds are always present.
+func (s *State) RefusedUnsafe() map[string]int64 {
+	return map[string]int64{
+		RefusedPublishElsewhere:   s.Refused[RefusedPublishElsewhere],
+		RefusedPublishQuarantined: s.Refused[RefusedPublishQuarantined],
+	}
 }
 
 // TotalViolations is the number of violations of every invariant.

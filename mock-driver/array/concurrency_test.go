@@ -12,7 +12,7 @@ import (
 
 // Concurrent writers lose no update: every accepted write is counted once.
 // Concurrent publishes of one single-node volume to different nodes grant
-// exactly one of them. Run once with goroutines sharing one handle, once with
+// exactly one of them on a strict array (RefuseUnsafe). Run once with goroutines sharing one handle, once with
 // a handle per goroutine (each opens its own lock file description, as
 // separate processes do), and once with real processes.
 
@@ -36,7 +36,7 @@ func work(a *Array, i int) (published bool, err error) {
 			return false, err
 		}
 	}
-	err = a.Publish("rwo", node, true, false, Options{})
+	err = a.Publish("rwo", node, true, false, Options{RefuseUnsafe: true})
 	var ae *Error
 	switch {
 	case err == nil:

@@ -71,10 +71,18 @@ type Options struct {
 	// FencePolicy and PlainUnpublish.
 	RecentIO       time.Duration
 	PlainUnpublish PlainUnpublishMode
+	// RefuseUnsafe makes the array refuse the publishes that S1 and S2
+	// forbid (a single-node volume still published to another node, a node
+	// where the volume is quarantined), as a strict driver does; they are
+	// counted under State.Refused. Without it (the zero value) the array is a
+	// witness: it carries them out and records the violation, so that what
+	// keeps S1 and S2 is the CO's own guards, and a test sees when they fail.
+	RefuseUnsafe bool
 	// BrokenFence makes a fence report success without revoking access.
 	BrokenFence bool
 	// BrokenQuarantine lets a publish through on a node where the volume is
-	// quarantined (and records the S2 violation that is).
+	// quarantined (and records the S2 violation that is) even with
+	// RefuseUnsafe; a witness array does that anyway.
 	BrokenQuarantine bool
 }
 
@@ -102,6 +110,7 @@ type Overrides struct {
 	FencePolicy      FencePolicy        `json:"fencePolicy,omitempty"`
 	RecentIO         *time.Duration     `json:"recentIO,omitempty"`
 	PlainUnpublish   PlainUnpublishMode `json:"plainUnpublish,omitempty"`
+	RefuseUnsafe     *bool              `json:"refuseUnsafe,omitempty"`
 	BrokenFence      *bool              `json:"brokenFence,omitempty"`
 	BrokenQuarantine *bool              `json:"brokenQuarantine,omitempty"`
 }
@@ -116,6 +125,9 @@ func (o Overrides) Apply(opts Options) Options {
 	}
 	if o.PlainUnpublish != "" {
 		opts.PlainUnpublish = o.PlainUnpublish
+	}
+	if o.RefuseUnsafe != nil {
+		opts.RefuseUnsafe = *o.RefuseUnsafe
 	}
 	if o.BrokenFence != nil {
 		opts.BrokenFence = *o.BrokenFence
@@ -252,9 +264,11 @@ func (a *Array) Publish(id, node string, singleNode, readOnly bool, opts Options
 	return a.PublishVolume(PublishArgs{Volume: id, Node: node, SingleNode: singleNode, ReadOnly: readOnly}, opts)
 }
 
-// PublishVolume grants a node access to a volume. It refuses a node where the
-// volume is quarantined (unless Options.BrokenQuarantine, which records S2)
-// and a single-node volume still granted to another node.
+// PublishVolume grants a node access to a volume. A publish that S1 or S2
+// forbids (to a node where the volume is quarantined, or of a single-node
+// volume still granted to another node) is refused with Options.RefuseUnsafe
+// (except the quarantine with Options.BrokenQuarantine), and otherwise
+// carried out and recorded as a violation.
 func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 	return a.update(func(s *State, now time.Time) error {
 		o := s.Overrides.Apply(opts)
@@ -273,8 +287,8 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 		p := v.Publications[node]
 		quarantined := p != nil && p.Access == AccessFenced
 		switch {
-		case quarantined && !o.BrokenQuarantine:
-			s.refuse("publish-quarantined")
+		case quarantined && o.RefuseUnsafe && !o.BrokenQuarantine:
+			s.refuse(RefusedPublishQuarantined)
 			return errf(CodeFailedPrecondition, "volume %s is quarantined on node %s: a forced NodeUnpublishVolume/NodeUnstageVolume on that node must clean it up first", id, node)
 		case p != nil && p.Access == AccessGranted:
 			if p.ReadOnly != args.ReadOnly {
@@ -283,8 +297,9 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 			return nil // idempotent
 		}
 		others := grantedElsewhere(v, node)
-		if len(others) > 0 && (args.SingleNode || v.SingleNode) {
-			s.refuse("publish-elsewhere")
+		elsewhere := len(others) > 0 && (args.SingleNode || v.SingleNode)
+		if elsewhere && o.RefuseUnsafe {
+			s.refuse(RefusedPublishElsewhere)
 			return errf(CodeFailedPrecondition, "volume %s allows a single node and is still published to node %s", id, others[0])
 		}
 		if n != nil && n.MaxVolumes > 0 && publishedOn(s, node) >= n.MaxVolumes {
@@ -307,7 +322,11 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 		if v.SingleNode && !args.ReadOnly {
 			v.Owner = node
 		}
-		if w := writableNodes(v, now); v.SingleNode && len(w) > 1 {
+		w := writableNodes(v, now)
+		switch {
+		case elsewhere:
+			s.violate(now, S1, id, node, "single-node volume published to node %s while still published to nodes %v", node, others)
+		case v.SingleNode && len(w) > 1:
 			s.violate(now, S1, id, node, "single-node volume writable from nodes %v at once after its publish to %s", w, node)
 		}
 		return nil
@@ -464,7 +483,8 @@ func release(v *Volume, node string) {
 // Write is one write of a workload on node to the volume. It is refused when
 // the node's data path is closed (fenced, never published, or a plain
 // unpublish whose session ended). An accepted write on a single-node volume
-// from a node other than its owner is an S1 violation.
+// from a node other than its owner, or while another node can write to it,
+// is an S1 violation.
 func (a *Array) Write(id, node string) error {
 	_, err := a.WriteData(id, node)
 	return err
@@ -482,8 +502,14 @@ func (a *Array) WriteData(id, node string) (int64, error) {
 			s.refuse("write-readonly")
 			return errf(CodePermissionDenied, "volume %s is read-only on node %s", id, node)
 		}
-		if v.SingleNode && v.Owner != "" && v.Owner != node {
-			s.violate(now, S1, id, node, "write from node %s accepted after the volume was published to node %s", node, v.Owner)
+		if v.SingleNode {
+			others := slices.DeleteFunc(writableNodes(v, now), func(n string) bool { return n == node })
+			switch {
+			case v.Owner != "" && v.Owner != node:
+				s.violate(now, S1, id, node, "write from node %s accepted after the volume was published to node %s", node, v.Owner)
+			case len(others) > 0:
+				s.violate(now, S1, id, node, "write from node %s accepted while nodes %v can write to the single-node volume too", node, others)
+			}
 		}
 		count(v, node, now, true)
 		data = v.Data

@@ -86,6 +86,9 @@ func (tc *scenario) run(t *testing.T, a *Array, c *clock, st step) error {
 	case "break-fence": // run-time override
 		b := true
 		return a.SetOverrides(Overrides{BrokenFence: &b})
+	case "refuse-unsafe": // run-time override
+		b := true
+		return a.SetOverrides(Overrides{RefuseUnsafe: &b})
 	}
 	t.Fatalf("unknown op %q", st.op)
 	return nil
@@ -102,6 +105,7 @@ type scenario struct {
 }
 
 func TestScenarios(t *testing.T) {
+	strict := Options{RefuseUnsafe: true}
 	window := Options{RecentIO: 2 * time.Second}
 	refuse := Options{RecentIO: 2 * time.Second, FencePolicy: FenceRefuse}
 	unknown := Options{RecentIO: 2 * time.Second, FencePolicy: FenceUnknown}
@@ -116,10 +120,19 @@ func TestScenarios(t *testing.T) {
 			access:  map[string]string{"a": "", "b": AccessGranted},
 		},
 		{
-			name:    "single-node volume is not published to a second node",
+			name:    "strict: a single-node volume is not published to a second node",
+			opts:    strict,
 			steps:   []step{ok("add", "v", ""), ok("publish", "v", "a"), fails("publish", "v", "b", CodeFailedPrecondition), fails("publish-ro", "v", "b", CodeFailedPrecondition)},
 			refused: map[string]int64{"publish-elsewhere": 2},
 			access:  map[string]string{"a": AccessGranted, "b": ""},
+		},
+		{
+			name: "witness: a single-node volume published to more nodes, and every write then, is S1",
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("publish", "v", "b"), ok("publish-ro", "v", "c"),
+				ok("write", "v", "b"), ok("write", "v", "a")},
+			violations: map[string]int{S1: 4},
+			refused:    map[string]int64{"publish-elsewhere": 0},
+			access:     map[string]string{"a": AccessGranted, "b": AccessGranted, "c": AccessGranted},
 		},
 		{
 			name: "fence cuts the node off and lets the volume move",
@@ -132,6 +145,7 @@ func TestScenarios(t *testing.T) {
 		},
 		{
 			name: "quarantine holds until forced unstage",
+			opts: strict,
 			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("fence", "v", "a"),
 				fails("publish", "v", "a", CodeFailedPrecondition), fails("stage", "v", "a", CodeFailedPrecondition),
 				fails("nodeunpublish", "v", "a", CodeFailedPrecondition), fails("unstage", "v", "a", CodeFailedPrecondition),
@@ -141,18 +155,27 @@ func TestScenarios(t *testing.T) {
 			access:  map[string]string{"a": AccessGranted},
 		},
 		{
+			name:       "witness: a publish to a quarantined node goes through and is S2",
+			steps:      []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("fence", "v", "a"), ok("publish", "v", "a"), ok("write", "v", "a")},
+			violations: map[string]int{S2: 1},
+			refused:    map[string]int64{"publish-quarantined": 0},
+			access:     map[string]string{"a": AccessGranted},
+		},
+		{
 			name:   "forced unstage alone cleans a staged and published fenced volume",
 			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("fence", "v", "a"), ok("force-unstage", "v", "a"), ok("publish", "v", "a")},
 			access: map[string]string{"a": AccessGranted},
 		},
 		{
 			name: "a quarantine with nothing on the node is lifted by any node cleanup",
+			opts: strict,
 			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), fails("publish", "v", "a", CodeFailedPrecondition),
 				ok("nodeunpublish", "v", "a"), ok("publish", "v", "a")},
 			access: map[string]string{"a": AccessGranted},
 		},
 		{
 			name: "an unforced cleanup of what is not there succeeds and keeps the quarantine",
+			opts: strict,
 			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("fence", "v", "a"),
 				ok("nodeunpublish", "v", "a"), fails("unstage", "v", "a", CodeFailedPrecondition), fails("publish", "v", "a", CodeFailedPrecondition)},
 			access: map[string]string{"a": AccessFenced},
@@ -203,7 +226,7 @@ func TestScenarios(t *testing.T) {
 			opts: Options{BrokenFence: true},
 			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("fence", "v", "a"), ok("write", "v", "a"),
 				ok("publish", "v", "b"), ok("write", "v", "a"), ok("write", "v", "b")},
-			violations: map[string]int{S1: 2},
+			violations: map[string]int{S1: 3},
 			access:     map[string]string{"a": AccessFenced, "b": AccessGranted},
 		},
 		{
@@ -266,14 +289,14 @@ func TestScenarios(t *testing.T) {
 		},
 		{
 			name:       "broken quarantine: the publish goes through and S2 is recorded",
-			opts:       Options{BrokenQuarantine: true},
+			opts:       Options{RefuseUnsafe: true, BrokenQuarantine: true},
 			steps:      []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), ok("publish", "v", "a")},
 			violations: map[string]int{S2: 1},
 			access:     map[string]string{"a": AccessGranted},
 		},
 		{
 			name:    "broken quarantine: a publish refused for another reason is no S2",
-			opts:    Options{BrokenQuarantine: true},
+			opts:    Options{RefuseUnsafe: true, BrokenQuarantine: true},
 			steps:   []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), ok("publish", "v", "b"), fails("publish", "v", "a", CodeFailedPrecondition)},
 			refused: map[string]int64{"publish-elsewhere": 1},
 			access:  map[string]string{"a": AccessFenced, "b": AccessGranted},
@@ -307,45 +330,102 @@ func TestScenarios(t *testing.T) {
 		},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			a, c := newTestArray(t)
-			for i, st := range tc.steps {
-				err := tc.run(t, a, c, st)
-				var ae *Error
-				switch {
-				case st.want == 0 && err != nil:
-					t.Fatalf("step %d %s(%s, %s): %v", i, st.op, st.vol, st.node, err)
-				case st.want != 0 && !errors.As(err, &ae):
-					t.Fatalf("step %d %s(%s, %s): got %v, want array error code %d", i, st.op, st.vol, st.node, err, st.want)
-				case st.want != 0 && ae.Code != st.want:
-					t.Fatalf("step %d %s(%s, %s): got code %d (%v), want %d", i, st.op, st.vol, st.node, ae.Code, err, st.want)
-				}
+		t.Run(tc.name, tc.check)
+	}
+}
+
+// check runs the scenario on a new array and checks its outcome.
+func (tc *scenario) check(t *testing.T) {
+	a, c := newTestArray(t)
+	for i, st := range tc.steps {
+		err := tc.run(t, a, c, st)
+		var ae *Error
+		switch {
+		case st.want == 0 && err != nil:
+			t.Fatalf("step %d %s(%s, %s): %v", i, st.op, st.vol, st.node, err)
+		case st.want != 0 && !errors.As(err, &ae):
+			t.Fatalf("step %d %s(%s, %s): got %v, want array error code %d", i, st.op, st.vol, st.node, err, st.want)
+		case st.want != 0 && ae.Code != st.want:
+			t.Fatalf("step %d %s(%s, %s): got code %d (%v), want %d", i, st.op, st.vol, st.node, ae.Code, err, st.want)
+		}
+	}
+	s, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.CountViolations()
+	for _, inv := range []string{S1, S2} {
+		if got[inv] != tc.violations[inv] {
+			t.Errorf("%s violations: got %d, want %d: %+v", inv, got[inv], tc.violations[inv], s.Violations)
+		}
+	}
+	for kind, n := range tc.refused {
+		if s.Refused[kind] != n {
+			t.Errorf("refused %s: got %d, want %d (all: %v)", kind, s.Refused[kind], n, s.Refused)
+		}
+	}
+	for node, want := range tc.access {
+		var gotAccess string
+		if v := s.Volumes["v"]; v != nil && v.Publications[node] != nil {
+			gotAccess = v.Publications[node].Access
+		}
+		if gotAccess != want {
+			t.Errorf("access of node %s: got %q, want %q", node, gotAccess, want)
+		}
+	}
+}
+
+// TestUnsafePublish: a publish S1 or S2 forbids is carried out and counted
+// as a violation by a witness array (the default), and refused and counted
+// as refused by a strict one (RefuseUnsafe, by option or run-time override).
+func TestUnsafePublish(t *testing.T) {
+	unsafe := []struct {
+		name     string
+		setup    []step
+		publish  step
+		inv      string
+		kind     string
+		unsafeOn string // node whose access the strict array keeps as it was
+		before   string // that access
+	}{
+		{name: "S1: a single-node volume still published to another node", setup: []step{ok("add", "v", ""), ok("publish", "v", "a")},
+			publish: step{op: "publish", vol: "v", node: "b"}, inv: S1, kind: RefusedPublishElsewhere, unsafeOn: "b"},
+		{name: "S1: read-only, to another node", setup: []step{ok("add", "v", ""), ok("publish", "v", "a")},
+			publish: step{op: "publish-ro", vol: "v", node: "b"}, inv: S1, kind: RefusedPublishElsewhere, unsafeOn: "b"},
+		{name: "S1: a multi-node publish of a volume granted to one node", setup: []step{ok("add", "v", ""), ok("publish", "v", "a")},
+			publish: step{op: "publish-rwx", vol: "v", node: "b"}, inv: S1, kind: RefusedPublishElsewhere, unsafeOn: "b"},
+		{name: "S2: to a node where the volume is quarantined", setup: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("fence", "v", "a")},
+			publish: step{op: "publish", vol: "v", node: "a"}, inv: S2, kind: RefusedPublishQuarantined, unsafeOn: "a", before: AccessFenced},
+	}
+	modes := []struct {
+		name     string
+		opts     Options
+		override bool
+		strict   bool
+	}{
+		{name: "witness"},
+		{name: "strict", opts: Options{RefuseUnsafe: true}, strict: true},
+		{name: "strict by run-time override", override: true, strict: true},
+	}
+	for _, u := range unsafe {
+		for _, m := range modes {
+			tc := scenario{name: u.name, opts: m.opts, steps: append([]step(nil), u.setup...)}
+			if m.override {
+				tc.steps = append([]step{ok("refuse-unsafe", "", "")}, tc.steps...)
 			}
-			s, err := a.Snapshot()
-			if err != nil {
-				t.Fatal(err)
+			publish := u.publish
+			if m.strict {
+				publish.want = CodeFailedPrecondition
+				tc.refused = map[string]int64{u.kind: 1}
+				tc.access = map[string]string{u.unsafeOn: u.before}
+			} else {
+				tc.violations = map[string]int{u.inv: 1}
+				tc.refused = map[string]int64{u.kind: 0}
+				tc.access = map[string]string{u.unsafeOn: AccessGranted}
 			}
-			got := s.CountViolations()
-			for _, inv := range []string{S1, S2} {
-				if got[inv] != tc.violations[inv] {
-					t.Errorf("%s violations: got %d, want %d: %+v", inv, got[inv], tc.violations[inv], s.Violations)
-				}
-			}
-			for kind, n := range tc.refused {
-				if s.Refused[kind] != n {
-					t.Errorf("refused %s: got %d, want %d (all: %v)", kind, s.Refused[kind], n, s.Refused)
-				}
-			}
-			for node, want := range tc.access {
-				var gotAccess string
-				if v := s.Volumes["v"]; v != nil && v.Publications[node] != nil {
-					gotAccess = v.Publications[node].Access
-				}
-				if gotAccess != want {
-					t.Errorf("access of node %s: got %q, want %q", node, gotAccess, want)
-				}
-			}
-		})
+			tc.steps = append(tc.steps, publish)
+			t.Run(m.name+"/"+u.name, tc.check)
+		}
 	}
 }
 
@@ -445,7 +525,7 @@ func TestDurability(t *testing.T) {
 	if p == nil || p.Access != AccessFenced || p.Staged != "/s" || s.Volumes["v"].Writes["a"] != 1 || s.Nodes["a"] == nil {
 		t.Fatalf("state after reopening: %+v", s.Volumes["v"])
 	}
-	if err := a2.Publish("v", "a", true, false, Options{}); err == nil {
+	if err := a2.Publish("v", "a", true, false, Options{RefuseUnsafe: true}); err == nil {
 		t.Fatal("the quarantine did not survive reopening")
 	}
 
@@ -476,8 +556,8 @@ func TestOverridesValidate(t *testing.T) {
 	}
 	d := time.Second
 	b := true
-	got := Overrides{FencePolicy: FenceRefuse, RecentIO: &d, BrokenFence: &b}.Apply(Options{FencePolicy: FenceRevoke, RecentIO: time.Hour, BrokenQuarantine: true})
-	want := Options{FencePolicy: FenceRefuse, RecentIO: time.Second, BrokenFence: true, BrokenQuarantine: true}
+	got := Overrides{FencePolicy: FenceRefuse, RecentIO: &d, BrokenFence: &b, RefuseUnsafe: &b}.Apply(Options{FencePolicy: FenceRevoke, RecentIO: time.Hour, BrokenQuarantine: true})
+	want := Options{FencePolicy: FenceRefuse, RecentIO: time.Second, BrokenFence: true, BrokenQuarantine: true, RefuseUnsafe: true}
 	if got != want {
 		t.Fatalf("Apply: got %+v, want %+v", got, want)
 	}

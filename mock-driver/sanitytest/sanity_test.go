@@ -23,9 +23,13 @@ import (
 // this test binary again with it set.
 const modeEnv = "FENCE_MOCK_SANITY_MODE"
 
-// modes of the mock under test.
+// modes of the mock under test. Every mode but "witness" plays a strict
+// driver (RefuseUnsafe): the fence suite checks that the driver refuses to
+// publish where a volume is quarantined, which the witness array lets
+// happen (and records).
 var modes = map[string]func(*driver.Config){
 	"":                  func(*driver.Config) {},
+	"witness":           func(c *driver.Config) { c.Array.RefuseUnsafe = false },
 	"broken-fence":      func(c *driver.Config) { c.Array.BrokenFence = true },
 	"broken-quarantine": func(c *driver.Config) { c.Array.BrokenQuarantine = true },
 	"no-extension":      func(c *driver.Config) { c.NoFence, c.NoForce = true, true },
@@ -98,7 +102,7 @@ func TestSanity(t *testing.T) {
 	if !ok {
 		t.Fatalf("unknown %s %q", modeEnv, mode)
 	}
-	cfg := driver.Config{}
+	cfg := driver.Config{Array: array.Options{RefuseUnsafe: true}}
 	configure(&cfg)
 	m := startMock(t, cfg)
 
@@ -110,12 +114,14 @@ func TestSanity(t *testing.T) {
 	sc.IdempotentCount = 3
 	fencesanity.Test(t, sc, fencesanity.Config{IOChecker: ioChecker(m.arr), OtherNodeAddress: m.node2.Endpoint()})
 
-	if mode != "" || t.Failed() {
-		return
-	}
 	s, err := m.arr.Snapshot()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// TestControls reads this line.
+	t.Logf("the array recorded S1=%d S2=%d", s.CountViolations()[array.S1], s.CountViolations()[array.S2])
+	if mode != "" || t.Failed() {
+		return
 	}
 	if n := s.TotalViolations(); n != 0 {
 		t.Errorf("the suites caused %d safety violations on a correct driver: %+v", n, s.Violations)
@@ -151,6 +157,11 @@ func TestControls(t *testing.T) {
 			"[FAIL] Fence [Controller Server] with a second node [It] publishes a fenced single-node volume to the other node, and only that node writes",
 			"[FAIL] Fence [Controller Server] with a second node [It] leaves the other nodes of a multi-node volume alone",
 			"Ran 14 of", "3 Failed",
+		}},
+		{mode: "witness", pass: false, wantOutput: []string{
+			"[FAIL] Fence [Controller Server] on a single-node volume published to this node [It] does not publish a fenced volume to the same node again",
+			"[FAIL] Fence [Controller Server] on a single-node volume published to this node [It] publishes the volume to the node again only after forced cleanup",
+			"2 Failed", "the array recorded S1=0 S2=2",
 		}},
 		{mode: "broken-quarantine", pass: false, wantOutput: []string{
 			"[FAIL] Fence [Controller Server] on a single-node volume published to this node [It] does not publish a fenced volume to the same node again",

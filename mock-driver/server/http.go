@@ -141,7 +141,12 @@ type Report struct {
 	Violations map[string]int `json:"violations"`
 	// ViolationRecords are the latest violations in detail.
 	ViolationRecords []array.Violation `json:"violationRecords,omitempty"`
-	// Refused counts the requests the array refused, by kind.
+	// RefusedUnsafe counts the refused publishes that S1 or S2 forbid
+	// (publish-elsewhere, publish-quarantined): only a strict array
+	// (--refuse-unsafe) refuses them; a witness one carries them out and
+	// counts them under Violations.
+	RefusedUnsafe map[string]int64 `json:"refusedUnsafe"`
+	// Refused counts every request the array refused, by kind.
 	Refused   map[string]int64         `json:"refused"`
 	Overrides array.Overrides          `json:"overrides"`
 	Faults    map[string]string        `json:"faults,omitempty"`
@@ -159,7 +164,8 @@ func BuildReport(arr *array.Array, store *faults.Store) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Violations: s.CountViolations(), ViolationRecords: s.Violations, Refused: s.Refused, Overrides: s.Overrides, Nodes: s.Nodes, Volumes: s.Volumes}
+	rep := &Report{Violations: s.CountViolations(), ViolationRecords: s.Violations, RefusedUnsafe: s.RefusedUnsafe(), Refused: s.Refused,
+		Overrides: s.Overrides, Nodes: s.Nodes, Volumes: s.Volumes}
 	if len(fs) > 0 {
 		rep.Faults = map[string]string{}
 		for k, f := range fs {

@@ -77,7 +77,7 @@ type arrayCollector struct {
 func newArrayCollector(arr *array.Array) *arrayCollector {
 	return &arrayCollector{
 		arr:        arr,
-		violations: prometheus.NewDesc(MetricViolations, "Safety invariant violations recorded by the simulated array (S1: single-node volume writable from two nodes or written after a publish elsewhere; S2: published where quarantined).", []string{"invariant"}, nil),
+		violations: prometheus.NewDesc(MetricViolations, "Safety invariant violations recorded by the simulated array (S1: single-node volume published to two nodes, writable from two nodes, or written after a publish elsewhere or while another node can write; S2: published where quarantined).", []string{"invariant"}, nil),
 		refused:    prometheus.NewDesc(MetricRefused, "Requests the simulated array refused, by kind (publish-quarantined, publish-elsewhere, write-fenced, write-unpublished, fence-refused-recent-io, ...).", []string{"kind"}, nil),
 		writes:     prometheus.NewDesc(MetricWrites, "Writes accepted by the simulated array.", []string{"volume", "node"}, nil),
 		reads:      prometheus.NewDesc(MetricReads, "Reads accepted by the simulated array.", []string{"volume", "node"}, nil),
