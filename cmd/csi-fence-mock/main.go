@@ -150,7 +150,7 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&cfg.NodeID, "node-id", "", "Node ID (required for --role=node)")
 	fs.Int64Var(&cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "Volumes this node may have published, reported by NodeGetInfo and enforced by the array (0: no limit)")
 	fs.Int64Var(&cfg.Capacity, "capacity", driver.DefaultCapacity, "Total capacity of the array in bytes (GetCapacity)")
-	fs.BoolVar(&cfg.NoPublish, "disable-publish", false, "Do not advertise PUBLISH_UNPUBLISH_VOLUME (nor PUBLISH_READONLY, UNPUBLISH_FENCE); node plugins then grant themselves access")
+	fs.BoolVar(&cfg.NoPublish, "disable-publish", false, "Do not advertise PUBLISH_UNPUBLISH_VOLUME (nor PUBLISH_READONLY, UNPUBLISH_FENCE); node plugins then grant themselves access on NodeStageVolume/NodePublishVolume, until NodeUnpublishVolume/NodeUnstageVolume leave nothing on the node")
 	fs.BoolVar(&cfg.NoReadOnly, "disable-readonly", false, "Do not advertise PUBLISH_READONLY")
 	fs.BoolVar(&cfg.NoFence, "disable-fence", false, "Do not advertise UNPUBLISH_FENCE, and ignore fence=true as a driver without the extension would")
 	fs.BoolVar(&cfg.NoForce, "disable-force", false, "Do not advertise FORCE_UNPUBLISH, and ignore force=true")

@@ -70,6 +70,9 @@ type Publication struct {
 	// NodeSide: the node plugin staged or published the volume at some point.
 	// Once it has cleaned up again, its recent I/O no longer counts as use.
 	NodeSide bool `json:"nodeSide,omitempty"`
+	// ByNode marks a publication the node plugin granted itself (a driver
+	// without a controller publish step): it ends with the node's cleanup.
+	ByNode bool `json:"byNode,omitempty"`
 	// Leaky marks a fence the array reported without cutting the node's data
 	// path (the --broken-fence negative control).
 	Leaky bool `json:"leaky,omitempty"`

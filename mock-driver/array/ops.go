@@ -256,6 +256,10 @@ type PublishArgs struct {
 	ReadOnly   bool
 	// KnownNode refuses (NotFound) a node that never registered.
 	KnownNode bool
+	// ByNode: the node plugin grants its own node access, for a driver
+	// without ControllerPublishVolume; the node's cleanup (NodeUnpublish,
+	// NodeUnstage) ends the publication once it holds nothing.
+	ByNode bool
 }
 
 // Publish grants node access to the volume (ControllerPublishVolume) without
@@ -319,6 +323,7 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 			p.NodeSide = false // a new publication; an unpublished one keeps what the node holds
 		}
 		p.Access, p.ReadOnly, p.Since, p.Leaky, p.LingerUntil, p.Linger = AccessGranted, args.ReadOnly, now, false, time.Time{}, 0
+		p.ByNode = args.ByNode
 		if v.SingleNode && !args.ReadOnly {
 			v.Owner = node
 		}
@@ -427,7 +432,8 @@ func (a *Array) NodePublish(id, node, target, staging string) error {
 // NodeUnpublish removes target from the node's publications. On a fenced
 // volume published at target it needs force (the node lost access: it cannot
 // unmount cleanly); when nothing of a fenced (or unpublished) volume is left
-// on the node, its record goes: the quarantine is lifted.
+// on the node, its record goes: the quarantine is lifted. So does a
+// publication the node granted itself (PublishArgs.ByNode).
 func (a *Array) NodeUnpublish(id, node, target string, force bool) error {
 	return a.update(func(s *State, _ time.Time) error {
 		v, p := lookup(s, id, node)
@@ -472,10 +478,11 @@ func (a *Array) NodeUnstage(id, node string, force bool) error {
 }
 
 // release forgets a fenced or unpublished volume on node once the node holds
-// nothing of it any more.
+// nothing of it any more, and a publication the node granted itself: nothing
+// else would ever end it, and the volume could not be deleted.
 func release(v *Volume, node string) {
 	p := v.Publications[node]
-	if p != nil && p.Access != AccessGranted && !p.holds() {
+	if p != nil && (p.Access != AccessGranted || p.ByNode) && !p.holds() {
 		delete(v.Publications, node)
 	}
 }

@@ -47,6 +47,8 @@ func (tc *scenario) run(t *testing.T, a *Array, c *clock, st step) error {
 		return a.Publish(st.vol, st.node, false, false, tc.opts)
 	case "publish-known":
 		return a.PublishVolume(PublishArgs{Volume: st.vol, Node: st.node, SingleNode: true, KnownNode: true}, tc.opts)
+	case "publish-bynode": // the node plugin grants itself access
+		return a.PublishVolume(PublishArgs{Volume: st.vol, Node: st.node, SingleNode: true, ByNode: true}, tc.opts)
 	case "register":
 		return a.RegisterNode(st.node, 1)
 	case "fence":
@@ -321,6 +323,16 @@ func TestScenarios(t *testing.T) {
 			opts: window,
 			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), fails("delete", "v", "", CodeFailedPrecondition), ok("stage", "v", "a"), ok("unpublish", "v", "a"),
 				fails("delete", "v", "", CodeFailedPrecondition), ok("advance", "3s", ""), ok("fence", "v", "a"), ok("delete", "v", ""), ok("force-unstage", "v", "a"), ok("delete", "v", "")},
+		},
+		{
+			name: "a publication the node granted itself ends with its cleanup",
+			steps: []step{ok("add", "v", ""), ok("publish-bynode", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("nodeunpublish", "v", "a"),
+				fails("delete", "v", "", CodeFailedPrecondition), ok("unstage", "v", "a"), ok("delete", "v", "")},
+		},
+		{
+			name:   "a publication granted by the controller outlives the node's cleanup",
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("unstage", "v", "a")},
+			access: map[string]string{"a": AccessGranted},
 		},
 		{
 			name: "node-side order",

@@ -354,16 +354,58 @@ func TestNodeForceAndLayout(t *testing.T) {
 	}
 }
 
+// A driver without a controller publish step: the node plugin grants its
+// node access itself, as local storage would, and releases it when the node
+// has nothing of the volume left, so that the volume can be deleted.
 func TestNodeWithoutControllerPublish(t *testing.T) {
-	p := newPair(t, Config{NoPublish: true})
-	id := p.create(t, mountCap)
-	_, err := p.ctl.ControllerPublishVolume(p.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "n1", VolumeCapability: mountCap})
-	wantCode(t, err, codes.Unimplemented)
-	// The node plugin grants itself access, as local storage would.
-	if _, err := p.node.NodeStageVolume(p.ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: p.staging, VolumeCapability: mountCap}); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name  string
+		cfg   Config
+		c     *csi.VolumeCapability
+		stage bool
+	}{
+		{name: "staged", cfg: Config{NoPublish: true}, c: mountCap, stage: true},
+		{name: "without staging", cfg: Config{NoPublish: true, NoStage: true}, c: blockCap},
 	}
-	if got := p.access(t, id); got != array.AccessGranted {
-		t.Fatalf("access %q", got)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, tc.cfg)
+			id := p.create(t, tc.c)
+			_, err := p.ctl.ControllerPublishVolume(p.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "n1", VolumeCapability: tc.c})
+			wantCode(t, err, codes.Unimplemented)
+			staging := ""
+			if tc.stage {
+				staging = p.staging
+				if _, err := p.node.NodeStageVolume(p.ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: tc.c}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := p.node.NodePublishVolume(p.ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: p.target, VolumeCapability: tc.c}); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.access(t, id); got != array.AccessGranted {
+				t.Fatalf("access after the node-side publish: %q", got)
+			}
+			if err := p.arr.Write(id, "n1"); err != nil {
+				t.Fatalf("the node cannot write: %v", err)
+			}
+			if _, err := p.node.NodeUnpublishVolume(p.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: p.target}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.stage {
+				if got := p.access(t, id); got != array.AccessGranted {
+					t.Fatalf("access released while the volume is still staged: %q", got)
+				}
+				if _, err := p.node.NodeUnstageVolume(p.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := p.access(t, id); got != "" {
+				t.Fatalf("access after the node cleaned up: %q, want none", got)
+			}
+			if _, err := p.ctl.DeleteVolume(p.ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+				t.Fatalf("DeleteVolume after the node cleaned up: %v", err)
+			}
+		})
 	}
 }

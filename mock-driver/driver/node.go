@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
 )
 
@@ -44,12 +45,13 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 }
 
 // selfPublish grants this node access when the driver has no controller
-// publish step, as a local-storage driver would.
+// publish step, as a local-storage driver would; the array ends that grant
+// when NodeUnpublishVolume/NodeUnstageVolume leave nothing on the node.
 func (d *Driver) selfPublish(id string, c *csi.VolumeCapability) error {
 	if !d.cfg.NoPublish {
 		return nil
 	}
-	return toStatus(d.array.Publish(id, d.cfg.NodeID, singleNode(c), false, d.cfg.Array))
+	return toStatus(d.array.PublishVolume(array.PublishArgs{Volume: id, Node: d.cfg.NodeID, SingleNode: singleNode(c), ByNode: true}, d.cfg.Array))
 }
 
 func (d *Driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
