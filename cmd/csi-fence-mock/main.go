@@ -160,7 +160,7 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.BoolVar(&cfg.NoCapacity, "disable-capacity", false, "Do not advertise GET_CAPACITY")
 	fs.BoolVar(&cfg.AnyNode, "any-node", false, "Publish to node IDs that no node instance registered (default: NotFound)")
 	policy := fs.String("fence-policy", string(array.FenceRevoke), "What a fence does while the node shows recent I/O: revoke (succeed), refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
-	fs.DurationVar(&arr.RecentIO, "recent-io", 2*time.Second, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
+	fs.DurationVar(&arr.RecentIO, "recent-io", array.DefaultRecentIO, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
 	plain := fs.String("plain-unpublish", string(array.PlainUnpublishLinger), "What ControllerUnpublishVolume without fence does to a node still using the volume (staged, published, or recent I/O): linger (its data path stays open until it cleans up or goes quiet, as storage without fencing) or revoke (cut off at once, no quarantine)")
 	fs.BoolVar(&arr.RefuseUnsafe, "refuse-unsafe", false, refuseUnsafeUsage)
 	fs.BoolVar(&arr.BrokenFence, "broken-fence", false, "NEGATIVE CONTROL: report fences as done without cutting the node's data path")

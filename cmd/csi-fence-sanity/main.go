@@ -69,7 +69,7 @@ func run() int {
 	ioCmd := flag.String("fence.io-check-cmd", "", "Command that tries a write as a workload on a node: run with NODE-ID VOLUME-ID TARGET-PATH appended, it must print 'accepted' or 'refused'. Without it, the specs that check a fence cuts I/O are skipped.")
 	ioTimeout := flag.Duration("fence.io-check-timeout", 10*time.Second, "Timeout of one --fence.io-check-cmd run")
 	flag.StringVar(&fc.OtherNodeAddress, "fence.other-node-endpoint", "", "CSI endpoint of the node plugin of a second node. Without it, the specs that move a volume between nodes or share it are skipped.")
-	flag.DurationVar(&fc.FenceTimeout, "fence.timeout", fencesanity.DefaultFenceTimeout, "How long to retry a fence the driver refuses for now (FAILED_PRECONDITION, UNAVAILABLE)")
+	flag.DurationVar(&fc.FenceTimeout, "fence.timeout", fencesanity.DefaultFenceTimeout, "How long to retry a fence the driver refuses for now (FAILED_PRECONDITION, UNAVAILABLE), and the cleanup's DeleteVolume likewise (a driver may see a volume in use for a while after the I/O checks)")
 	flag.Parse()
 
 	if *showVersion {

@@ -63,6 +63,9 @@ const (
 	PlainUnpublishRevoke PlainUnpublishMode = "revoke"
 )
 
+// DefaultRecentIO is csi-fence-mock's default --recent-io window.
+const DefaultRecentIO = 2 * time.Second
+
 // Options tune the array's behaviour; the broken modes exist to prove that
 // the tests notice them.
 type Options struct {

@@ -92,7 +92,8 @@ type Config struct {
 	OtherNodeDialOptions []grpc.DialOption
 	// FenceTimeout bounds the retries of a fence that the driver refuses for
 	// now (FAILED_PRECONDITION or UNAVAILABLE, as an array does while the node
-	// still shows I/O). Default 30s.
+	// still shows I/O), and of the cleanup's DeleteVolume likewise. Default
+	// 30s.
 	FenceTimeout time.Duration
 }
 

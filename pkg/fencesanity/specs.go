@@ -175,31 +175,45 @@ func (e *env) place(v *volume, tmpl *placement) *placement {
 	return &p
 }
 
-// fence calls ControllerUnpublishVolume with fence=true, retrying while the
-// driver refuses for now (it cannot yet prove the node stopped).
-func (e *env) fence(v *volume, nodeID string) error {
+// retryForNow calls fn until it succeeds, fails with another code than
+// FAILED_PRECONDITION or UNAVAILABLE (what a driver answers while it cannot
+// do it yet), or config.FenceTimeout has passed.
+func retryForNow(what string, fn func() error) error {
 	deadline := time.Now().Add(config.FenceTimeout)
 	delay := 100 * time.Millisecond
 	for {
-		req := &csi.ControllerUnpublishVolumeRequest{VolumeId: v.id, NodeId: nodeID, Secrets: e.sc.Secrets.ControllerUnpublishVolumeSecret}
-		fence.SetFence(req, true)
-		_, err := e.ctl.ControllerUnpublishVolume(e.ctx(), req)
+		err := fn()
 		if err == nil {
-			for _, p := range v.on {
-				if p.nodeID == nodeID {
-					p.fenced, p.published = true, false
-				}
-			}
 			return nil
 		}
 		c := status.Code(err)
 		if (c != codes.FailedPrecondition && c != codes.Unavailable) || time.Now().After(deadline) {
 			return err
 		}
-		By(fmt.Sprintf("the driver refuses the fence for now (%v); retrying in %v", err, delay))
+		By(fmt.Sprintf("the driver refuses %s for now (%v); retrying in %v", what, err, delay))
 		time.Sleep(delay)
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// fence calls ControllerUnpublishVolume with fence=true, retrying while the
+// driver refuses for now (it cannot yet prove the node stopped).
+func (e *env) fence(v *volume, nodeID string) error {
+	err := retryForNow("the fence", func() error {
+		req := &csi.ControllerUnpublishVolumeRequest{VolumeId: v.id, NodeId: nodeID, Secrets: e.sc.Secrets.ControllerUnpublishVolumeSecret}
+		fence.SetFence(req, true)
+		_, err := e.ctl.ControllerUnpublishVolume(e.ctx(), req)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range v.on {
+		if p.nodeID == nodeID {
+			p.fenced, p.published = true, false
+		}
+	}
+	return nil
 }
 
 func (e *env) mustFence(v *volume, nodeID string) {
@@ -266,7 +280,11 @@ func (e *env) publishedNodes(v *volume) []string {
 }
 
 // cleanup undoes every placement: forced on fenced nodes when the node
-// plugin can, in the order a CO would.
+// plugin can, in the order a CO would; then it deletes the volumes. A driver
+// may refuse a delete for a while after a node's last I/O (the specs' I/O
+// checks write as a workload no node plugin knows of, and a plain unpublish
+// leaves such a node connected until it goes quiet): the delete is retried
+// as a CO retries it, not left to csi-test's cleanup, which tries once.
 func (e *env) cleanup() {
 	GinkgoHelper()
 	var errs []error
@@ -288,6 +306,15 @@ func (e *env) cleanup() {
 					errs = append(errs, fmt.Errorf("ControllerUnpublishVolume of %s on %s: %w", v.id, p.nodeID, err))
 				}
 			}
+		}
+	}
+	for _, v := range e.vols {
+		err := retryForNow("DeleteVolume of "+v.id, func() error {
+			_, err := e.ctl.DeleteVolume(e.ctx(), &csi.DeleteVolumeRequest{VolumeId: v.id, Secrets: e.sc.Secrets.DeleteVolumeSecret})
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("DeleteVolume of %s: %w", v.id, err))
 		}
 	}
 	e.vols = nil
