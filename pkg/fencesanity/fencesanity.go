@@ -18,10 +18,12 @@ package fencesanity
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
@@ -55,7 +57,7 @@ func (f IOCheckerFunc) CanWrite(ctx context.Context, t IOTarget) (bool, error) {
 // CommandIOChecker runs a command to check I/O: cmd, split on white space,
 // with NODE-ID VOLUME-ID TARGET-PATH appended. Its standard output must
 // begin with "accepted" or "refused" (its exit code is not looked at then);
-// anything else is an error.
+// anything else, or no end within timeout, is an error.
 func CommandIOChecker(cmd string, timeout time.Duration) IOChecker {
 	return IOCheckerFunc(func(ctx context.Context, t IOTarget) (bool, error) {
 		args := strings.Fields(cmd)
@@ -67,7 +69,17 @@ func CommandIOChecker(cmd string, timeout time.Duration) IOChecker {
 		c := exec.CommandContext(ctx, args[0], append(args[1:], t.NodeID, t.VolumeID, t.TargetPath)...)
 		var stdout, stderr bytes.Buffer
 		c.Stdout, c.Stderr = &stdout, &stderr
+		// The command runs in a process group of its own, and the timeout
+		// kills the whole group: killing only a shell wrapper would leave
+		// its children running, holding the output pipes that Run waits
+		// for. WaitDelay bounds that wait for a child that left the group.
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+		c.WaitDelay = time.Second
 		runErr := c.Run()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return false, fmt.Errorf("I/O check command %q (node %s, volume %s) timed out after %v", cmd, t.NodeID, t.VolumeID, timeout)
+		}
 		out := strings.TrimSpace(stdout.String())
 		switch {
 		case strings.HasPrefix(out, "accepted"):

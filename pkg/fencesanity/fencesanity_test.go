@@ -2,42 +2,58 @@ package fencesanity
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 func TestCommandIOChecker(t *testing.T) {
 	target := IOTarget{NodeID: "n1", VolumeID: "v1", TargetPath: "/t"}
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	pidFile := filepath.Join(dir, "child.pid")
 	tests := []struct {
+		name    string
 		cmd     string
 		want    bool
 		wantErr string
+		// childPID: the command leaves the PID of a child in pidFile,
+		// which must be gone once CanWrite returns.
+		childPID bool
 	}{
-		{cmd: "echo accepted 17", want: true},
-		{cmd: "echo refused: fenced", want: false},
-		{cmd: "echo"}, // prints just the appended arguments: neither word
-		{cmd: "echo maybe", wantErr: `printed "maybe n1 v1 /t"`},
-		{cmd: "false", wantErr: "exit status 1"},
-		{cmd: "/no/such/command", wantErr: "no such file"},
-		{cmd: "  ", wantErr: "empty"},
-		{cmd: "SLOW", wantErr: "signal: killed"},
-	}
-	slow := filepath.Join(t.TempDir(), "slow")
-	if err := os.WriteFile(slow, []byte("#!/bin/sh\nexec sleep 5\n"), 0o755); err != nil {
-		t.Fatal(err)
+		{name: "accepted", cmd: "echo accepted 17", want: true},
+		{name: "refused", cmd: "echo refused: fenced", want: false},
+		{name: "neither word", cmd: "echo", wantErr: `printed "n1 v1 /t"`}, // just the appended arguments
+		{name: "something else", cmd: "echo maybe", wantErr: `printed "maybe n1 v1 /t"`},
+		{name: "failing", cmd: "false", wantErr: "exit status 1"},
+		{name: "missing", cmd: "/no/such/command", wantErr: "no such file"},
+		{name: "empty", cmd: "  ", wantErr: "empty"},
+		{name: "slow", cmd: script("slow", "exec sleep 10\n"), wantErr: "timed out after 200ms"},
+		// A shell wrapper whose child holds its standard output: killing the
+		// shell alone would leave Run waiting for the child's end.
+		{name: "slow child of a shell", cmd: script("wrapper", "sleep 10 &\necho $! > "+pidFile+"\nwait\n"), wantErr: "timed out after 200ms", childPID: true},
 	}
 	for _, tc := range tests {
-		t.Run(tc.cmd, func(t *testing.T) {
-			if tc.cmd == "echo" {
-				tc.wantErr = `printed "n1 v1 /t"`
-			}
-			if tc.cmd == "SLOW" {
-				tc.cmd = slow
-			}
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
 			got, err := CommandIOChecker(tc.cmd, 200*time.Millisecond).CanWrite(context.Background(), target)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("CanWrite took %v with a timeout of 200ms", took)
+			}
+			if tc.childPID {
+				checkGone(t, pidFile)
+			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, %v; want an error containing %q", got, err, tc.wantErr)
@@ -48,6 +64,33 @@ func TestCommandIOChecker(t *testing.T) {
 				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// checkGone fails unless the process whose PID is in pidFile is gone (or a
+// zombie: killed, not yet reaped by its new parent) within a few seconds.
+func checkGone(t *testing.T, pidFile string) {
+	t.Helper()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// The state follows the command name in parentheses.
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the command's child %d outlived it: %s", pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
