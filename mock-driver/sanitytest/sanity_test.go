@@ -40,8 +40,22 @@ var modes = map[string]func(*driver.Config){
 	"unknown-policy": func(c *driver.Config) {
 		c.Array.FencePolicy, c.Array.RecentIO = array.FenceUnknown, 300*time.Millisecond
 	},
-	"no-stage":   func(c *driver.Config) { c.NoStage = true },
-	"no-publish": func(c *driver.Config) { c.NoPublish = true },
+	"no-stage":    func(c *driver.Config) { c.NoStage = true },
+	"no-publish":  func(c *driver.Config) { c.NoPublish = true },
+	"setup-fails": func(*driver.Config) {},
+}
+
+// sanityModes change the sanity configuration of some modes.
+var sanityModes = map[string]func(sc *sanity.TestConfig){
+	// csi-test's own setup of every spec fails: it cannot create the target
+	// directory under a regular file.
+	"setup-fails": func(sc *sanity.TestConfig) {
+		file := sc.TargetPath + "-file"
+		if err := os.WriteFile(file, nil, 0o644); err != nil {
+			panic(err)
+		}
+		sc.TargetPath = filepath.Join(file, "mount")
+	},
 }
 
 // mock is a controller and two node instances on one array.
@@ -115,6 +129,9 @@ func TestSanity(t *testing.T) {
 	sc.TargetPath = filepath.Join(m.dir, "mount")
 	sc.StagingPath = filepath.Join(m.dir, "staging")
 	sc.IdempotentCount = 3
+	if f := sanityModes[mode]; f != nil {
+		f(&sc)
+	}
 	fencesanity.Test(t, sc, fencesanity.Config{IOChecker: ioChecker(m.arr), OtherNodeAddress: m.node2.Endpoint()})
 
 	s, err := m.arr.Snapshot()
@@ -156,6 +173,7 @@ func TestControls(t *testing.T) {
 		focus      string // default: the fence specs; "-": everything
 		pass       bool
 		wantOutput []string
+		notOutput  []string
 	}{
 		{mode: "broken-fence", pass: false, wantOutput: []string{
 			"[FAIL] Fence [Controller Server] on a single-node volume published to this node [It] fence=true cuts the node's I/O before it returns",
@@ -181,6 +199,10 @@ func TestControls(t *testing.T) {
 		// csi-test's own node specs against a driver without a controller
 		// publish step: its node plugin must release what it grants itself.
 		{mode: "no-publish", focus: "-", pass: true, wantOutput: []string{fencesanity.NoFenceMessage}},
+		// The fence specs' AfterEach runs after a BeforeEach of csi-test's
+		// that failed: it must not make things worse.
+		{mode: "setup-fails", focus: `^CSI Driver Test Suite Fence \[Controller Server\] capabilities`, pass: false,
+			wantOutput: []string{"failed to create target directory"}, notOutput: []string{"PANICKED", "nil pointer"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -205,6 +227,11 @@ func TestControls(t *testing.T) {
 			for _, want := range tc.wantOutput {
 				if !strings.Contains(string(out), want) {
 					t.Errorf("output lacks %q", want)
+				}
+			}
+			for _, not := range tc.notOutput {
+				if strings.Contains(string(out), not) {
+					t.Errorf("output has %q", not)
 				}
 			}
 			if t.Failed() {

@@ -383,10 +383,13 @@ var _ = sanity.DescribeSanity("Fence [Controller Server]", func(sc *sanity.TestC
 		e.this = nodeTemplate(csi.NewNodeClient(sc.Conn), sc.StagingPath, filepath.Join(sc.TargetPath, "target"))
 	})
 
+	// e is nil, or a previous spec's, when a BeforeEach before ours (csi-test's
+	// setup) failed: then there is nothing of this spec to clean up.
 	AfterEach(func() {
-		if e.r == nil {
+		if e == nil {
 			return
 		}
+		defer func() { e = nil }()
 		e.cleanup()
 		e.r.Cleanup()
 	})
