@@ -217,7 +217,31 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 }
 
 func stateDirFlag(fs *flag.FlagSet) *string {
-	return fs.String("state-dir", defaultStateDir, "State directory of the array")
+	return fs.String("state-dir", defaultStateDir, "State directory of the array (it must exist: the instances create it)")
+}
+
+// checkStateDir makes a misspelt --state-dir an error: the commands other
+// than serve would otherwise create it and report (or change) an empty array
+// that no instance uses.
+func checkStateDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("state directory %s does not exist: give the --state-dir of the running instances", dir)
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("state directory %s is not a directory", dir)
+	}
+	return nil
+}
+
+// openArray opens the array of an existing state directory.
+func openArray(dir string) (*array.Array, error) {
+	if err := checkStateDir(dir); err != nil {
+		return nil, err
+	}
+	return array.Open(dir)
 }
 
 func statusCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -227,7 +251,7 @@ func statusCmd(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	arr, err := array.Open(*dir)
+	arr, err := openArray(*dir)
 	if err != nil {
 		return err
 	}
@@ -270,7 +294,7 @@ func faultCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if !*clear && !*list && len(specs) == 0 {
 		return usageErr("give fault specs, --clear or --list")
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
+	if err := checkStateDir(*dir); err != nil {
 		return err
 	}
 	store := faults.NewStore(*dir)
@@ -325,7 +349,7 @@ func configureCmd(_ context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		return usageErr("configure takes no arguments, got %q", fs.Args())
 	}
-	arr, err := array.Open(*dir)
+	arr, err := openArray(*dir)
 	if err != nil {
 		return err
 	}
@@ -398,7 +422,7 @@ func ioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case *count < 0 || (*count == 0 && *interval == 0):
 		return usageErr("--count must be positive, or 0 with --interval")
 	}
-	arr, err := array.Open(*dir)
+	arr, err := openArray(*dir)
 	if err != nil {
 		return err
 	}

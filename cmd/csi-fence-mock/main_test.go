@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,6 +22,7 @@ func runCmd(args ...string) (int, string, string) {
 
 func TestUsageErrors(t *testing.T) {
 	d := "--state-dir=" + t.TempDir()
+	typo := "--state-dir=" + filepath.Join(t.TempDir(), "typo")
 	tests := []struct {
 		args []string
 		code int
@@ -35,6 +38,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--no-such-flag"}, exitUsage, "flag provided but not defined"},
 		{[]string{"fault", d}, exitUsage, "give fault specs"},
 		{[]string{"fault", d, "Probe:code=Nope"}, exitUsage, "unknown gRPC code"},
+		{[]string{"fault", d, "ControlerUnpublishVolume:code=Internal"}, exitUsage, "unknown CSI method \"ControlerUnpublishVolume\"; want one of: "},
+		{[]string{"serve", d, "--fault=NodeUnstage:code=Internal"}, exitUsage, "unknown CSI method"},
+		// A state directory nobody uses is a mistake, not an empty array.
+		{[]string{"status", typo, "--fail-on-violation"}, 1, "does not exist"},
+		{[]string{"fault", typo, "--list"}, 1, "does not exist"},
+		{[]string{"configure", typo, "--refuse-unsafe"}, 1, "does not exist"},
+		{[]string{"io", typo, "--write", "n", "v"}, 1, "does not exist"},
 		{[]string{"configure", d, "--plain-unpublish=sometimes"}, exitUsage, "unknown plain unpublish mode"},
 		{[]string{"configure", d, "extra"}, exitUsage, "no arguments"},
 		{[]string{"io", d}, exitUsage, "give --node-id and --volume"},
@@ -48,6 +58,9 @@ func TestUsageErrors(t *testing.T) {
 			code, _, stderr := runCmd(tc.args...)
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.want)
+			}
+			if _, err := os.Stat(strings.TrimPrefix(typo, "--state-dir=")); err == nil {
+				t.Fatal("the misspelt state directory was created")
 			}
 		})
 	}

@@ -82,14 +82,31 @@ var lies = map[string]func() proto.Message{
 	"DeleteVolume":              func() proto.Message { return &csi.DeleteVolumeResponse{} },
 }
 
+// Methods are the short names of the CSI methods the mock serves (Identity,
+// Controller, Node), the only ones a fault can apply to.
+var Methods = func() map[string]bool {
+	m := map[string]bool{}
+	for _, sd := range []grpc.ServiceDesc{csi.Identity_ServiceDesc, csi.Controller_ServiceDesc, csi.Node_ServiceDesc} {
+		for _, md := range sd.Methods {
+			m[md.MethodName] = true
+		}
+	}
+	return m
+}()
+
 // Parse reads "Method:code=Unavailable,latency=2s,prob=0.5,count=3,node=N,lie".
-// Method is the short RPC name, e.g. ControllerUnpublishVolume; codes are
-// gRPC code names in any case (Unavailable, FAILED_PRECONDITION) or numbers.
-// "Method:off" parses to an empty fault, which Set treats as removal.
+// Method is the short RPC name, e.g. ControllerUnpublishVolume; a name that
+// is not one of Methods is an error (a misspelt fault would never fire).
+// Codes are gRPC code names in any case (Unavailable, FAILED_PRECONDITION) or
+// numbers. "Method:off" parses to an empty fault, which Set treats as
+// removal.
 func Parse(spec string) (string, Fault, error) {
 	method, rest, ok := strings.Cut(spec, ":")
 	if !ok || method == "" || strings.ContainsAny(method, "/@ ") {
 		return "", Fault{}, fmt.Errorf("fault %q: want Method:key=value,... (e.g. ControllerUnpublishVolume:code=Unavailable,count=3)", spec)
+	}
+	if !Methods[method] {
+		return "", Fault{}, fmt.Errorf("fault %q: unknown CSI method %q; want one of: %s", spec, method, strings.Join(sortedKeys(Methods), ", "))
 	}
 	var f Fault
 	for _, kv := range strings.Split(rest, ",") {
