@@ -262,6 +262,46 @@ func TestSanityCatchesBrokenFence(t *testing.T) {
 	}
 }
 
+// TestSanityUnreachableEndpoint: csi-fence-sanity against an endpoint
+// nobody serves fails at once with one error, instead of csi-test's minute
+// of waiting for every spec's connection.
+func TestSanityUnreachableEndpoint(t *testing.T) {
+	bin := binaries(t)
+	dir := t.TempDir()
+	// A socket that accepts connections and never answers, and one that
+	// does not exist.
+	l, err := net.Listen("unix", filepath.Join(dir, "mute.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	nobody, mute := "unix://"+filepath.Join(dir, "nobody.sock"), "unix://"+filepath.Join(dir, "mute.sock")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		// With the default timeout.
+		{name: "no socket", args: []string{"--csi.endpoint=" + nobody}, want: "cannot reach the node endpoint " + nobody},
+		{name: "mute socket", args: []string{"--fence.connect-timeout=1s", "--csi.endpoint=" + mute}, want: "cannot reach the node endpoint " + mute + " within 1s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := append([]string{"--csi.mountdir=" + filepath.Join(dir, "mnt"), "--csi.stagingdir=" + filepath.Join(dir, "stg")}, tc.args...)
+			out, err := exec.CommandContext(ctx, filepath.Join(bin, "csi-fence-sanity"), args...).CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("csi-fence-sanity against an unreachable endpoint still running after 30s:\n%s", tail(string(out), 20))
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "Ran ") {
+				t.Fatalf("csi-fence-sanity against an unreachable endpoint: %v, want exit 1 before any spec, saying %q:\n%s", err, tc.want, out)
+			}
+		})
+	}
+}
+
 // TestFailoverAcrossProcesses plays a partitioned node: its workload keeps
 // writing through the node instance while the volume is fenced and moved;
 // the controller is killed and restarted in between; faults are injected by
@@ -453,6 +493,14 @@ func freePort(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
 }
 
 func readFile(path string) string {

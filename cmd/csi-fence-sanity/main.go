@@ -13,6 +13,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -69,6 +70,7 @@ func run() int {
 	ioCmd := flag.String("fence.io-check-cmd", "", "Command that tries a write as a workload on a node: run with NODE-ID VOLUME-ID TARGET-PATH appended, it must print 'accepted' or 'refused'. Without it, the specs that check a fence cuts I/O are skipped.")
 	ioTimeout := flag.Duration("fence.io-check-timeout", 10*time.Second, "Timeout of one --fence.io-check-cmd run")
 	flag.StringVar(&fc.OtherNodeAddress, "fence.other-node-endpoint", "", "CSI endpoint of the node plugin of a second node. Without it, the specs that move a volume between nodes or share it are skipped.")
+	connectTimeout := flag.Duration("fence.connect-timeout", fencesanity.DefaultConnectTimeout, "How long each endpoint has to answer a Probe before the run starts; one that does not fails the run at once (csi-test itself would wait a minute in every spec)")
 	flag.DurationVar(&fc.FenceTimeout, "fence.timeout", fencesanity.DefaultFenceTimeout, "How long to retry a fence the driver refuses for now (FAILED_PRECONDITION, UNAVAILABLE), and the cleanup's DeleteVolume likewise (a driver may see a volume in use for a while after the I/O checks)")
 	flag.Parse()
 
@@ -86,6 +88,10 @@ func run() int {
 	}
 	if *ioCmd != "" {
 		fc.IOChecker = fencesanity.CommandIOChecker(*ioCmd, *ioTimeout)
+	}
+	if err := fencesanity.CheckEndpoints(context.Background(), config, fc, *connectTimeout); err != nil {
+		fmt.Fprintln(os.Stderr, "csi-fence-sanity:", err)
+		return 1
 	}
 	klog.SetOutput(ginkgo.GinkgoWriter)
 	var r result

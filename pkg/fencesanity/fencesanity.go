@@ -20,16 +20,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // IOTarget names a volume as a workload on a node sees it.
@@ -144,4 +150,63 @@ func Test(t ginkgo.GinkgoTestingT, sanityConfig sanity.TestConfig, cfg Config) {
 	ginkgo.RunSpecs(t, "CSI Driver Test Suite", suiteConfig, reporterConfig)
 	sc.Finalize()
 	closeOtherNode()
+}
+
+// DefaultConnectTimeout is CheckEndpoints' usual timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
+// CheckEndpoints calls Probe on every endpoint of the run (node, controller,
+// second node), giving each timeout to answer. csi-test waits up to a minute
+// for its connection in every spec: against an endpoint that cannot be
+// reached a run would take hours to fail. Any answer of the driver, an error
+// included, shows it reachable.
+func CheckEndpoints(ctx context.Context, sc sanity.TestConfig, cfg Config, timeout time.Duration) error {
+	endpoints := []struct {
+		name, addr string
+		opts       []grpc.DialOption
+	}{
+		{"node", sc.Address, sc.DialOptions},
+		{"controller", sc.ControllerAddress, sc.ControllerDialOptions},
+		{"second node", cfg.OtherNodeAddress, cfg.OtherNodeDialOptions},
+	}
+	for _, ep := range endpoints {
+		if ep.addr == "" {
+			continue
+		}
+		if err := probe(ctx, ep.addr, ep.opts, timeout); err != nil {
+			return fmt.Errorf("cannot reach the %s endpoint %s within %v: %w", ep.name, ep.addr, timeout, err)
+		}
+	}
+	return nil
+}
+
+func probe(ctx context.Context, addr string, opts []grpc.DialOption, timeout time.Duration) error {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost")}
+	}
+	// The address forms csi-test's utils.Connect accepts: unix:///path,
+	// /path, or a host:port.
+	if u, err := url.Parse(addr); err == nil && (!u.IsAbs() || u.Scheme == "unix") {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", u.Path)
+		}))
+		if u.Scheme != "unix" {
+			addr = "unix:" + addr
+		}
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// Wait for the connection (a driver may still be starting) up to the
+	// timeout, not the first failed attempt.
+	_, err = csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true))
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return err
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package fencesanity
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"google.golang.org/grpc"
 )
 
 func TestCommandIOChecker(t *testing.T) {
@@ -103,5 +108,48 @@ func TestConfigureDefaults(t *testing.T) {
 	Configure(Config{FenceTimeout: time.Second, OtherNodeAddress: "x"})
 	if config.FenceTimeout != time.Second || config.OtherNodeAddress != "x" {
 		t.Fatalf("config %+v", config)
+	}
+}
+
+// CheckEndpoints: any answer shows an endpoint reachable (an Unimplemented
+// Probe included); one that does not answer in time is named in the error.
+func TestCheckEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	served := filepath.Join(dir, "served.sock")
+	l, err := net.Listen("unix", served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csi.RegisterIdentityServer(srv, csi.UnimplementedIdentityServer{})
+	go srv.Serve(l) //nolint:errcheck
+	defer srv.Stop()
+	mute, err := net.Listen("unix", filepath.Join(dir, "mute.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+
+	nobody := filepath.Join(dir, "nobody.sock")
+	tests := []struct {
+		name                    string
+		node, controller, other string
+		wantErr                 string
+	}{
+		{name: "node only, as a path", node: served},
+		{name: "all three", node: "unix://" + served, controller: "unix://" + served, other: served},
+		{name: "no node plugin", node: nobody, wantErr: "cannot reach the node endpoint " + nobody + " within 200ms"},
+		{name: "mute controller", node: served, controller: "unix://" + mute.Addr().String(), wantErr: "cannot reach the controller endpoint"},
+		{name: "no second node", node: served, other: "unix://" + nobody, wantErr: "cannot reach the second node endpoint"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := sanity.NewTestConfig()
+			sc.Address, sc.ControllerAddress = tc.node, tc.controller
+			err := CheckEndpoints(context.Background(), sc, Config{OtherNodeAddress: tc.other}, 200*time.Millisecond)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("got %v, want error %q", err, tc.wantErr)
+			}
+		})
 	}
 }
