@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/server"
 	"github.com/csi-fence/fence-attacher/mock-driver/workload"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
+	"github.com/csi-fence/fence-attacher/pkg/fencesanity"
 )
 
 // The tests below run the real binaries as separate processes on one state
@@ -260,6 +262,46 @@ func TestSanityCatchesBrokenFence(t *testing.T) {
 	if err != nil || !strings.Contains(out, "SUCCESS!") || !strings.Contains(out, "UNPUBLISH_FENCE (ControllerServiceCapability type 1000): fence specs do not apply") {
 		t.Fatalf("csi-fence-sanity against --disable-fence: %v\n%s", err, out)
 	}
+}
+
+// TestSanityWithoutIOCheck: without --fence.io-check-cmd a driver whose
+// fence does not cut I/O passes; the run must say, on stderr and in the
+// JUnit report, that this was not checked.
+func TestSanityWithoutIOCheck(t *testing.T) {
+	e := newEnv(t, "--refuse-unsafe", "--broken-fence")
+	junit := filepath.Join(e.dir, "junit.xml")
+	args := []string{
+		"--csi.endpoint=unix://" + e.sock("n1"), "--csi.controllerendpoint=unix://" + e.sock("controller"),
+		"--csi.mountdir=" + filepath.Join(e.dir, "mnt"), "--csi.stagingdir=" + filepath.Join(e.dir, "stg"),
+		"--fence.other-node-endpoint=unix://" + e.sock("n2"),
+		"--ginkgo.no-color", "--ginkgo.focus=Fence", "--ginkgo.junit-report=" + junit}
+	cmd := exec.Command(filepath.Join(e.bin, "csi-fence-sanity"), args...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("csi-fence-sanity without an I/O check: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "WARNING: "+fencesanity.NoIOCheckMessage) {
+		t.Errorf("stderr does not warn that I/O was not checked:\n%s", stderr.String())
+	}
+	var report struct {
+		Cases []struct {
+			Name    string `xml:"name,attr"`
+			Status  string `xml:"status,attr"`
+			Skipped struct {
+				Message string `xml:"message,attr"`
+			} `xml:"skipped"`
+		} `xml:"testsuite>testcase"`
+	}
+	if err := xml.Unmarshal([]byte(readFile(junit)), &report); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range report.Cases {
+		if c.Status == "skipped" && strings.Contains(c.Skipped.Message, fencesanity.NoIOCheckMessage) {
+			return
+		}
+	}
+	t.Errorf("the JUnit report has no skipped spec saying %q: %+v", fencesanity.NoIOCheckMessage, report.Cases)
 }
 
 // TestSanityUnreachableEndpoint: csi-fence-sanity against an endpoint

@@ -86,9 +86,16 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "csi-fence-sanity: --csi.testvolumeaccesstype valid values are mount or block")
 		return 2
 	}
+	// Without an I/O check a broken fence passes: say so before the run and
+	// again after it, where it is seen (the skipped spec says it too).
+	warnIO := func() {}
 	if *ioCmd != "" {
 		fc.IOChecker = fencesanity.CommandIOChecker(*ioCmd, *ioTimeout)
+	} else {
+		warnIO = func() { fmt.Fprintln(os.Stderr, "csi-fence-sanity: WARNING: "+fencesanity.NoIOCheckMessage) }
 	}
+	warnIO()
+	defer warnIO()
 	if err := fencesanity.CheckEndpoints(context.Background(), config, fc, *connectTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, "csi-fence-sanity:", err)
 		return 1

@@ -26,7 +26,7 @@ const (
 	NoFenceMessage    = "the driver does not advertise UNPUBLISH_FENCE (ControllerServiceCapability type 1000): fence specs do not apply"
 	NoPublishMessage  = "the driver does not advertise PUBLISH_UNPUBLISH_VOLUME: nothing to fence"
 	NoForceMessage    = "the node plugin does not advertise FORCE_UNPUBLISH (NodeServiceCapability type 1000): a fenced volume cannot be cleaned up on the node"
-	NoIOCheckMessage  = "no I/O checker configured (fencesanity.Config.IOChecker, csi-fence-sanity --fence.io-check-cmd): cannot see whether a fence cuts I/O"
+	NoIOCheckMessage  = "no I/O checker configured (fencesanity.Config.IOChecker, csi-fence-sanity --fence.io-check-cmd): whether a fence cuts the node's I/O is NOT checked, and a driver whose fence leaves the node writing passes"
 	NoOtherNodeMesage = "no second node plugin configured (fencesanity.Config.OtherNodeAddress, csi-fence-sanity --fence.other-node-endpoint)"
 	NoListMessage     = "the driver does not advertise LIST_VOLUMES_PUBLISHED_NODES"
 )
