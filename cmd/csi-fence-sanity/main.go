@@ -86,6 +86,10 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "csi-fence-sanity: --csi.testvolumeaccesstype valid values are mount or block")
 		return 2
 	}
+	if err := fencesanity.CheckEndpoints(context.Background(), config, fc, *connectTimeout); err != nil {
+		fmt.Fprintln(os.Stderr, "csi-fence-sanity:", err)
+		return 1
+	}
 	// Without an I/O check a broken fence passes: say so before the run and
 	// again after it, where it is seen (the skipped spec says it too).
 	warnIO := func() {}
@@ -96,10 +100,6 @@ func run() int {
 	}
 	warnIO()
 	defer warnIO()
-	if err := fencesanity.CheckEndpoints(context.Background(), config, fc, *connectTimeout); err != nil {
-		fmt.Fprintln(os.Stderr, "csi-fence-sanity:", err)
-		return 1
-	}
 	klog.SetOutput(ginkgo.GinkgoWriter)
 	var r result
 	fencesanity.Test(&r, config, fc)
