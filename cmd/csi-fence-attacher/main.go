@@ -102,7 +102,7 @@ func main() {
 }
 
 // controllerEnv is what the controller role shares between its parts: the
-// attacher and, later, the failover controller (each under its own Lease).
+// attacher and the failover controller (under one Lease).
 type controllerEnv struct {
 	restConfig     *rest.Config
 	client         kubernetes.Interface
@@ -149,36 +149,23 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 			return err
 		}
 		if runFailover != nil {
-			go runWithOwnLease(ctx, env, contract.FailoverLeaseName(env.driverName), runFailover)
+			attach := runAttacher
+			runAttacher = func(ctx context.Context) {
+				go runFailover(ctx)
+				attach(ctx)
+			}
 		}
 	}
+	// One Lease (external-attacher's) for everything the controller role
+	// does: the attacher and the failover always run in the same replica,
+	// so their calls reach the same driver instance, and a replica that
+	// still attaches is never beside another one that fences. csi-lib-utils
+	// renews it on a client of its own (never starved by the workers'
+	// throttled one) and releases it on SIGTERM with
+	// ReleaseLeaderElectionOnExit.
 	leaderelection.RunWithLeaderElection(ctx, env.restConfig, standardflags.Configuration, runAttacher,
 		contract.AttacherLeaseName(env.driverName), env.mux, fg.Enabled(sidecar.ReleaseLeaderElectionOnExit))
 	return nil
-}
-
-// runWithOwnLease runs the failover controller under its own Lease, so that
-// it can be placed apart from the attacher. csi-lib-utils' helper would
-// register the leader-election health check a second time on the mux, so the
-// lower-level API is used; losing the Lease ends the process, as for the
-// attacher.
-func runWithOwnLease(ctx context.Context, env *controllerEnv, lease string, run func(context.Context)) {
-	sc := standardflags.Configuration
-	if !sc.LeaderElection {
-		run(ctx)
-		return
-	}
-	le := leaderelection.NewLeaderElection(env.client, lease, run)
-	if sc.LeaderElectionNamespace != "" {
-		le.WithNamespace(sc.LeaderElectionNamespace)
-	}
-	le.WithLeaseDuration(sc.LeaderElectionLeaseDuration)
-	le.WithRenewDeadline(sc.LeaderElectionRenewDeadline)
-	le.WithRetryPeriod(sc.LeaderElectionRetryPeriod)
-	if err := le.Run(); err != nil {
-		klog.FromContext(ctx).Error(err, "Failover leader election failed", "lease", lease)
-		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-	}
 }
 
 // connectController builds the API clients, connects to and probes the

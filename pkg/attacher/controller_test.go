@@ -12,7 +12,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -193,9 +196,12 @@ func TestControllerRun(t *testing.T) {
 	csiFake := &fakeCSI{t: t, calls: []csiCall{attachCall("vol-1", "node-1-id"), detachCall("vol-1", "node-1-id", true)}}
 	defer csiFake.verify()
 	recorder := record.NewFakeRecorder(10)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
 	h, err := NewCSIHandler(CSIHandlerConfig{
 		DriverName: drv, Timeout: timeout, Capabilities: Capabilities{Fence: true},
 		Client: client, Attacher: csiFake, Recorder: recorder,
+		FencingRequests: trackerFRLister{dyn}, FenceRecord: fencingv1alpha1.NewClient(dyn),
 		PVLister: factory.Core().V1().PersistentVolumes().Lister(), NodeLister: factory.Core().V1().Nodes().Lister(),
 		CSINodeLister: factory.Storage().V1().CSINodes().Lister(), VALister: factory.Storage().V1().VolumeAttachments().Lister(),
 	})

@@ -305,22 +305,42 @@ func (h *CSIHandler) csiDetach(ctx context.Context, va *storagev1.VolumeAttachme
 	if err != nil {
 		return err
 	}
-	fence, reason := DecideFence(h.Capabilities.Fence, node, fr)
+	fence, reason := DecideFence(h.Capabilities.Fence, node, fr, h.DriverName, handle)
 	if reason != "" && !fence {
 		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
 			"volume", handle, "node", va.Spec.NodeName, "reason", reason)
 	}
+	if fence && h.FenceRecord == nil {
+		// A fence that cannot be recorded would quarantine the volume
+		// with nothing to lift it (S8): detach as external-attacher does.
+		fence = false
+		logger.Info("Non-graceful detach, but the FencingRequest record is unavailable: unpublishing without fence",
+			"volume", handle, "node", va.Spec.NodeName, "reason", reason)
+		h.Recorder.Eventf(va, v1.EventTypeWarning, EventReasonFenceFailed,
+			"Volume %s detached from node %s (%s) without a fence: the FencingRequest record is unavailable", handle, va.Spec.NodeName, reason)
+	}
 
-	cctx, cancel := context.WithTimeout(ctx, h.Timeout)
-	err = h.Attacher.Detach(cctx, handle, nodeID, secrets, fence)
-	cancel()
 	if fence {
 		target := fencedVolume{va: va, handle: handle, nodeID: nodeID, reason: reason}
-		if err := h.afterFence(ctx, target, err); err != nil {
+		errs, err := fencerecord.Fence(ctx, h.FenceRecord, va.Spec.NodeName, reason, []fencingv1alpha1.FencedVolume{target.record(h.DriverName)},
+			func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
+				cctx, cancel := context.WithTimeout(ctx, h.Timeout)
+				defer cancel()
+				return h.Attacher.Detach(cctx, handle, nodeID, secrets, true)
+			})
+		if err != nil {
+			return fmt.Errorf("volume %s is not fenced from node %s: %w", handle, va.Spec.NodeName, err)
+		}
+		if err := h.afterFence(ctx, target, errs[0]); err != nil {
 			return err
 		}
-	} else if err != nil {
-		return err
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, h.Timeout)
+		err = h.Attacher.Detach(cctx, handle, nodeID, secrets, false)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 
 	if err := markAsDetached(ctx, h.Client, va, h.finalizer); err != nil {
@@ -346,41 +366,28 @@ func (f fencedVolume) record(driver string) fencingv1alpha1.FencedVolume {
 }
 
 // afterFence makes a fenced unpublish visible: its result goes to the
-// metrics, an Event on the VA and the FencingRequest record. A fence that
-// succeeded is recorded before this returns nil, i.e. before the caller
-// removes the VA finalizer, so that a crash in between loses nothing (the
-// retry fences again, which is idempotent, and records again). A fence that
-// failed is returned as the detach error with the driver's reason.
-func (h *CSIHandler) afterFence(ctx context.Context, f fencedVolume, rpcErr error) error {
+// metrics and an Event on the VA. fencerecord.Fence recorded the intent
+// before the call and the outcome after it, so a fence that returns nil here
+// is recorded before the caller removes the VA finalizer. A fence that failed
+// is returned as the detach error with the driver's reason; its entry stays
+// in the record (the driver may have applied it).
+func (h *CSIHandler) afterFence(ctx context.Context, f fencedVolume, fenceErr error) error {
 	logger := klog.FromContext(ctx)
 	node := f.va.Spec.NodeName
-	if rpcErr != nil {
+	if fenceErr != nil {
 		fencedUnpublishErrors.WithLabelValues(h.DriverName, f.reason).Inc()
 		var err error
-		if refused(rpcErr) {
-			err = fmt.Errorf("the driver refused to fence volume %s from node %s (%s), the volume stays attached there: %w", f.handle, node, f.reason, rpcErr)
+		if refused(fenceErr) {
+			err = fmt.Errorf("the driver refused to fence volume %s from node %s (%s), the volume stays attached there: %w", f.handle, node, f.reason, fenceErr)
 		} else {
-			err = fmt.Errorf("fencing volume %s from node %s (%s) failed, will retry: %w", f.handle, node, f.reason, rpcErr)
+			err = fmt.Errorf("fencing volume %s from node %s (%s) failed, will retry: %w", f.handle, node, f.reason, fenceErr)
 		}
 		h.Recorder.Event(f.va, v1.EventTypeWarning, EventReasonFenceFailed, err.Error())
-		if h.FenceRecord != nil {
-			if rerr := fencerecord.RecordFenceError(ctx, h.FenceRecord, node, f.reason, f.record(h.DriverName), rpcErr.Error()); rerr != nil {
-				logger.Error(rerr, "Failed to record the fence error in the FencingRequest", "node", node)
-			}
-		}
 		return err
-	}
-	recorded := false
-	if h.FenceRecord != nil {
-		if err := fencerecord.RecordFenced(ctx, h.FenceRecord, node, f.reason, f.record(h.DriverName)); err != nil {
-			return fmt.Errorf("volume %s was fenced from node %s, but the fence could not be recorded in FencingRequest %s (the VolumeAttachment is kept until it is): %w",
-				f.handle, node, node, err)
-		}
-		recorded = true
 	}
 	fencedUnpublishes.WithLabelValues(h.DriverName, f.reason).Inc()
 	logger.V(2).Info("Fenced unpublish: the node can no longer access the volume",
-		"VolumeAttachment", f.va.Name, "volume", f.handle, "node", node, "nodeID", f.nodeID, "reason", f.reason, "recorded", recorded)
+		"VolumeAttachment", f.va.Name, "volume", f.handle, "node", node, "nodeID", f.nodeID, "reason", f.reason)
 	h.Recorder.Eventf(f.va, v1.EventTypeNormal, EventReasonFencedUnpublish,
 		"Volume %s was fenced from node %s (%s): the node can no longer access it until it is cleaned up", f.handle, node, f.reason)
 	return nil
@@ -592,5 +599,5 @@ func (h *CSIHandler) quarantined(nodeName, handle string) bool {
 		return true
 	}
 	fr, err := h.fencingRequest(nodeName)
-	return err != nil || fencerecord.IsQuarantined(fr, h.DriverName, handle)
+	return err != nil || fencerecord.MayBeQuarantined(fr, h.DriverName, handle)
 }

@@ -551,11 +551,15 @@ func TestDetachFenceReasons(t *testing.T) {
 		}
 		if tc.reason != "" {
 			reason := tc.reason
+			// Write-ahead: the intent (creating the request, or adding
+			// the record finalizer to an admin's), then the outcome.
 			frActions = []string{"get fencingrequests node-1"}
 			if tc.fr == nil {
 				frActions = append(frActions, "create fencingrequests node-1")
+			} else {
+				frActions = append(frActions, "update fencingrequests node-1")
 			}
-			c.frActions = append(frActions, "update fencingrequests/status node-1")
+			c.frActions = append(frActions, "update fencingrequests/status node-1", "get fencingrequests node-1", "update fencingrequests/status node-1")
 			c.events = []string{"Normal FencedUnpublish Volume vol-1 was fenced from node node-1 (" + reason + ")"}
 			c.metricDeltas = map[string]float64{
 				"fenced_unpublishes_total/" + reason:      1,
@@ -565,7 +569,7 @@ func TestDetachFenceReasons(t *testing.T) {
 			c.check = func(t *testing.T, e *env) {
 				isDetached(t, e.getVA("va1"))
 				fr := e.getFR("node-1")
-				if !fencerecord.IsQuarantined(fr, drv, "vol-1") {
+				if !fencerecord.IsFenced(fr, drv, "vol-1") {
 					t.Fatalf("fence not recorded: %+v", fr)
 				}
 				if en := fencerecord.Find(fr, drv, "vol-1"); en.PersistentVolumeName != "pv1" || en.NodeID != "node-1-id" {
@@ -602,7 +606,7 @@ func TestDetachFenceFailures(t *testing.T) {
 			envConfig:   envConfig{caps: fenceCaps, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")), csiCalls: []csiCall{detachCall("vol-1", "node-1-id", true).failing(refused)}},
 			syncVA:      "va1",
 			actions:     []string{"patch volumeattachments/status va1"},
-			frActions:   []string{"get fencingrequests node-1", "create fencingrequests node-1", "update fencingrequests/status node-1"},
+			frActions:   []string{"get fencingrequests node-1", "create fencingrequests node-1", "update fencingrequests/status node-1", "get fencingrequests node-1", "update fencingrequests/status node-1"},
 			requeued:    true,
 			events:      []string{"Warning FenceFailed the driver refused to fence volume vol-1 from node node-1 (node-not-ready)"},
 			errContains: []string{"refused to fence", "node-not-ready", "cannot prove node-1 stopped writing", "stays attached"},
@@ -615,24 +619,30 @@ func TestDetachFenceFailures(t *testing.T) {
 				keepsFinalizer(t, e.getVA("va1"))
 				errorCode(codes.FailedPrecondition, true)(t, e)
 				fr := e.getFR("node-1")
-				if fencerecord.IsQuarantined(fr, drv, "vol-1") || !strings.Contains(fencerecord.Find(fr, drv, "vol-1").FenceError, "cannot prove") {
+				if !fencerecord.MayBeQuarantined(fr, drv, "vol-1") || fencerecord.IsFenced(fr, drv, "vol-1") || !strings.Contains(fencerecord.Find(fr, drv, "vol-1").FenceError, "cannot prove") {
 					t.Errorf("record %+v", fr.Status)
 				}
 			},
 		},
 		{
-			name:        "fence times out: failed, will retry",
-			envConfig:   envConfig{caps: fenceCaps, noFencingAPI: true, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")), csiCalls: []csiCall{hangs(detachCall("vol-1", "node-1-id", true))}},
+			name:        "fence times out: failed, will retry, and the volume may be quarantined (S8)",
+			envConfig:   envConfig{caps: fenceCaps, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")), csiCalls: []csiCall{hangs(detachCall("vol-1", "node-1-id", true))}},
 			syncVA:      "va1",
 			actions:     []string{"patch volumeattachments/status va1"},
+			frActions:   []string{"get fencingrequests node-1", "create fencingrequests node-1", "update fencingrequests/status node-1", "get fencingrequests node-1", "update fencingrequests/status node-1"},
 			requeued:    true,
 			events:      []string{"Warning FenceFailed fencing volume vol-1 from node node-1 (node-not-ready) failed"},
 			errContains: []string{"failed, will retry", "DeadlineExceeded"},
-			check:       expectVA("va1", keepsFinalizer),
+			check: func(t *testing.T, e *env) {
+				keepsFinalizer(t, e.getVA("va1"))
+				if fr := e.getFR("node-1"); !fencerecord.MayBeQuarantined(fr, drv, "vol-1") {
+					t.Errorf("a timed-out fence was forgotten: %+v", fr.Status)
+				}
+			},
 		},
 		{
-			name: "fenced but the record cannot be saved: finalizer kept, backoff",
-			envConfig: envConfig{caps: fenceCaps, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")), csiCalls: []csiCall{detachCall("vol-1", "node-1-id", true)},
+			name: "the intent cannot be recorded: nothing is fenced, finalizer kept, backoff",
+			envConfig: envConfig{caps: fenceCaps, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")),
 				frReactors: []reactor{{verb: "update", resource: "fencingrequests", fn: func(clienttesting.Action) (bool, runtime.Object, error) {
 					return true, nil, errors.New("apiserver unavailable")
 				}}}},
@@ -640,34 +650,60 @@ func TestDetachFenceFailures(t *testing.T) {
 			actions:     []string{"patch volumeattachments/status va1"},
 			frActions:   []string{"get fencingrequests node-1", "create fencingrequests node-1", "update fencingrequests/status node-1"},
 			requeued:    true,
-			errContains: []string{"was fenced from node node-1, but the fence could not be recorded"},
+			errContains: []string{"not fenced from node node-1", "recording the intent"},
 			check:       expectVA("va1", keepsFinalizer),
+		},
+		{
+			name: "fenced but the outcome cannot be recorded (a crash right after the RPC): the intent says quarantined, finalizer kept",
+			envConfig: envConfig{caps: fenceCaps, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")), csiCalls: []csiCall{detachCall("vol-1", "node-1-id", true)},
+				frReactors: []reactor{{verb: "update", resource: "fencingrequests", fn: func() func(clienttesting.Action) (bool, runtime.Object, error) {
+					n := 0
+					return func(clienttesting.Action) (bool, runtime.Object, error) {
+						if n++; n > 1 {
+							return true, nil, errors.New("apiserver unavailable")
+						}
+						return false, nil, nil
+					}
+				}()}}},
+			syncVA:      "va1",
+			actions:     []string{"patch volumeattachments/status va1"},
+			frActions:   []string{"get fencingrequests node-1", "create fencingrequests node-1", "update fencingrequests/status node-1", "get fencingrequests node-1", "update fencingrequests/status node-1"},
+			requeued:    true,
+			events:      []string{"Warning FenceFailed fencing volume vol-1 from node node-1 (node-not-ready) failed, will retry: volume vol-1 was fenced but the fence could not be recorded"},
+			errContains: []string{"was fenced but the fence could not be recorded"},
+			check: func(t *testing.T, e *env) {
+				keepsFinalizer(t, e.getVA("va1"))
+				if fr := e.getFR("node-1"); !fencerecord.MayBeQuarantined(fr, drv, "vol-1") || len(fr.Finalizers) == 0 {
+					t.Errorf("the fence applied before the crash is not in the record: %+v", fr)
+				}
+			},
 		},
 		{
 			name: "a crash between the record and the finalizer loses nothing: the retry fences again and finishes",
 			envConfig: envConfig{caps: fenceCaps, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")),
 				csiCalls: []csiCall{detachCall("vol-1", "node-1-id", true), detachCall("vol-1", "node-1-id", true)},
 				reactors: []reactor{failOnce("patch", "volumeattachments", "", errors.New("connection reset"))}},
-			steps:     []step{{syncVA: "va1"}, {syncVA: "va1"}},
-			actions:   []string{"patch volumeattachments va1", "patch volumeattachments/status va1", "patch volumeattachments va1", "patch volumeattachments/status va1"},
-			frActions: []string{"get fencingrequests node-1", "create fencingrequests node-1", "update fencingrequests/status node-1", "get fencingrequests node-1"},
-			events:    []string{"Normal FencedUnpublish", "Normal FencedUnpublish"},
+			steps:   []step{{syncVA: "va1"}, {syncVA: "va1"}},
+			actions: []string{"patch volumeattachments va1", "patch volumeattachments/status va1", "patch volumeattachments va1", "patch volumeattachments/status va1"},
+			frActions: []string{"get fencingrequests node-1", "create fencingrequests node-1", "update fencingrequests/status node-1", "get fencingrequests node-1", "update fencingrequests/status node-1",
+				"get fencingrequests node-1", "get fencingrequests node-1"},
+			events: []string{"Normal FencedUnpublish", "Normal FencedUnpublish"},
 			metricDeltas: map[string]float64{
 				"forced_detaches_total/node-not-ready": 1,
 			},
 			check: func(t *testing.T, e *env) {
 				isDetached(t, e.getVA("va1"))
-				if !fencerecord.IsQuarantined(e.getFR("node-1"), drv, "vol-1") {
+				if !fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1") {
 					t.Error("record lost")
 				}
 			},
 		},
 		{
-			name:      "FencingRequest API not installed: still fenced, just not recorded",
-			envConfig: envConfig{caps: fenceCaps, noFencingAPI: true, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")), csiCalls: []csiCall{detachCall("vol-1", "node-1-id", true)}},
+			name:      "FencingRequest API not installed: a fence nobody could lift is not sent; unpublished as external-attacher does, with a warning",
+			envConfig: envConfig{caps: fenceCaps, noFencingAPI: true, objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")), csiCalls: []csiCall{detachCall("vol-1", "node-1-id", false)}},
 			syncVA:    "va1",
 			actions:   []string{"patch volumeattachments va1", "patch volumeattachments/status va1"},
-			events:    []string{"Normal FencedUnpublish"},
+			events:    []string{"Warning FenceFailed Volume vol-1 detached from node node-1 (node-not-ready) without a fence"},
 			check:     expectVA("va1", isDetached),
 		},
 	})

@@ -27,13 +27,14 @@ const (
 	EventReasonFenceFailed     = "FenceFailed"
 )
 
-// DecideFence says whether the detach of a volume from a node is
-// non-graceful, and why. node is nil when the Node object is gone; fr is the
+// DecideFence says whether the detach of a volume (driver, handle) from a
+// node is non-graceful, and why. node is nil when the Node object is gone; fr is the
 // node's FencingRequest, nil when it has none.
 //
 // A detach is graceful only from a node that exists, is Ready, carries
-// neither the quarantine nor the out-of-service taint and has no active
-// FencingRequest (of any origin; a Complete one is history). Anything else
+// neither the quarantine nor the out-of-service taint, has no active
+// FencingRequest (of any origin; a Complete one is history) and on which the
+// record holds no uncleaned entry of the volume. Anything else
 // means the kubelet may not have unmounted the volume, or someone decided the
 // node must be cut off, so the volume must be fenced before it can move.
 //
@@ -49,7 +50,7 @@ const (
 // answer is never fence (the field must not be sent to a driver that does not
 // know it), but the reason is still returned so that the caller can say that
 // a non-graceful detach went unfenced.
-func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingRequest) (fence bool, reason string) {
+func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingRequest, driver, handle string) (fence bool, reason string) {
 	switch {
 	case node == nil:
 		reason = FenceReasonNodeDeleted
@@ -61,6 +62,10 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 		reason = FenceReasonNodeNotReady
 	case fencingRequestActive(fr):
 		reason = FenceReasonFencingRequest
+	case fencerecord.MayBeQuarantined(fr, driver, handle):
+		// Sticky (S8): once a fence of the volume was intended on the node,
+		// every unpublish from it is fenced until the node agent cleaned it.
+		reason = FenceReasonQuarantined
 	default:
 		return false, ""
 	}
@@ -93,7 +98,7 @@ func PublishRefusal(driver, finalizer string, va *storagev1.VolumeAttachment, sp
 		return fmt.Errorf("node %s is quarantined (taint %s): nothing is published to it until the volumes fenced there are cleaned up",
 			nodeName, contract.QuarantineTaintKey)
 	}
-	if fencerecord.IsQuarantined(fr, driver, handle) {
+	if fencerecord.MayBeQuarantined(fr, driver, handle) {
 		return fmt.Errorf("volume %s is quarantined on node %s (fenced, not yet cleaned up per FencingRequest %s): refusing to publish it there",
 			handle, nodeName, fr.Name)
 	}

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 )
@@ -36,11 +37,17 @@ func TestDecideFence(t *testing.T) {
 		{name: "manual FencingRequest on a Ready node", node: node("node-1"), fr: active, wantReason: FenceReasonFencingRequest},
 		{name: "automatic FencingRequest without a phase yet", node: node("node-1"), fr: automatic, wantReason: FenceReasonFencingRequest},
 		{name: "FencingRequest on a NotReady node: the node's state is the reason", node: node("node-1", notReady), fr: active, wantReason: FenceReasonNodeNotReady},
+		{name: "healthy, completed request still holding an uncleaned entry of the volume: sticky (S8)", node: node("node-1"),
+			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}}), wantReason: FenceReasonQuarantined},
+		{name: "healthy, completed request, the volume's entry cleaned: graceful", node: node("node-1"),
+			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}, CleanedTime: &metav1.Time{}})},
+		{name: "healthy, completed request, another driver's entry of the same handle: graceful", node: node("node-1"),
+			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "h", StartedTime: &metav1.Time{}})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, canFence := range []bool{true, false} {
-				fence, reason := DecideFence(canFence, tc.node, tc.fr)
+				fence, reason := DecideFence(canFence, tc.node, tc.fr, "drv", "h")
 				if reason != tc.wantReason {
 					t.Errorf("canFence=%v: reason %q, want %q", canFence, reason, tc.wantReason)
 				}
@@ -97,4 +104,11 @@ func TestPublishRefusal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withEntry returns a copy of fr that records vol.
+func withEntry(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume) *fencingv1alpha1.FencingRequest {
+	out := fr.DeepCopy()
+	out.Status.Volumes = append(out.Status.Volumes, vol)
+	return out
 }

@@ -65,7 +65,7 @@ func TestHandlerOverGRPC(t *testing.T) {
 			}
 			defer conn.Close()
 
-			e := newEnv(t, envConfig{caps: tc.caps, noFencingAPI: true, attacher: csiclient.New(conn, 0),
+			e := newEnv(t, envConfig{caps: tc.caps, attacher: csiclient.New(conn, 0),
 				objects: objs(notReady, csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1"))})
 			e.syncVA("va1")
 			v := e.getVA("va1")

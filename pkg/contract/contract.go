@@ -74,6 +74,11 @@ const (
 // writes with the CSI node ID, used when the Node or CSINode is gone.
 const NodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
 
+// RecordFinalizer keeps a FencingRequest while any volume it records is not
+// cleaned up on its node: deleting the record, or the Node, must never skip
+// the cleanup (invariant S6).
+const RecordFinalizer = Prefix + "/fence-record"
+
 var badFinalizerChars = regexp.MustCompile(`[^a-zA-Z0-9-]`)
 
 // SanitizeDriverName turns a CSI driver name into the form external-attacher
@@ -98,10 +103,4 @@ func AttacherFinalizer(driver string) string {
 // so that an old and a new replica never act at once.
 func AttacherLeaseName(driver string) string {
 	return "external-attacher-leader-" + SanitizeDriverName(driver)
-}
-
-// FailoverLeaseName is the Lease of the pod GC / fencing controller of one
-// driver; it is separate from the attacher's so the two can be placed apart.
-func FailoverLeaseName(driver string) string {
-	return "csi-fence-failover-leader-" + SanitizeDriverName(driver)
 }

@@ -3,12 +3,15 @@ package failover
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -23,6 +26,8 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
 // Options configure the controller.
@@ -69,6 +74,7 @@ type Controller struct {
 	pvs      corelisters.PersistentVolumeLister
 	vas      storagelisters.VolumeAttachmentLister
 	drivers  storagelisters.CSIDriverLister
+	csinodes storagelisters.CSINodeLister
 	frs      fencingv1alpha1.Lister
 	frCache  cache.GenericLister // for listing every request
 	synced   []cache.InformerSynced
@@ -76,9 +82,46 @@ type Controller struct {
 	dfactory dynamicinformer.DynamicSharedInformerFactory
 
 	queue workqueue.TypedRateLimitingInterface[string]
-	// eligibleSince remembers when each pod was first seen eligible, for
-	// the failover duration metric.
-	eligibleSince map[string]time.Time
+	pgc   *podgc.GC
+	// eligible remembers when each pod was first seen eligible, for the
+	// failover duration metric; shared by the workers.
+	eligible eligibleSince
+}
+
+// eligibleSince is when each pod (by UID) was first seen eligible for
+// failover. Workers of different nodes write it concurrently.
+type eligibleSince struct {
+	mu    sync.Mutex
+	since map[types.UID]time.Time
+}
+
+func (e *eligibleSince) seen(p *v1.Pod) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.since == nil {
+		e.since = map[types.UID]time.Time{}
+	}
+	if _, ok := e.since[p.UID]; !ok {
+		e.since[p.UID] = time.Now()
+	}
+}
+
+// deleted observes the failover duration of a pod force-deleted.
+func (e *eligibleSince) deleted(p *v1.Pod) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t, ok := e.since[p.UID]; ok {
+		failoverDuration.Observe(time.Since(t).Seconds())
+		delete(e.since, p.UID)
+	}
+}
+
+// forget drops pods that no longer exist (deleted by anyone), so that the
+// map does not grow with every pod that was once eligible.
+func (e *eligibleSince) forget(p *v1.Pod) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.since, p.UID)
 }
 
 // New returns a Controller on its own informers.
@@ -89,40 +132,58 @@ func New(opts Options, client kubernetes.Interface, dyn dynamicinformer.DynamicS
 		nodes: f.Core().V1().Nodes().Lister(), pods: f.Core().V1().Pods().Lister(),
 		pvcs: f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
 		vas: f.Storage().V1().VolumeAttachments().Lister(), drivers: f.Storage().V1().CSIDrivers().Lister(),
-		factory: f, dfactory: dyn,
+		csinodes: f.Storage().V1().CSINodes().Lister(),
+		factory:  f, dfactory: dyn,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-failover"}),
-		eligibleSince: map[string]time.Time{},
+		pgc: &podgc.GC{Client: client, Recorder: recorder},
+	}
+	if _, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(o interface{}) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if p, ok := o.(*v1.Pod); ok {
+				c.eligible.forget(p)
+			}
+		},
+	}); err != nil {
+		return nil, err
 	}
 	frInformer := dyn.ForResource(fencingv1alpha1.Resource)
 	c.frCache = frInformer.Lister()
 	c.frs = fencingv1alpha1.NewLister(c.frCache)
 	byNode := func(node string) { c.queue.Add(node) }
 	handlers := []struct {
-		inf cache.SharedIndexInformer
-		key func(obj interface{}) string
+		inf    cache.SharedIndexInformer
+		key    func(obj interface{}) string
+		update func(old, new interface{}) bool // nil: every update matters
 	}{
-		{f.Core().V1().Nodes().Informer(), func(o interface{}) string { return objName(o) }},
+		{f.Core().V1().Nodes().Informer(), func(o interface{}) string { return objName(o) }, nil},
 		{f.Core().V1().Pods().Informer(), func(o interface{}) string {
 			if p, ok := o.(*v1.Pod); ok {
 				return p.Spec.NodeName
 			}
 			return ""
-		}},
+		}, nil},
 		{f.Storage().V1().VolumeAttachments().Informer(), func(o interface{}) string {
 			if va, ok := o.(*storagev1.VolumeAttachment); ok {
 				return va.Spec.NodeName
 			}
 			return ""
-		}},
-		{frInformer.Informer(), func(o interface{}) string { return objName(o) }},
+		}, nil},
+		{frInformer.Informer(), func(o interface{}) string { return objName(o) }, recordChangeMatters},
 	}
 	for _, h := range handlers {
-		key := h.key
+		key, update := h.key, h.update
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o interface{}) { enqueue(key(o), byNode) },
-			UpdateFunc: func(_, o interface{}) { enqueue(key(o), byNode) },
+			AddFunc: func(o interface{}) { enqueue(key(o), byNode) },
+			UpdateFunc: func(old, o interface{}) {
+				if update == nil || update(old, o) {
+					enqueue(key(o), byNode)
+				}
+			},
 			DeleteFunc: func(o interface{}) {
 				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 					o = d.Obj
@@ -134,10 +195,37 @@ func New(opts Options, client kubernetes.Interface, dyn dynamicinformer.DynamicS
 		}
 		c.synced = append(c.synced, h.inf.HasSynced)
 	}
-	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().PersistentVolumeClaims().Informer(), f.Core().V1().PersistentVolumes().Informer(), f.Storage().V1().CSIDrivers().Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().PersistentVolumeClaims().Informer(), f.Core().V1().PersistentVolumes().Informer(), f.Storage().V1().CSIDrivers().Informer(), f.Storage().V1().CSINodes().Informer()} {
 		c.synced = append(c.synced, inf.HasSynced)
 	}
 	return c, nil
+}
+
+// recordChangeMatters says whether an update of a FencingRequest is news for
+// the node's sync: its spec or deletion changed (an admin), or an entry was
+// added, removed, confirmed fenced or cleaned (any driver, the node agent). A
+// new fence error, phase or condition is not: those are this controller's
+// own writes (or another driver's failures), and reacting to them would turn
+// a driver that keeps refusing, with a message that varies, into a retry
+// loop that bypasses the per-node backoff.
+func recordChangeMatters(oldObj, newObj interface{}) bool {
+	old, err1 := fencingv1alpha1.FromUnstructured(oldObj)
+	cur, err2 := fencingv1alpha1.FromUnstructured(newObj)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	if old.Spec != cur.Spec || !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+		!slices.Equal(old.Finalizers, cur.Finalizers) || len(old.Status.Volumes) != len(cur.Status.Volumes) {
+		return true
+	}
+	for i, v := range cur.Status.Volumes {
+		o := old.Status.Volumes[i]
+		if o.Driver != v.Driver || o.VolumeHandle != v.VolumeHandle || !o.FencedTime.Equal(v.FencedTime) ||
+			!o.CleanedTime.Equal(v.CleanedTime) || !o.StartedTime.Equal(v.StartedTime) {
+			return true
+		}
+	}
+	return false
 }
 
 func enqueue(node string, add func(string)) {
@@ -167,22 +255,33 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		go wait.UntilWithContext(ctx, c.worker, 0)
 	}
 	// A periodic pass catches what no event announces (time passing).
-	go wait.UntilWithContext(ctx, func(ctx context.Context) {
-		nodes, _ := c.nodes.List(labels.Everything())
-		quarantined := 0
-		for _, n := range nodes {
-			c.queue.Add(n.Name)
-			if Taint(n, contract.QuarantineTaintKey) != nil {
-				quarantined++
-			}
-		}
-		fencedNodes.Set(float64(quarantined))
-		frs, _ := c.frCache.List(labels.Everything())
-		for _, o := range frs {
-			c.queue.Add(objName(o))
-		}
-	}, c.opts.Resync)
+	go wait.UntilWithContext(ctx, c.resync, c.opts.Resync)
 	<-ctx.Done()
+}
+
+// resync queues every node and every node with a record again, except those
+// waiting out their backoff after a failed sync: they come back when it
+// ends, and a periodic pass must not turn a failing node into a fixed-rate
+// retry.
+func (c *Controller) resync(context.Context) {
+	add := func(node string) {
+		if c.queue.NumRequeues(node) == 0 {
+			c.queue.Add(node)
+		}
+	}
+	nodes, _ := c.nodes.List(labels.Everything())
+	quarantined := 0
+	for _, n := range nodes {
+		add(n.Name)
+		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+			quarantined++
+		}
+	}
+	fencedNodes.Set(float64(quarantined))
+	frs, _ := c.frCache.List(labels.Everything())
+	for _, o := range frs {
+		add(objName(o))
+	}
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -202,7 +301,10 @@ func (c *Controller) worker(ctx context.Context) {
 	}
 }
 
-// sync is one pass over one node: see the package doc for the order.
+// sync is one pass over one node: see the package doc for the order. Every
+// step is derived from the API state (node, record, pods, attachments), not
+// from what a previous pass did, so a restart between any two steps resumes
+// where the last one stopped.
 func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	logger := klog.FromContext(ctx)
 	fr, err := c.frs.Get(nodeName)
@@ -211,34 +313,16 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	}
 	node, err := c.nodes.Get(nodeName)
 	if apierrors.IsNotFound(err) {
-		// A deleted Node leaves nothing to clean: drop its record.
-		if fr != nil {
-			logger.V(2).Info("Node deleted, removing its FencingRequest")
-			if err := c.frClient.Delete(ctx, nodeName); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		}
-		return nil
+		return c.nodeGone(ctx, nodeName, fr)
 	}
 	if err != nil {
 		return err
 	}
-	manual := fr != nil && fr.Spec.Origin != fencingv1alpha1.OriginAutomatic && fr.Status.Phase != fencingv1alpha1.PhaseComplete
-	ready := NodeReady(node)
-	if manual && ready {
-		// Fencing a Ready node needs the request to exist now, not just in
-		// a cache that may lag its deletion (S4).
-		live, err := c.frClient.Get(ctx, nodeName)
-		if apierrors.IsNotFound(err) {
-			fr, manual = nil, false
-		} else if err != nil {
-			return err
-		}
-		if live != nil && (live.Spec.Origin == fencingv1alpha1.OriginAutomatic || live.Status.Phase == fencingv1alpha1.PhaseComplete) {
-			manual = false
-		}
+	ready := podgc.NodeReady(node)
+	manual, err := c.manualRequest(ctx, nodeName, fr, ready)
+	if err != nil {
+		return err
 	}
-
 	if ready && !manual {
 		return c.release(ctx, node, fr)
 	}
@@ -252,117 +336,170 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if err != nil {
 		return err
 	}
-	// Out-of-service (KEP-2268), or every attachment fenced: force-delete
-	// the Terminating pods that do not tolerate the taint.
 	if !ready {
-		if t := Taint(node, contract.OutOfServiceTaintKey); t != nil {
-			for _, p := range pods {
-				if p.DeletionTimestamp != nil && !Tolerates(p, *t) {
-					c.forceDelete(ctx, p, node, ReasonOutOfService)
-				}
-			}
-		} else if conditionTrue(node, contract.ConditionFencingComplete) {
-			for _, p := range pods {
-				if p.DeletionTimestamp != nil {
-					c.forceDelete(ctx, p, node, ReasonFencingComplete)
-				}
+		// KEP-2268's out-of-service taint and the Node Fencing KEP's
+		// FencingComplete, whoever set them.
+		for _, p := range pods {
+			switch {
+			case podgc.OutOfService(p, node):
+				c.forceDelete(ctx, p, podgc.ReasonOutOfService)
+			case podgc.FencingComplete(p, node):
+				c.forceDelete(ctx, p, podgc.ReasonFencingComplete)
 			}
 		}
-	}
-	if !ready && IsControlPlane(node) {
-		return nil
-	}
-	if !ready {
+		if IsControlPlane(node) && !manual {
+			return nil
+		}
 		// The Node Fencing KEP's timeline: triaged as soon as the node is
 		// seen NotReady, required once it stays so.
 		if err := c.triage(ctx, node); err != nil {
 			return err
 		}
 	}
-	// SafeDetach: which Terminating pods may fail over?
-	var eligible []*v1.Pod
-	vols := map[*v1.Pod][]PodVolume{}
+	// Which Terminating pods fail over once their volumes are fenced, and
+	// which volumes stay with a pod that stays on the node?
+	var candidates []candidate
+	staying := map[string]bool{}
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil && !manual {
+		vols, err := podgc.Volumes(p, c.resolve(p.Namespace))
+		if p.DeletionTimestamp == nil {
+			for _, v := range vols {
+				staying[v.Driver+"^"+v.VolumeHandle] = true
+			}
 			continue
 		}
-		e := SafeDetachEligible(p, c.resolve(p.Namespace), c.safeDetach, c.opts.DriverName, c.opts.CanFence)
-		if !e.SafeDetach {
-			logger.V(4).Info("Pod not eligible for SafeDetach failover", "pod", klog.KObj(p), "why", e.Reason)
+		if err != nil {
+			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", err)
 			continue
 		}
-		if p.DeletionTimestamp != nil {
-			eligible = append(eligible, p)
+		if ok, why := podgc.SafeDetach(p, vols, c.safeDetach, func(podgc.Volume) bool { return true }); !ok {
+			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
+			continue
 		}
-		vols[p] = e.Volumes
-		key := p.Namespace + "/" + p.Name + "/" + string(p.UID)
-		if _, ok := c.eligibleSince[key]; !ok {
-			c.eligibleSince[key] = time.Now()
+		if !slices.ContainsFunc(vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName }) {
+			continue // another driver's business
 		}
+		if !c.opts.CanFence {
+			logger.V(4).Info("Pod cannot fail over by SafeDetach: the driver does not advertise UNPUBLISH_FENCE", "pod", klog.KObj(p))
+			continue
+		}
+		candidates = append(candidates, candidate{pod: p, vols: vols})
+		c.eligible.seen(p)
 	}
-	if len(eligible) == 0 && !manual {
+	// A record of ours not settled yet (a fence intended, a restart since)
+	// is finished whatever the pods do now.
+	if len(candidates) == 0 && !manual && !unsettled(fr, c.opts.DriverName) {
+		if !ready {
+			return c.releaseVolumesInUse(ctx, node.Name, fr)
+		}
 		return nil
 	}
-	// Storm guard (S5): never start fencing beyond the limit.
-	already := Taint(node, contract.QuarantineTaintKey) != nil
-	all, err := c.nodes.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	quarantined := 0
-	for _, n := range all {
-		if Taint(n, contract.QuarantineTaintKey) != nil {
-			quarantined++
+	if !manual {
+		// Fencing a node nobody asked for needs it down by a live read,
+		// not by the cache (S4).
+		if err := c.pgc.NodeDown(ctx, nodeName); err != nil {
+			logger.V(2).Info("Not fencing: the node is alive", "why", err)
+			return nil
 		}
 	}
-	if ok, why := StormGuard(quarantined, len(all), c.opts.MaxFencedNodes, c.opts.MaxFencedNodePercent, already); !ok {
-		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %s", nodeName, why)
-		logger.V(2).Info("Storm guard: not fencing", "why", why)
-		return fmt.Errorf("storm guard: %s", why)
+	if err := c.admit(ctx, node); err != nil {
+		return err
 	}
 	// 1. Quarantine first.
 	if err := c.quarantine(ctx, node); err != nil {
 		return err
 	}
-	// 2. Fence every attachment of our driver on the node.
-	fr, fenceErr := c.fenceNode(ctx, node, fr)
-	if fr == nil {
-		if fenceErr != nil {
-			return fenceErr
-		}
-	}
-	// 3. Force-delete each eligible pod whose every volume is fenced.
-	released := false
-	for _, p := range eligible {
-		if !AllFenced(fr, vols[p]) {
-			logger.V(2).Info("Pod waits for its volumes to be fenced", "pod", klog.KObj(p))
-			continue
-		}
-		if c.forceDelete(ctx, p, node, ReasonSafeDetach) {
-			key := p.Namespace + "/" + p.Name + "/" + string(p.UID)
-			if t, ok := c.eligibleSince[key]; ok {
-				failoverDuration.Observe(time.Since(t).Seconds())
-				delete(c.eligibleSince, key)
+	// 2. Fence every attachment of our driver on the node but those of
+	//    pods that stay, write-ahead.
+	fr, fenceErr := c.fenceNode(ctx, node, fr, staying, manual)
+	// 3. The pod GC: each pod whose every volume is confirmed fenced goes,
+	//    if the node is still down by a live read (S3). A manual request on
+	//    a Ready node fences storage and deletes nothing.
+	if !ready {
+		for _, cand := range candidates {
+			if ok, why := podgc.SafeDetach(cand.pod, cand.vols, c.safeDetach, func(v podgc.Volume) bool {
+				return fencerecord.IsFenced(fr, v.Driver, v.VolumeHandle)
+			}); !ok {
+				logger.V(2).Info("Pod waits", "pod", klog.KObj(cand.pod), "why", why)
+				continue
 			}
-			released = true
+			if c.forceDelete(ctx, cand.pod, podgc.ReasonSafeDetach) {
+				c.eligible.deleted(cand.pod)
+			}
 		}
-	}
-	// 4. Let the attach/detach controller detach the fenced volumes now.
-	if released || fenceErr == nil {
-		if err := c.releaseVolumesInUse(ctx, node, fr); err != nil {
+		// 4. Let the attach/detach controller detach the fenced volumes now.
+		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
 			return err
 		}
 	}
 	return fenceErr
 }
 
-func conditionTrue(n *v1.Node, t string) bool {
-	for _, c := range n.Status.Conditions {
-		if string(c.Type) == t {
-			return c.Status == v1.ConditionTrue
+// candidate is a Terminating pod that fails over once its volumes are fenced.
+type candidate struct {
+	pod  *v1.Pod
+	vols []podgc.Volume
+}
+
+// unsettled reports whether the record holds an entry of driver that is not
+// cleaned and whose fence is not confirmed: a fence was intended and its
+// outcome is unknown or failed, so it must be retried.
+func unsettled(fr *fencingv1alpha1.FencingRequest, driver string) bool {
+	if fr == nil {
+		return false
+	}
+	for _, v := range fr.Status.Volumes {
+		if v.Driver == driver && v.CleanedTime == nil && v.FencedTime == nil {
+			return true
 		}
 	}
 	return false
+}
+
+// manualRequest reports whether an explicit (Manual) FencingRequest asks to
+// fence the node. Fencing a Ready node needs the request to exist now, not
+// just in a cache that may lag its withdrawal (S4).
+func (c *Controller) manualRequest(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest, ready bool) (bool, error) {
+	if !manualActive(fr) || !ready {
+		return manualActive(fr), nil
+	}
+	live, err := c.frClient.Get(ctx, nodeName)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return manualActive(live), nil
+}
+
+// manualActive: an admin's request that is not withdrawn (deleted) nor done.
+func manualActive(fr *fencingv1alpha1.FencingRequest) bool {
+	return fr != nil && fr.Spec.Origin != fencingv1alpha1.OriginAutomatic &&
+		fr.Status.Phase != fencingv1alpha1.PhaseComplete && fr.DeletionTimestamp == nil
+}
+
+// nodeGone handles a deleted Node. Its record stays while anything in it is
+// not cleaned (a re-registered node resumes the cleanup, S6); a record with
+// nothing pending has no more use and goes.
+func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
+	if fr == nil {
+		return nil
+	}
+	if fencerecord.Pending(fr) {
+		klog.FromContext(ctx).V(2).Info("Node deleted; keeping its FencingRequest until its fenced volumes are cleaned up")
+		return nil
+	}
+	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, nodeName); err != nil {
+		return err
+	}
+	if fr.Spec.Origin != fencingv1alpha1.OriginAutomatic {
+		return nil // an admin's request is the admin's to delete
+	}
+	if err := c.frClient.Delete(ctx, nodeName); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {
@@ -384,8 +521,8 @@ func (c *Controller) safeDetach(driver string) bool {
 	return err == nil && d.Annotations[contract.SafeDetachAnnotation] == contract.SafeDetachTrue
 }
 
-func (c *Controller) resolve(namespace string) func(string) (*PodVolume, error) {
-	return func(claim string) (*PodVolume, error) {
+func (c *Controller) resolve(namespace string) func(string) (*podgc.Volume, error) {
+	return func(claim string) (*podgc.Volume, error) {
 		pvc, err := c.pvcs.PersistentVolumeClaims(namespace).Get(claim)
 		if err != nil {
 			return nil, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
@@ -406,7 +543,7 @@ func (c *Controller) resolve(namespace string) func(string) (*PodVolume, error) 
 				rwx = true
 			}
 		}
-		return &PodVolume{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle, PVName: pv.Name, RWX: rwx}, nil
+		return &podgc.Volume{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle, PVName: pv.Name, RWX: rwx}, nil
 	}
 }
 

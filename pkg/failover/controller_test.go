@@ -25,6 +25,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
 // steps records the side effects of a sync in order.
@@ -48,7 +49,19 @@ func (s *steps) index(x string) int {
 type fakeCSI struct {
 	steps *steps
 	err   error
-	calls int
+	// hook runs inside a successful fence, after the driver applied it.
+	hook func()
+
+	mu     sync.Mutex
+	calls  int
+	fences map[string]int
+}
+
+// fenced returns how many fences of volumeID succeeded.
+func (f *fakeCSI) fenced(volumeID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fences[volumeID]
 }
 
 func (f *fakeCSI) Attach(context.Context, csiclient.AttachRequest) (map[string]string, error) {
@@ -56,14 +69,26 @@ func (f *fakeCSI) Attach(context.Context, csiclient.AttachRequest) (map[string]s
 }
 
 func (f *fakeCSI) Detach(_ context.Context, volumeID, nodeID string, _ map[string]string, fence bool) error {
+	f.mu.Lock()
 	f.calls++
+	err := f.err
+	if err == nil && fence {
+		if f.fences == nil {
+			f.fences = map[string]int{}
+		}
+		f.fences[volumeID]++
+	}
+	f.mu.Unlock()
 	if !fence {
 		return errors.New("the failover must only fence")
 	}
-	if f.err != nil {
-		return f.err
+	if err != nil {
+		return err
 	}
 	f.steps.add("fence " + volumeID)
+	if f.hook != nil {
+		f.hook()
+	}
 	return nil
 }
 
@@ -108,10 +133,10 @@ func newEnv(t *testing.T, objs []runtime.Object, safeDetach bool) *env {
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	s := &steps{}
-	client := fake.NewSimpleClientset(objs...)
+	client := fake.NewClientset(objs...)
 	client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		n := a.(k8stesting.UpdateAction).GetObject().(*v1.Node)
-		if Taint(n, contract.QuarantineTaintKey) != nil {
+		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
 			s.add("quarantine")
 		}
 		return false, nil, nil
@@ -165,14 +190,14 @@ func TestSafeDetachOrder(t *testing.T) {
 		t.Fatalf("want quarantine < fence < delete, got %v", e.steps.log)
 	}
 	fr, err := e.fr.Get(context.Background(), "n1")
-	if err != nil || !fencerecord.IsQuarantined(fr, driver, "h1") || fr.Status.Phase != fencingv1alpha1.PhaseFenced {
+	if err != nil || !fencerecord.IsFenced(fr, driver, "h1") || fr.Status.Phase != fencingv1alpha1.PhaseFenced {
 		t.Fatalf("record = %+v, %v", fr, err)
 	}
 	node, _ := e.client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
 	if len(node.Status.VolumesInUse) != 0 {
 		t.Errorf("fenced volume still in volumesInUse: %v", node.Status.VolumesInUse)
 	}
-	if !conditionTrue(node, contract.ConditionFencingComplete) {
+	if !podgc.ConditionTrue(node, contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete not set: %+v", node.Status.Conditions)
 	}
 }
@@ -273,13 +298,13 @@ func TestFencingConditionsAndTaints(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, _ := e.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
-	if !conditionTrue(n, contract.ConditionFencingTriaged) || !conditionTrue(n, contract.ConditionFencingRequired) {
+	if !podgc.ConditionTrue(n, contract.ConditionFencingTriaged) || !podgc.ConditionTrue(n, contract.ConditionFencingRequired) {
 		t.Errorf("conditions = %+v", n.Status.Conditions)
 	}
-	if Taint(n, contract.FencingTriagedTaintKey) == nil || Taint(n, contract.FencingRequiredTaintKey) == nil {
+	if podgc.Taint(n, contract.FencingTriagedTaintKey) == nil || podgc.Taint(n, contract.FencingRequiredTaintKey) == nil {
 		t.Errorf("taints = %+v", n.Spec.Taints)
 	}
-	if Taint(n, contract.QuarantineTaintKey) != nil || e.csi.calls != 0 {
+	if podgc.Taint(n, contract.QuarantineTaintKey) != nil || e.csi.calls != 0 {
 		t.Errorf("a node with no qualifying pod was fenced: taints %+v, %d CSI calls", n.Spec.Taints, e.csi.calls)
 	}
 	// The node comes back: every taint and condition added goes (S6).
@@ -292,14 +317,14 @@ func TestFencingConditionsAndTaints(t *testing.T) {
 	if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitUntil(ctx, func() bool { got, _ := e.c.nodes.Get("n1"); return got != nil && NodeReady(got) }); err != nil {
+	if err := waitUntil(ctx, func() bool { got, _ := e.c.nodes.Get("n1"); return got != nil && podgc.NodeReady(got) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
 	n, _ = e.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
-	if hasFencingCondition(n) || Taint(n, contract.FencingTriagedTaintKey) != nil || Taint(n, contract.FencingRequiredTaintKey) != nil {
+	if hasFencingCondition(n) || podgc.Taint(n, contract.FencingTriagedTaintKey) != nil || podgc.Taint(n, contract.FencingRequiredTaintKey) != nil {
 		t.Errorf("left behind: conditions %+v, taints %+v", n.Status.Conditions, n.Spec.Taints)
 	}
 }

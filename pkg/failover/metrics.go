@@ -5,17 +5,11 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
 var (
-	forceDeletePods = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "force_delete_pods_total", StabilityLevel: metrics.ALPHA,
-		Help: "Number of pods force-deleted by the failover controller, by reason (safe-detach, out-of-service, fencing-complete).",
-	}, []string{"reason"})
-	forceDeletePodErrors = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "force_delete_pod_errors_total", StabilityLevel: metrics.ALPHA,
-		Help: "Number of errors while force-deleting pods, by reason.",
-	}, []string{"reason"})
 	fencedNodes = metrics.NewGauge(&metrics.GaugeOpts{
 		Name: "fenced_nodes", StabilityLevel: metrics.ALPHA,
 		Help: "Number of nodes under quarantine.",
@@ -37,9 +31,11 @@ var (
 	registerOnce sync.Once
 )
 
-// RegisterMetrics registers the failover metrics on the legacy registry.
+// RegisterMetrics registers the failover metrics, and those of the pod GC it
+// drives, on the legacy registry.
 func RegisterMetrics() {
+	podgc.RegisterMetrics()
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, fencedNodes, failoverDuration, fencingDuration, fenceErrors)
+		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors)
 	})
 }

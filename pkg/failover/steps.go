@@ -2,7 +2,7 @@ package failover
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -19,24 +18,14 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
 // quarantine adds the quarantine taint and the fencing conditions: from
 // now on nothing new is scheduled on the node until it is cleaned.
 func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
-	if Taint(node, contract.QuarantineTaintKey) == nil {
-		if err := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
-			if Taint(n, contract.QuarantineTaintKey) != nil {
-				return false
-			}
-			now := metav1.Now()
-			n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule, TimeAdded: &now})
-			return true
-		}); err != nil {
-			return fmt.Errorf("adding the quarantine taint: %w", err)
-		}
-		klog.FromContext(ctx).V(2).Info("Quarantined node", "taint", contract.QuarantineTaintKey)
-		c.recorder.Eventf(node, v1.EventTypeWarning, "NodeQuarantined", "Node %s quarantined before fencing its volumes", node.Name)
+	if err := c.addQuarantineTaint(ctx, node); err != nil {
+		return err
 	}
 	if err := c.fencingTaints(ctx, node.Name, true); err != nil {
 		return err
@@ -45,6 +34,26 @@ func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
 		contract.ConditionFencingTriaged:  v1.ConditionTrue,
 		contract.ConditionFencingRequired: v1.ConditionTrue,
 	}, "NodeUnreachable", "the node is not Ready and has pods to fail over")
+}
+
+// addQuarantineTaint adds the quarantine taint unless the node has it.
+func (c *Controller) addQuarantineTaint(ctx context.Context, node *v1.Node) error {
+	if podgc.Taint(node, contract.QuarantineTaintKey) != nil {
+		return nil
+	}
+	if err := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
+		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+			return false
+		}
+		now := metav1.Now()
+		n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule, TimeAdded: &now})
+		return true
+	}); err != nil {
+		return fmt.Errorf("adding the quarantine taint: %w", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Quarantined node", "taint", contract.QuarantineTaintKey)
+	c.recorder.Eventf(node, v1.EventTypeWarning, "NodeQuarantined", "Node %s quarantined: volumes may be fenced on it until its node agent has cleaned them up", node.Name)
+	return nil
 }
 
 // triage marks a NotReady node FencingTriaged, and FencingRequired once it
@@ -60,7 +69,7 @@ func (c *Controller) triage(ctx context.Context, node *v1.Node) error {
 			}
 		}
 	}
-	if conditionTrue(node, contract.ConditionFencingTriaged) && (!required || conditionTrue(node, contract.ConditionFencingRequired)) {
+	if podgc.ConditionTrue(node, contract.ConditionFencingTriaged) && (!required || podgc.ConditionTrue(node, contract.ConditionFencingRequired)) {
 		return nil
 	}
 	if err := c.fencingTaints(ctx, node.Name, required); err != nil {
@@ -78,7 +87,7 @@ func (c *Controller) fencingTaints(ctx context.Context, node string, required bo
 	return c.updateNode(ctx, node, func(n *v1.Node) bool {
 		changed := false
 		add := func(key string, effect v1.TaintEffect) {
-			if Taint(n, key) == nil {
+			if podgc.Taint(n, key) == nil {
 				now := metav1.Now()
 				n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: key, Effect: effect, TimeAdded: &now})
 				changed = true
@@ -92,17 +101,50 @@ func (c *Controller) fencingTaints(ctx context.Context, node string, required bo
 	})
 }
 
-// fenceNode fences every attachment of our driver on the node that is not
-// recorded fenced yet, and returns the up-to-date record. The VA stays in
-// place: the attach/detach controller deletes it once the pod is gone.
-func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) (*fencingv1alpha1.FencingRequest, error) {
+// admit is the storm guard (S5): fencing one more node must stay within
+// --max-fenced-nodes and --max-fenced-node-percent. A node quarantined
+// already is continuing, never counted again. The count is read live.
+func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
+	if podgc.Taint(node, contract.QuarantineTaintKey) != nil {
+		return nil
+	}
+	all, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: ""})
+	if err != nil {
+		return fmt.Errorf("storm guard: listing nodes: %w", err)
+	}
+	quarantined := 0
+	for i := range all.Items {
+		n := &all.Items[i]
+		if n.Name == node.Name && podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+			return nil
+		}
+		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+			quarantined++
+		}
+	}
+	if ok, why := StormGuard(quarantined, len(all.Items), c.opts.MaxFencedNodes, c.opts.MaxFencedNodePercent, false); !ok {
+		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %s", node.Name, why)
+		klog.FromContext(ctx).V(2).Info("Storm guard: not fencing", "why", why)
+		return fmt.Errorf("storm guard: %s", why)
+	}
+	return nil
+}
+
+// fenceNode fences the attachments of our driver on the node, write-ahead
+// through the record, except those of volumes a pod that stays on the node
+// uses (unless an admin asked for the node). It returns the record read back.
+// When every attachment of every driver on the node is fenced, and only then,
+// the node is FencingComplete (S9).
+func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, staying map[string]bool, manual bool) (*fencingv1alpha1.FencingRequest, error) {
 	logger := klog.FromContext(ctx)
 	vas, err := c.vasOn(node.Name)
 	if err != nil {
 		return fr, err
 	}
+	var todo []fencingv1alpha1.FencedVolume
+	pvs := map[string]*v1.PersistentVolume{}
+	var vaOf = map[string]*storagev1.VolumeAttachment{}
 	var firstErr error
-	changed := false
 	for _, va := range vas {
 		if va.Spec.Attacher != c.opts.DriverName || va.Spec.Source.PersistentVolumeName == nil {
 			continue
@@ -112,64 +154,127 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 			continue
 		}
 		handle := pv.Spec.CSI.VolumeHandle
+		if staying[c.opts.DriverName+"^"+handle] && !manual {
+			continue
+		}
 		// Fenced once under this request is done, even once cleaned up: a
 		// node the admin keeps fenced must not be fenced again after each
 		// cleanup. A completed request starts over.
 		if e := fencerecord.Find(fr, c.opts.DriverName, handle); e != nil && e.FencedTime != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete {
 			continue
 		}
-		nodeID := va.Annotations[contract.NodeIDAnnotation]
-		if nodeID == "" {
-			nodeID = node.Name
-		}
-		rec := fencingv1alpha1.FencedVolume{Driver: c.opts.DriverName, VolumeHandle: handle, PersistentVolumeName: pv.Name, NodeID: nodeID}
-		secrets, err := csiclient.PublishSecrets(ctx, c.client, pv.Spec.CSI.ControllerPublishSecretRef)
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
-			err = c.csi.Detach(cctx, handle, nodeID, secrets, true)
-			cancel()
-		}
+		nodeID, err := c.nodeID(va, node.Name)
 		if err != nil {
-			fenceErrors.WithLabelValues(c.opts.DriverName).Inc()
-			msg := fmt.Sprintf("fencing volume %s from node %s failed; nothing moves until the driver confirms the fence: %v", handle, node.Name, err)
-			c.recorder.Event(va, v1.EventTypeWarning, "FenceFailed", msg)
-			c.recorder.Event(node, v1.EventTypeWarning, "FenceFailed", msg)
-			if rerr := fencerecord.RecordFenceError(ctx, c.frClient, node.Name, "NodeUnreachable", rec, err.Error()); rerr != nil {
-				logger.Error(rerr, "Failed to record fence error")
-			}
+			c.recorder.Event(va, v1.EventTypeWarning, "FenceFailed", err.Error())
 			if firstErr == nil {
-				firstErr = fmt.Errorf("%s", msg)
+				firstErr = err
 			}
 			continue
 		}
-		if err := fencerecord.RecordFenced(ctx, c.frClient, node.Name, "NodeUnreachable", rec); err != nil {
-			return fr, fmt.Errorf("volume %s fenced but not recorded: %w", handle, err)
-		}
-		changed = true
-		logger.V(2).Info("Fenced volume", "volume", handle, "VolumeAttachment", va.Name)
-		c.recorder.Eventf(va, v1.EventTypeNormal, "FencedUnpublish", "Volume %s fenced from node %s before failover", handle, node.Name)
+		todo = append(todo, fencingv1alpha1.FencedVolume{Driver: c.opts.DriverName, VolumeHandle: handle, PersistentVolumeName: pv.Name, NodeID: nodeID})
+		pvs[handle], vaOf[handle] = pv, va
 	}
-	if changed || fr == nil {
-		got, err := c.frClient.Get(ctx, node.Name)
-		if err == nil {
-			fr = got
-		} else if !apierrors.IsNotFound(err) {
+	if len(todo) > 0 {
+		errs, err := fencerecord.Fence(ctx, c.frClient, node.Name, "NodeUnreachable", todo, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
+			if !manual {
+				// A node not explicitly requested is fenced only while
+				// it is down by a live read.
+				if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
+					return err
+				}
+			}
+			secrets, err := csiclient.PublishSecrets(ctx, c.client, pvs[v.VolumeHandle].Spec.CSI.ControllerPublishSecretRef)
+			if err != nil {
+				return err
+			}
+			cctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+			defer cancel()
+			return c.csi.Detach(cctx, v.VolumeHandle, v.NodeID, secrets, true)
+		})
+		if err != nil {
 			return fr, err
 		}
+		for i, v := range todo {
+			va := vaOf[v.VolumeHandle]
+			if errs[i] != nil {
+				fenceErrors.WithLabelValues(c.opts.DriverName).Inc()
+				msg := fmt.Sprintf("fencing volume %s from node %s failed; nothing moves until the driver confirms the fence: %v", v.VolumeHandle, node.Name, errs[i])
+				c.recorder.Event(va, v1.EventTypeWarning, "FenceFailed", msg)
+				c.recorder.Event(node, v1.EventTypeWarning, "FenceFailed", msg)
+				if firstErr == nil {
+					firstErr = errors.New(msg)
+				}
+				continue
+			}
+			logger.V(2).Info("Fenced volume", "volume", v.VolumeHandle, "VolumeAttachment", va.Name, "nodeID", v.NodeID)
+			c.recorder.Eventf(va, v1.EventTypeNormal, "FencedUnpublish", "Volume %s fenced from node %s before failover", v.VolumeHandle, node.Name)
+		}
 	}
-	if firstErr == nil && fr != nil {
+	got, err := c.frClient.Get(ctx, node.Name)
+	switch {
+	case err == nil:
+		fr = got
+	case !apierrors.IsNotFound(err):
+		return fr, err
+	}
+	if firstErr == nil && fr != nil && wholeNodeFenced(fr, vas, c.pvHandle) {
 		if err := c.markFenced(ctx, node.Name); err != nil {
 			return fr, err
 		}
 		if err := c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{contract.ConditionFencingComplete: v1.ConditionTrue},
-			"AllAttachmentsFenced", "every attachment of driver "+c.opts.DriverName+" on the node is fenced"); err != nil {
+			"AllAttachmentsFenced", "every attachment of every driver on the node is fenced"); err != nil {
 			return fr, err
 		}
 	}
 	return fr, firstErr
 }
 
-// markFenced sets the request's phase Fenced and its Fenced condition.
+// nodeID is the CSI node ID the volume was published to: the one the
+// attacher wrote on the VolumeAttachment, else the driver's entry in the
+// node's CSINode. Never a guess: fencing another ID fences nothing.
+func (c *Controller) nodeID(va *storagev1.VolumeAttachment, nodeName string) (string, error) {
+	if id := va.Annotations[contract.NodeIDAnnotation]; id != "" {
+		return id, nil
+	}
+	if cn, err := c.csinodes.Get(nodeName); err == nil {
+		for _, d := range cn.Spec.Drivers {
+			if d.Name == c.opts.DriverName && d.NodeID != "" {
+				return d.NodeID, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("cannot fence VolumeAttachment %s: no CSI node ID of driver %s for node %s (no %s annotation, no CSINode entry)",
+		va.Name, c.opts.DriverName, nodeName, contract.NodeIDAnnotation)
+}
+
+// wholeNodeFenced reports whether every attachment on the node, of every
+// driver, is recorded fenced: what FencingComplete means (S9). An
+// attachment the record cannot name (an inline volume) is not fenced, and
+// neither is a node with a fence intended and not confirmed.
+func wholeNodeFenced(fr *fencingv1alpha1.FencingRequest, vas []*storagev1.VolumeAttachment, pvHandle func(pv string) (driver, handle string)) bool {
+	if len(vas) == 0 {
+		return false
+	}
+	for _, v := range fr.Status.Volumes {
+		if v.CleanedTime == nil && v.FencedTime == nil {
+			return false // a fence intended, by any driver, not confirmed
+		}
+	}
+	for _, va := range vas {
+		if va.Spec.Source.PersistentVolumeName == nil {
+			return false
+		}
+		d, h := pvHandle(*va.Spec.Source.PersistentVolumeName)
+		if d == "" || !fencerecord.IsFenced(fr, d, h) {
+			return false
+		}
+	}
+	return true
+}
+
+// markFenced sets the request's phase Fenced and its Fenced condition: the
+// whole node is fenced. It leaves the request's error alone: that is the
+// record's summary of every driver's entries.
 func (c *Controller) markFenced(ctx context.Context, node string) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		fr, err := c.frClient.Get(ctx, node)
@@ -180,8 +285,7 @@ func (c *Controller) markFenced(ctx context.Context, node string) error {
 			return nil
 		}
 		fr.Status.Phase = fencingv1alpha1.PhaseFenced
-		fr.Status.ErrorReason, fr.Status.ErrorMessage = "", ""
-		setFRCondition(fr, fencingv1alpha1.ConditionFenced, metav1.ConditionTrue, "AllAttachmentsFenced", "every attachment on the node is fenced")
+		setFRCondition(fr, fencingv1alpha1.ConditionFenced, metav1.ConditionTrue, "AllAttachmentsFenced", "every attachment of every driver on the node is fenced")
 		if _, err = c.frClient.UpdateStatus(ctx, fr); err != nil {
 			return err
 		}
@@ -206,49 +310,29 @@ func setFRCondition(fr *fencingv1alpha1.FencingRequest, t string, s metav1.Condi
 	fr.Status.Conditions = append(fr.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, LastTransitionTime: now})
 }
 
-// forceDelete records why on the pod (DisruptionTarget condition and the
-// termination reason annotation), then deletes it with grace period 0.
-func (c *Controller) forceDelete(ctx context.Context, pod *v1.Pod, node *v1.Node, reason string) bool {
-	logger := klog.FromContext(ctx)
-	term := contract.TerminationEviction
-	for _, cond := range pod.Status.Conditions {
-		if cond.Type == v1.DisruptionTarget && cond.Reason == "DeletionByTaintManager" {
-			term = contract.TerminationIntolerableTaint
-		}
-	}
-	ann, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": map[string]string{contract.TerminationReasonAnnotation: term}}})
-	if _, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, ann, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		forceDeletePodErrors.WithLabelValues(reason).Inc()
-		logger.Error(err, "Failed to annotate pod", "pod", klog.KObj(pod))
+// forceDelete hands the pod to the pod GC's one guarded delete, which
+// reads the node live and refuses if it is alive (S3).
+func (c *Controller) forceDelete(ctx context.Context, pod *v1.Pod, reason string) bool {
+	msg := fmt.Sprintf("csi-fence-attacher: node %s is not Ready (%s)", pod.Spec.NodeName, reason)
+	if err := c.pgc.ForceDelete(ctx, pod, reason, podgc.TerminationReason(pod), msg); err != nil {
+		klog.FromContext(ctx).Error(err, "Pod not force-deleted", "pod", klog.KObj(pod), "reason", reason)
 		return false
 	}
-	cond := v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "DeletionByFenceAttacher",
-		Message: fmt.Sprintf("csi-fence-attacher: node %s is not Ready (%s)", node.Name, reason), LastTransitionTime: metav1.Now()}
-	st, _ := json.Marshal(map[string]interface{}{"status": map[string]interface{}{"conditions": []v1.PodCondition{cond}}})
-	if _, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, st, metav1.PatchOptions{}, "status"); err != nil && !apierrors.IsNotFound(err) {
-		logger.V(2).Info("Could not add DisruptionTarget condition", "pod", klog.KObj(pod), "err", err)
-	}
-	forceDeletePods.WithLabelValues(reason).Inc()
-	zero := int64(0)
-	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		forceDeletePodErrors.WithLabelValues(reason).Inc()
-		logger.Error(err, "Failed to force-delete pod", "pod", klog.KObj(pod))
-		return false
-	}
-	logger.V(2).Info("Force-deleted pod", "pod", klog.KObj(pod), "reason", reason, "terminationReason", term)
-	c.recorder.Eventf(pod, v1.EventTypeNormal, "ForceDeleted", "Force-deleted: node %s is not Ready and the pod's storage is safe to move (%s)", node.Name, reason)
 	return true
 }
 
-// releaseVolumesInUse removes the fenced volumes from the dead node's
+// releaseVolumesInUse removes the volumes fenced on a dead node from its
 // status.volumesInUse, which no kubelet will update: the attach/detach
-// controller then detaches them at once instead of after 6 minutes.
-func (c *Controller) releaseVolumesInUse(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
-	if fr == nil || len(node.Status.VolumesInUse) == 0 {
+// controller then detaches them at once instead of after 6 minutes. A fenced
+// volume can no longer be reached from the node, whatever its pods do.
+func (c *Controller) releaseVolumesInUse(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
+	if fr == nil {
 		return nil
 	}
-	return c.updateNodeStatus(ctx, node.Name, func(n *v1.Node) bool {
+	return c.updateNodeStatus(ctx, nodeName, func(n *v1.Node) bool {
+		if podgc.NodeReady(n) {
+			return false // its kubelet owns the list again
+		}
 		var kept []v1.UniqueVolumeName
 		for _, u := range n.Status.VolumesInUse {
 			if !fencedUnique(fr, string(u)) {
@@ -266,7 +350,7 @@ func (c *Controller) releaseVolumesInUse(ctx context.Context, node *v1.Node, fr 
 // fencedUnique matches the ADC's unique volume name "kubernetes.io/csi/<driver>^<handle>".
 func fencedUnique(fr *fencingv1alpha1.FencingRequest, unique string) bool {
 	for _, v := range fr.Status.Volumes {
-		if v.FencedTime != nil && unique == "kubernetes.io/csi/"+v.Driver+"^"+v.VolumeHandle {
+		if v.FencedTime != nil && v.CleanedTime == nil && unique == "kubernetes.io/csi/"+v.Driver+"^"+v.VolumeHandle {
 			return true
 		}
 	}
@@ -277,38 +361,42 @@ func fencedUnique(fr *fencingv1alpha1.FencingRequest, unique string) bool {
 // volume fenced on it is cleaned and none is attached there; then the request
 // completes and the fencing conditions go.
 func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
-	quarantined := Taint(node, contract.QuarantineTaintKey) != nil
-	ours := node.Annotations[contract.OutOfServiceProvenanceAnnotation] != ""
+	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
 	active := fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
-	if !quarantined && !active && !ours && !hasFencingCondition(node) &&
-		Taint(node, contract.FencingTriagedTaintKey) == nil && Taint(node, contract.FencingRequiredTaintKey) == nil {
+	if !quarantined && !active && !fencerecord.Pending(fr) && !hasFencingCondition(node) &&
+		podgc.Taint(node, contract.FencingTriagedTaintKey) == nil && podgc.Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
+	}
+	if fencerecord.Pending(fr) && !quarantined {
+		// A node that re-registered (deleted and back) while its volumes
+		// may still be quarantined: nothing is scheduled there until
+		// its agent has cleaned them.
+		if err := c.addQuarantineTaint(ctx, node); err != nil {
+			return err
+		}
 	}
 	vas, err := c.vasOn(node.Name)
 	if err != nil {
 		return err
 	}
-	ok, why := Release(fr, vas, c.pvHandle)
+	ok, why := Release(fr, quarantined, vas, c.pvHandle)
 	if !ok {
 		klog.FromContext(ctx).V(2).Info("Node stays quarantined", "why", why)
 		return c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{contract.ConditionFencingRequired: v1.ConditionTrue}, "AwaitingCleanup", why)
 	}
+	// The out-of-service taint is never removed here: this system does
+	// not add it, and a taint an admin added is the admin's.
 	if err := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
 		changed := false
 		var kept []v1.Taint
 		for _, t := range n.Spec.Taints {
-			if t.Key == contract.QuarantineTaintKey || t.Key == contract.FencingTriagedTaintKey || t.Key == contract.FencingRequiredTaintKey ||
-				(t.Key == contract.OutOfServiceTaintKey && n.Annotations[contract.OutOfServiceProvenanceAnnotation] != "") {
+			if t.Key == contract.QuarantineTaintKey || t.Key == contract.FencingTriagedTaintKey || t.Key == contract.FencingRequiredTaintKey {
 				changed = true
 				continue
 			}
 			kept = append(kept, t)
 		}
 		n.Spec.Taints = kept
-		if _, ok := n.Annotations[contract.OutOfServiceProvenanceAnnotation]; ok {
-			delete(n.Annotations, contract.OutOfServiceProvenanceAnnotation)
-			changed = true
-		}
 		return changed
 	}); err != nil {
 		return err
@@ -341,6 +429,9 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
+	}
+	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, node.Name); err != nil {
+		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Node released from quarantine")
 	c.recorder.Eventf(node, v1.EventTypeNormal, "NodeReleased", "Node %s is back and cleaned: quarantine lifted", node.Name)

@@ -1,10 +1,17 @@
 // Package fencerecord keeps the durable record of which volumes were fenced
 // on which node, in the status of the FencingRequest named after the node
-// (DESIGN.md section 5). Whoever fences writes the record before it lets the
-// detach finish, and whoever cleans up writes it when done, so that a restart
-// of any component loses nothing: the attacher refuses to publish a volume to
-// a node where the record says it is quarantined (invariant S2), and the node
-// agent knows what to clean.
+// (DESIGN.md section 5). It is the one home of invariant S8, write-ahead:
+//
+//  1. Fence records the intent (volume, driver, CSI node ID, start time)
+//     before it calls the driver; from then on the volume may be quarantined
+//     on the node, whatever happens next (success, refusal, timeout, crash);
+//  2. it records the outcome after the call;
+//  3. only the node agent's RecordCleaned ends the possible quarantine.
+//
+// While an entry is not cleaned, publishing the volume to the node is refused
+// (S2), the node is not released, and every later unpublish of the volume from
+// the node is fenced. A finalizer keeps the request while any entry is not
+// cleaned, so that deleting it, or the Node, never skips the cleanup (S6).
 //
 // Every writer goes through update, which re-reads the request and retries on
 // conflicts, so the failover controller, the attachers of several drivers and
@@ -14,6 +21,7 @@ package fencerecord
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +30,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
 // Client is the part of the FencingRequest client (fencingv1alpha1.Client)
@@ -29,6 +38,7 @@ import (
 type Client interface {
 	Get(ctx context.Context, name string) (*fencingv1alpha1.FencingRequest, error)
 	Create(ctx context.Context, fr *fencingv1alpha1.FencingRequest) (*fencingv1alpha1.FencingRequest, error)
+	Update(ctx context.Context, fr *fencingv1alpha1.FencingRequest) (*fencingv1alpha1.FencingRequest, error)
 	UpdateStatus(ctx context.Context, fr *fencingv1alpha1.FencingRequest) (*fencingv1alpha1.FencingRequest, error)
 }
 
@@ -57,65 +67,168 @@ func Find(fr *fencingv1alpha1.FencingRequest, driver, volumeHandle string) *fenc
 	return nil
 }
 
-// IsQuarantined reports whether the record says the volume was fenced on
-// fr's node and not cleaned up there since: it must not be published to that
-// node (invariant S2). fr may be nil.
-func IsQuarantined(fr *fencingv1alpha1.FencingRequest, driver, volumeHandle string) bool {
+// MayBeQuarantined reports whether the volume may be quarantined on fr's
+// node: a fence of it was intended there (write-ahead), confirmed or not, and
+// the node agent has not cleaned it up since. It must not be published to
+// that node (invariant S2), and any unpublish from it must be fenced. fr may
+// be nil.
+func MayBeQuarantined(fr *fencingv1alpha1.FencingRequest, driver, volumeHandle string) bool {
+	v := Find(fr, driver, volumeHandle)
+	return v != nil && v.CleanedTime == nil
+}
+
+// IsFenced reports whether the driver confirmed the fence of the volume on
+// fr's node and it is not cleaned up since: the node can no longer access it,
+// so what used it there may be force-deleted. fr may be nil.
+func IsFenced(fr *fencingv1alpha1.FencingRequest, driver, volumeHandle string) bool {
 	v := Find(fr, driver, volumeHandle)
 	return v != nil && v.FencedTime != nil && v.CleanedTime == nil
 }
 
-// RecordFenced records that vol was fenced on nodeName, now. It creates the
-// node's FencingRequest (origin Automatic, with reason) if there is none.
-// Recording a fence that is already recorded keeps the first time; a volume
-// fenced again after it was cleaned up is quarantined again.
-func RecordFenced(ctx context.Context, c Client, nodeName, reason string, vol fencingv1alpha1.FencedVolume) error {
+// Pending reports whether any entry of fr is not cleaned up: the node must
+// stay quarantined and the request must stay (its finalizer).
+func Pending(fr *fencingv1alpha1.FencingRequest) bool {
+	if fr == nil {
+		return false
+	}
+	for _, v := range fr.Status.Volumes {
+		if v.CleanedTime == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Fence fences vols on nodeName, write-ahead: one write records the intent
+// for all of them, then fence is called for each, then one write records the
+// outcomes. It returns each volume's fence error (nil: fenced and recorded),
+// or an error alone when the intent could not be recorded, in which case
+// nothing was called. An error recording the outcomes is returned for every
+// volume that was fenced: the caller must not act on an unrecorded fence
+// (its retry fences again, which is idempotent).
+func Fence(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fence func(context.Context, fencingv1alpha1.FencedVolume) error) ([]error, error) {
+	if err := RecordIntent(ctx, c, nodeName, reason, vols...); err != nil {
+		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
+	}
+	errs := make([]error, len(vols))
+	for i, v := range vols {
+		errs[i] = fence(ctx, v)
+	}
+	if err := recordOutcomes(ctx, c, nodeName, reason, vols, errs); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("volume %s was fenced but the fence could not be recorded: %w", vols[i].VolumeHandle, err)
+			}
+		}
+	}
+	return errs, nil
+}
+
+// RecordIntent records, before any fence RPC, that vols are about to be
+// fenced on nodeName: from now on each may be quarantined there. A volume
+// whose previous quarantine was cleaned starts a new one; a volume still
+// possibly quarantined keeps what it has (and its confirmed fence).
+func RecordIntent(ctx context.Context, c Client, nodeName, reason string, vols ...fencingv1alpha1.FencedVolume) error {
 	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
-		e, changed := upsert(fr, vol)
-		if e.FencedTime != nil && e.CleanedTime == nil && e.FenceError == "" {
-			return changed
+		changed := false
+		for _, vol := range vols {
+			e, ch := upsert(fr, vol)
+			changed = changed || ch
+			if e.StartedTime != nil && e.CleanedTime == nil {
+				continue
+			}
+			e.StartedTime = &now
+			e.FencedTime, e.CleanedTime = nil, nil
+			e.FenceError, e.CleanupError = "", ""
+			changed = true
 		}
-		e.FencedTime = &now
-		e.FenceError = ""
-		e.CleanedTime = nil
-		e.CleanupError = ""
-		if fr.Status.StartTime == nil {
-			fr.Status.StartTime = &now
+		if changed {
+			started(fr, now)
 		}
-		return true
+		return changed
 	})
 }
 
-// RecordFenceError records that fencing vol on nodeName failed with msg, so
-// that the reason is visible on the FencingRequest. It does not undo a fence
-// that is recorded and not yet cleaned up.
+// started sets the request's start time, once.
+func started(fr *fencingv1alpha1.FencingRequest, now metav1.Time) {
+	if fr.Status.StartTime == nil {
+		fr.Status.StartTime = &now
+	}
+}
+
+// recordOutcomes records the result of each fence of vols, in one write.
+func recordOutcomes(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, errs []error) error {
+	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		changed := false
+		for i, vol := range vols {
+			if errs[i] == nil {
+				changed = fenced(fr, vol, now) || changed
+			} else {
+				changed = fenceFailed(fr, vol, now, errs[i].Error()) || changed
+			}
+		}
+		return changed
+	})
+}
+
+// fenced marks vol fenced: confirmed, and quarantined until cleaned (a
+// cleanup that ran while the fence was in flight does not count).
+func fenced(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume, now metav1.Time) bool {
+	started(fr, now)
+	e, changed := upsert(fr, vol)
+	if e.FencedTime != nil && e.CleanedTime == nil && e.FenceError == "" {
+		return changed
+	}
+	if e.StartedTime == nil || e.CleanedTime != nil {
+		e.StartedTime = &now
+	}
+	e.FencedTime = &now
+	e.FenceError = ""
+	e.CleanedTime = nil
+	e.CleanupError = ""
+	return true
+}
+
+// fenceFailed records a failed fence of vol. The entry stays: the driver may
+// have applied a fence whose answer was lost.
+func fenceFailed(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume, now metav1.Time, msg string) bool {
+	started(fr, now)
+	e, changed := upsert(fr, vol)
+	if e.StartedTime == nil || e.CleanedTime != nil {
+		e.StartedTime = &now
+		e.CleanedTime, e.CleanupError = nil, ""
+		changed = true
+	}
+	if e.FencedTime != nil || e.FenceError == msg {
+		return changed
+	}
+	e.FenceError = msg
+	return true
+}
+
+// RecordFenced records that vol was fenced on nodeName, now. Callers that
+// call the driver use Fence, which records the intent first.
+func RecordFenced(ctx context.Context, c Client, nodeName, reason string, vol fencingv1alpha1.FencedVolume) error {
+	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		return fenced(fr, vol, now)
+	})
+}
+
+// RecordFenceError records that fencing vol on nodeName failed with msg. The
+// entry stays until cleaned up: the fence may have been applied.
 func RecordFenceError(ctx context.Context, c Client, nodeName, reason string, vol fencingv1alpha1.FencedVolume, msg string) error {
 	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
-		e, changed := upsert(fr, vol)
-		if e.FencedTime != nil && e.CleanedTime == nil {
-			return changed
-		}
-		if e.FenceError == msg && fr.Status.ErrorReason == ErrorReasonFenceFailed && fr.Status.ErrorMessage == msg {
-			return changed
-		}
-		e.FenceError = msg
-		fr.Status.ErrorReason = ErrorReasonFenceFailed
-		fr.Status.ErrorMessage = msg
-		if fr.Status.StartTime == nil {
-			fr.Status.StartTime = &now
-		}
-		return true
+		return fenceFailed(fr, vol, now, msg)
 	})
 }
 
 // RecordCleaned records that the node agent finished the forced cleanup of
 // (driver, volumeHandle) on nodeName: the volume is no longer quarantined
-// there. An entry that is not recorded as fenced is left alone, and a missing
-// FencingRequest is not created.
+// there. A missing entry or FencingRequest is not created.
 func RecordCleaned(ctx context.Context, c Client, nodeName, driver, volumeHandle string) error {
 	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		e := Find(fr, driver, volumeHandle)
-		if e == nil || e.FencedTime == nil || e.CleanedTime != nil {
+		if e == nil || e.CleanedTime != nil {
 			return false
 		}
 		e.CleanedTime = &now
@@ -167,14 +280,15 @@ type mutation func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool
 
 // update applies mutate to the status of the node's FencingRequest, creating
 // the request first if there is none, and retries on conflicts with other
-// writers. A request that was complete goes back to Fencing: something on
-// the node is fenced again.
+// writers. The request carries the record finalizer before any entry is
+// written to it. A request that was complete goes back to Fencing: something
+// on the node is fenced again.
 func update(ctx context.Context, c Client, nodeName, reason string, mutate mutation) error {
 	return retryOnConflict(func() error {
 		fr, err := c.Get(ctx, nodeName)
 		if apierrors.IsNotFound(err) {
 			fr, err = c.Create(ctx, &fencingv1alpha1.FencingRequest{
-				ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+				ObjectMeta: metav1.ObjectMeta{Name: nodeName, Finalizers: []string{contract.RecordFinalizer}},
 				Spec: fencingv1alpha1.FencingRequestSpec{
 					NodeName: nodeName,
 					Origin:   fencingv1alpha1.OriginAutomatic,
@@ -189,12 +303,64 @@ func update(ctx context.Context, c Client, nodeName, reason string, mutate mutat
 		if !mutate(fr, metav1.Now()) {
 			return nil
 		}
+		if !slices.Contains(fr.Finalizers, contract.RecordFinalizer) {
+			// An admin's request, or one written before the finalizer
+			// existed: protect it before it records anything.
+			fr.Finalizers = append(fr.Finalizers, contract.RecordFinalizer)
+			status := fr.Status
+			if fr, err = c.Update(ctx, fr); err != nil {
+				return err
+			}
+			fr.Status = status
+		}
 		switch fr.Status.Phase {
 		case "", fencingv1alpha1.PhasePending, fencingv1alpha1.PhaseComplete:
 			fr.Status.Phase = fencingv1alpha1.PhaseFencing
 			fr.Status.CompletionTime = nil
 		}
+		summarizeErrors(fr)
 		return updateStatus(ctx, c, fr)
+	})
+}
+
+// summarizeErrors sets the request's error from its entries: the first
+// fence error not yet overcome, of whichever driver; none, none. So one
+// driver's success never hides another driver's failure.
+func summarizeErrors(fr *fencingv1alpha1.FencingRequest) {
+	for _, v := range fr.Status.Volumes {
+		if v.FenceError != "" && v.FencedTime == nil && v.CleanedTime == nil {
+			fr.Status.ErrorReason = ErrorReasonFenceFailed
+			fr.Status.ErrorMessage = fmt.Sprintf("driver %s, volume %s: %s", v.Driver, v.VolumeHandle, v.FenceError)
+			return
+		}
+	}
+	if fr.Status.ErrorReason == ErrorReasonFenceFailed {
+		fr.Status.ErrorReason, fr.Status.ErrorMessage = "", ""
+	}
+}
+
+// RemoveFinalizer lets the node's FencingRequest go once every entry is
+// cleaned up. It reads the request live; it does nothing while anything is
+// pending or when the request is gone.
+func RemoveFinalizer(ctx context.Context, c Client, nodeName string) error {
+	return retryOnConflict(func() error {
+		fr, err := c.Get(ctx, nodeName)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if Pending(fr) || !slices.Contains(fr.Finalizers, contract.RecordFinalizer) {
+			return nil
+		}
+		fr = fr.DeepCopy()
+		fr.Finalizers = slices.DeleteFunc(fr.Finalizers, func(f string) bool { return f == contract.RecordFinalizer })
+		_, err = c.Update(ctx, fr)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
 	})
 }
 

@@ -44,7 +44,7 @@ func fr(node string, origin fencingv1alpha1.Origin, phase fencingv1alpha1.Phase,
 	}
 }
 
-func TestIsQuarantined(t *testing.T) {
+func TestMayBeQuarantined(t *testing.T) {
 	fenced := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}
 	tests := []struct {
 		name string
@@ -54,7 +54,8 @@ func TestIsQuarantined(t *testing.T) {
 		{"no FencingRequest", nil, false},
 		{"no entry", fr("n", fencingv1alpha1.OriginManual, fencingv1alpha1.PhaseFencing), false},
 		{"fenced, not cleaned", fr("n", "", "", fenced), true},
-		{"fence not yet succeeded", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FenceError: "refused"}), false},
+		{"fence refused: may have been applied all the same (S8)", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FenceError: "refused"}), true},
+		{"fence intended, outcome unknown (S8)", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", StartedTime: &t0}), true},
 		{"fenced and cleaned", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanedTime: &t0}), false},
 		{"cleanup failed: still quarantined", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanupError: "busy"}), true},
 		{"same handle, other driver", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: "other.csi", VolumeHandle: "v1", FencedTime: &t0}), false},
@@ -62,8 +63,8 @@ func TestIsQuarantined(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := IsQuarantined(tc.fr, drv, "v1"); got != tc.want {
-				t.Errorf("IsQuarantined = %v, want %v", got, tc.want)
+			if got := MayBeQuarantined(tc.fr, drv, "v1"); got != tc.want {
+				t.Errorf("MayBeQuarantined = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -118,7 +119,7 @@ func TestRecordFenced(t *testing.T) {
 			if got.Status.Phase != tc.wantPhase || len(got.Status.Volumes) != tc.wantVols {
 				t.Errorf("phase %q with %d volumes, want %q with %d", got.Status.Phase, len(got.Status.Volumes), tc.wantPhase, tc.wantVols)
 			}
-			if !IsQuarantined(got, drv, "v1") {
+			if !MayBeQuarantined(got, drv, "v1") {
 				t.Errorf("not quarantined after RecordFenced: %+v", got.Status.Volumes)
 			}
 			e := Find(got, drv, "v1")
@@ -162,7 +163,7 @@ func TestRecordFencedRetriesOnConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := c.Get(ctx, "node-1")
-	if !IsQuarantined(got, drv, "v1") || !IsQuarantined(got, "other.csi", "x") {
+	if !MayBeQuarantined(got, drv, "v1") || !MayBeQuarantined(got, "other.csi", "x") {
 		t.Errorf("an entry was lost: %+v", got.Status.Volumes)
 	}
 	if n := conflicts.Load(); n != 3 {
@@ -199,7 +200,7 @@ func TestRecordFencedCreateRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := c.Get(ctx, "node-1")
-	if !IsQuarantined(got, drv, "v1") || got.Spec.Reason != "admin" {
+	if !MayBeQuarantined(got, drv, "v1") || got.Spec.Reason != "admin" {
 		t.Errorf("got %+v", got)
 	}
 }
@@ -211,7 +212,7 @@ func TestRecordFenceError(t *testing.T) {
 		wantError string
 		wantQuar  bool
 	}{
-		{name: "creates the request with the error", wantError: "refused: node still writing"},
+		{name: "creates the request with the error; the entry stays (S8)", wantError: "refused: node still writing", wantQuar: true},
 		{name: "does not undo a recorded fence", existing: fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced,
 			fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}), wantError: "", wantQuar: true},
 	}
@@ -232,7 +233,7 @@ func TestRecordFenceError(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := Find(got, drv, "v1")
-			if e == nil || e.FenceError != tc.wantError || IsQuarantined(got, drv, "v1") != tc.wantQuar {
+			if e == nil || e.FenceError != tc.wantError || MayBeQuarantined(got, drv, "v1") != tc.wantQuar {
 				t.Errorf("entry = %+v", e)
 			}
 			if tc.wantError != "" && (got.Status.ErrorReason != ErrorReasonFenceFailed || !strings.Contains(got.Status.ErrorMessage, "refused")) {
@@ -250,14 +251,14 @@ func TestRecordCleaned(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := c.Get(ctx, "node-1")
-	if !IsQuarantined(got, drv, "v1") || Find(got, drv, "v1").CleanupError != "device busy" {
+	if !MayBeQuarantined(got, drv, "v1") || Find(got, drv, "v1").CleanupError != "device busy" {
 		t.Fatalf("after cleanup error: %+v", got.Status.Volumes)
 	}
 	if err := RecordCleaned(ctx, c, "node-1", drv, "v1"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = c.Get(ctx, "node-1")
-	if IsQuarantined(got, drv, "v1") || Find(got, drv, "v1").CleanupError != "" {
+	if MayBeQuarantined(got, drv, "v1") || Find(got, drv, "v1").CleanupError != "" {
 		t.Fatalf("after cleanup: %+v", got.Status.Volumes)
 	}
 	// No request: nothing to clean, nothing created.

@@ -259,7 +259,7 @@ func (a *Agent) pending(fr *fencingv1alpha1.FencingRequest) []fencingv1alpha1.Fe
 		return nil
 	}
 	for _, v := range fr.Status.Volumes {
-		if v.Driver == a.opts.DriverName && fencerecord.IsQuarantined(fr, v.Driver, v.VolumeHandle) {
+		if v.Driver == a.opts.DriverName && fencerecord.MayBeQuarantined(fr, v.Driver, v.VolumeHandle) {
 			out = append(out, v)
 		}
 	}
@@ -290,7 +290,7 @@ func (a *Agent) requestChanged(oldObj, newObj interface{}) {
 		if old != nil {
 			before = fencerecord.Find(old, v.Driver, v.VolumeHandle)
 		}
-		if resync || before == nil || !fencerecord.IsQuarantined(old, v.Driver, v.VolumeHandle) ||
+		if resync || before == nil || !fencerecord.MayBeQuarantined(old, v.Driver, v.VolumeHandle) ||
 			!before.FencedTime.Equal(v.FencedTime) {
 			a.queue.Add(v.VolumeHandle)
 		}
@@ -344,7 +344,7 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 		a.recordReadError(ctx, err)
 		return err
 	}
-	if !fencerecord.IsQuarantined(fr, a.opts.DriverName, handle) {
+	if !fencerecord.MayBeQuarantined(fr, a.opts.DriverName, handle) {
 		return nil
 	}
 	// The cache may not have seen our own last write yet: confirm with a
@@ -357,7 +357,7 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 		a.recordReadError(ctx, err)
 		return err
 	}
-	if !fencerecord.IsQuarantined(fr, a.opts.DriverName, handle) {
+	if !fencerecord.MayBeQuarantined(fr, a.opts.DriverName, handle) {
 		return nil
 	}
 	entry := *fencerecord.Find(fr, a.opts.DriverName, handle)

@@ -272,7 +272,7 @@ func TestNewAttacherFencesAndRecords(t *testing.T) {
 		t.Errorf("driver calls %q", calls)
 	}
 	fr, err := fencingv1alpha1.NewClient(dyn).Get(ctx, "node-1")
-	if err != nil || !fencerecord.IsQuarantined(fr, drv, "vol-1") {
+	if err != nil || !fencerecord.IsFenced(fr, drv, "vol-1") {
 		t.Errorf("fence not recorded: %+v, %v", fr, err)
 	}
 	cancel()

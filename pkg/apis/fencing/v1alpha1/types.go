@@ -101,8 +101,14 @@ type FencedVolume struct {
 	PersistentVolumeName string `json:"persistentVolumeName,omitempty"`
 	// NodeID is the CSI node ID the volume was fenced from.
 	NodeID string `json:"nodeID,omitempty"`
+	// StartedTime is when the intent to fence was recorded, before the
+	// first ControllerUnpublishVolume(fence=true) of this quarantine was
+	// sent (write-ahead, invariant S8). From then on, until CleanedTime, the
+	// volume may be quarantined on the node: the driver may have applied a
+	// fence whose answer was lost (timeout, crash).
+	StartedTime *metav1.Time `json:"startedTime,omitempty"`
 	// FencedTime is when ControllerUnpublishVolume(fence=true) succeeded;
-	// nil while the fence has not succeeded yet.
+	// nil while the fence has not been confirmed.
 	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
 	// FenceError is the last fence error, if it has not succeeded.
 	FenceError string `json:"fenceError,omitempty"`

@@ -1,0 +1,396 @@
+package failover
+
+// Tests that try to break the failover's safety invariants (DESIGN.md
+// section 6): a crash between the fence and its record, a timed-out fence,
+// two drivers on one node, a deleted record or Node, a node that comes back
+// during a slow fence, two nodes failing at once under more than one worker.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
+)
+
+// notCleaned reports whether the record holds an entry for h1 of our driver
+// that the node agent has not cleaned: the volume may be quarantined there.
+func notCleaned(fr *fencingv1alpha1.FencingRequest, handle string) bool {
+	e := fencerecord.Find(fr, driver, handle)
+	return e != nil && e.CleanedTime == nil
+}
+
+func (e *env) record(t *testing.T) *fencingv1alpha1.FencingRequest {
+	t.Helper()
+	fr, err := e.fr.Get(context.Background(), "n1")
+	if err != nil {
+		t.Fatalf("FencingRequest n1: %v", err)
+	}
+	return fr
+}
+
+func (e *env) node(t *testing.T, name string) *v1.Node {
+	t.Helper()
+	n, err := e.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// setReady writes the node's Ready condition through the API.
+func (e *env) setReady(t *testing.T, name string, s v1.ConditionStatus) {
+	t.Helper()
+	n := e.node(t, name)
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == v1.NodeReady {
+			n.Status.Conditions[i].Status = s
+		}
+	}
+	if _, err := e.client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restart builds a new controller on the API state, as a restarted process
+// would, and waits until its caches hold the node's current version.
+func (e *env) restart(t *testing.T) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	e.c = e.start(ctx, t, true)
+}
+
+// S8, hole 1: the process dies after the driver applied the fence and before
+// anything after the RPC reached the API. The record must already say that
+// the volume may be quarantined on the node, so that the node coming back is
+// neither released nor published to until its agent cleaned the volume.
+func TestCrashBetweenFenceAndRecordLosesNothing(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	e.csi.hook = func() {
+		// The fence is applied in the driver; from now on this process
+		// writes nothing (kill -9).
+		e.dyn.PrependReactor("*", "fencingrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
+				return false, nil, nil
+			}
+			return true, nil, errors.New("process killed")
+		})
+		e.client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
+				return false, nil, nil
+			}
+			return true, nil, errors.New("process killed")
+		})
+	}
+	_ = e.sync(t)
+	if e.csi.fenced("h1") != 1 {
+		t.Fatalf("want one fence, got %v", e.steps.log)
+	}
+	if fr := e.record(t); !notCleaned(fr, "h1") {
+		t.Fatalf("the fence applied before the crash is not in the record: %+v", fr.Status)
+	}
+
+	// The process restarts; the node comes back before anything else.
+	e.dyn.ReactionChain = e.dyn.ReactionChain[1:]
+	e.client.ReactionChain = e.client.ReactionChain[1:]
+	e.setReady(t, "n1", v1.ConditionTrue)
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Logf("sync: %v", err)
+	}
+	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+		t.Errorf("quarantine lifted although the volume fenced before the crash is not cleaned")
+	}
+}
+
+// S8: a fence that timed out may have been applied by the driver: it is never
+// forgotten, and the volume counts as quarantined on the node until cleaned.
+func TestTimedOutFenceStaysRecorded(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	e.csi.err = status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	if err := e.sync(t); err == nil {
+		t.Fatal("sync succeeded although the fence timed out")
+	}
+	fr := e.record(t)
+	if !notCleaned(fr, "h1") || !fencerecord.MayBeQuarantined(fr, driver, "h1") {
+		t.Fatalf("timed-out fence not kept as a possible quarantine: %+v", fr.Status.Volumes)
+	}
+	if e.steps.index("delete db-0") >= 0 {
+		t.Fatalf("pod deleted on an unconfirmed fence: %v", e.steps.log)
+	}
+}
+
+// twoDrivers adds a second driver's volume on n1, used by a second
+// Terminating pod; that driver's sidecar never fences it.
+func twoDrivers(objs []runtime.Object) []runtime.Object {
+	const other = "other.csi-fence.io"
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns", UID: "u2", DeletionTimestamp: ptr.To(metav1.Now())},
+		Spec: v1.PodSpec{NodeName: "n1", Volumes: []v1.Volume{pvcVol("data2")}}}
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data2", Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv2"}}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv2"}, Spec: v1.PersistentVolumeSpec{
+		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: other, VolumeHandle: "h2"}},
+	}}
+	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: other, Annotations: map[string]string{contract.SafeDetachAnnotation: "true"}}}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va2"},
+		Spec:   storagev1.VolumeAttachmentSpec{Attacher: other, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv2")}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true}}
+	return append(objs, pod, pvc, pv, csiDriver, va)
+}
+
+// S9, hole 2: one driver's fence is not the node's. FencingComplete must not
+// be set while another driver's attachment on the node is not fenced, and no
+// pod of that driver may be force-deleted, by this controller or a later one.
+func TestFencingCompleteMeansWholeNode(t *testing.T) {
+	e := newEnv(t, twoDrivers(objects(v1.ConditionUnknown, true)), true)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.steps.index("delete db-0") < 0 {
+		t.Fatalf("the pod of the fenced volume did not fail over: %v", e.steps.log)
+	}
+	if podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+		t.Errorf("FencingComplete=True although VolumeAttachment va2 of another driver is not fenced")
+	}
+	if fr := e.record(t); fr.Status.Phase == fencingv1alpha1.PhaseFenced {
+		t.Errorf("FencingRequest phase Fenced although va2 is not fenced")
+	}
+	e.restart(t)
+	_ = e.sync(t)
+	if e.steps.index("delete web-0") >= 0 {
+		t.Errorf("pod web-0 force-deleted although its volume was never fenced: %v", e.steps.log)
+	}
+}
+
+// S9: one driver's success does not overwrite another driver's error on the
+// shared record.
+func TestOtherDriversErrorIsKept(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, true)
+	e := newEnv(t, objs, true)
+	ctx := context.Background()
+	if err := fencerecord.RecordFenceError(ctx, e.fr, "n1", "NodeUnreachable", fencingv1alpha1.FencedVolume{Driver: "other.csi-fence.io", VolumeHandle: "h9"}, "refused"); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	fr := e.record(t)
+	if fr.Status.ErrorMessage == "" || fr.Status.Phase == fencingv1alpha1.PhaseFenced {
+		t.Errorf("other driver's error overwritten: phase %s, error %q", fr.Status.Phase, fr.Status.ErrorMessage)
+	}
+}
+
+// S6, hole 3: deleting the Node of a fenced node, or its record, never
+// skips the cleanup: the record outlives both until every entry is cleaned.
+func TestRecordOutlivesNodeAndDeletion(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	fr := e.record(t)
+	if len(fr.Finalizers) == 0 {
+		t.Fatalf("a record with uncleaned entries has no finalizer: %+v", fr.ObjectMeta)
+	}
+	if err := e.client.CoreV1().Nodes().Delete(context.Background(), "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if fr, err := e.fr.Get(context.Background(), "n1"); err != nil || !notCleaned(fr, "h1") {
+		t.Fatalf("record of a deleted node dropped before cleanup: %v", err)
+	}
+}
+
+// S6: a quarantine taint with no record never means "nothing to clean".
+func TestQuarantineWithoutRecordIsKept(t *testing.T) {
+	objs := objects(v1.ConditionTrue, false)
+	objs[0].(*v1.Node).Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
+	e := newEnv(t, objs, true)
+	_ = e.sync(t)
+	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+		t.Fatal("quarantine lifted with no record of what was fenced")
+	}
+}
+
+// S3, hole 4: a node that comes back while its fence is in flight keeps its
+// pods: the force-delete reads the node live, not from the sync's snapshot.
+func TestNodeBackDuringFenceDeletesNoPod(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	e.csi.hook = func() { e.setReady(t, "n1", v1.ConditionTrue) }
+	_ = e.sync(t)
+	if e.csi.fenced("h1") != 1 {
+		t.Fatalf("no fence: %v", e.steps.log)
+	}
+	if e.steps.index("delete db-0") >= 0 {
+		t.Fatalf("pod force-deleted on a node that is Ready: %v", e.steps.log)
+	}
+}
+
+// S3/S4: a manual request fences a Ready node's storage; it deletes no pod,
+// not even a Terminating one (its kubelet will finish it gracefully).
+func TestManualRequestOnReadyNodeDeletesNoPod(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionTrue, true), true)
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := e.fr.Create(ctx, &fencingv1alpha1.FencingRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginManual},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	_ = e.sync(t)
+	if e.csi.fenced("h1") != 1 {
+		t.Fatalf("manual request did not fence: %v", e.steps.log)
+	}
+	if e.steps.index("delete db-0") >= 0 {
+		t.Fatalf("pod force-deleted on a Ready node: %v", e.steps.log)
+	}
+}
+
+// Hole 10: every step is derived from the API state. After a restart that
+// follows the force-delete, the pod is gone, but the fenced volume must still
+// be released from the dead node's volumesInUse.
+func TestReleaseVolumesInUseAfterRestart(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	// First incarnation dies right after the force-delete.
+	e.client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && len(a.(k8stesting.UpdateAction).GetObject().(*v1.Node).Status.VolumesInUse) == 0 {
+			return true, nil, errors.New("process killed")
+		}
+		return false, nil, nil
+	})
+	_ = e.sync(t)
+	if e.steps.index("delete db-0") < 0 {
+		t.Fatalf("no force-delete: %v", e.steps.log)
+	}
+	e.client.ReactionChain = e.client.ReactionChain[1:]
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.node(t, "n1"); len(n.Status.VolumesInUse) != 0 {
+		t.Fatalf("fenced volume still in use on the dead node after a restart: %v", n.Status.VolumesInUse)
+	}
+}
+
+// Hole 7: two nodes failing at once, synced by two workers (go test -race
+// finds a shared map written without a lock).
+func TestTwoNodesFailingConcurrently(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, true)
+	for i := 2; i <= 4; i++ { // n2..n4 fail too, each with a pod
+		name := fmt.Sprintf("n%d", i)
+		for _, o := range objs {
+			if n, ok := o.(*v1.Node); ok && n.Name == name {
+				n.Status.Conditions[0].Status = v1.ConditionUnknown
+			}
+		}
+		claim, pvName, handle := "data-"+name, "pv-"+name, "h-"+name
+		objs = append(objs,
+			&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-" + name, Namespace: "ns", UID: types.UID("u-" + name), DeletionTimestamp: ptr.To(metav1.Now())},
+				Spec: v1.PodSpec{NodeName: name, Volumes: []v1.Volume{pvcVol(claim)}}},
+			&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: pvName}},
+			&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: v1.PersistentVolumeSpec{
+				AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}},
+			}},
+			&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-" + name},
+				Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: name, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pvName)}},
+				Status: storagev1.VolumeAttachmentStatus{Attached: true}})
+	}
+	e := newEnv(t, objs, true)
+	e.c.opts.MaxFencedNodePercent = 0
+	_, ctx := ktesting.NewTestContext(t)
+	var wg sync.WaitGroup
+	for i := 1; i <= 4; i++ {
+		wg.Add(1)
+		go func(node string) {
+			defer wg.Done()
+			_ = e.c.sync(ctx, node)
+		}(fmt.Sprintf("n%d", i))
+	}
+	wg.Wait()
+}
+
+// Hole 9: a node in backoff is not re-queued by the periodic pass.
+func TestResyncKeepsBackoff(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	_, ctx := ktesting.NewTestContext(t)
+	// The controller's caches, on a queue of its own that no event feeds.
+	c := &Controller{nodes: e.c.nodes, frCache: e.c.frCache, queue: workqueue.NewTypedRateLimitingQueue(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour))}
+	defer c.queue.ShutDown()
+	c.queue.AddRateLimited("n1") // a failed sync: back in an hour
+	c.resync(ctx)
+	if c.queue.Len() == 0 {
+		t.Fatal("the periodic pass queued nothing")
+	}
+	for c.queue.Len() > 0 {
+		n, _ := c.queue.Get()
+		c.queue.Done(n)
+		if n == "n1" {
+			t.Fatal("the periodic pass re-queued a node waiting out its backoff")
+		}
+	}
+}
+
+// Hole 9: the controller does not react to its own record writes (a fence
+// error whose text varies), only to progress.
+func TestRecordChangeMatters(t *testing.T) {
+	now := metav1.Now()
+	base := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec:   fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
+		Status: fencingv1alpha1.FencingRequestStatus{Volumes: []fencingv1alpha1.FencedVolume{{Driver: driver, VolumeHandle: "h1", StartedTime: &now, FenceError: "refused (request 1)"}}}}
+	tests := []struct {
+		name   string
+		change func(*fencingv1alpha1.FencingRequest)
+		want   bool
+	}{
+		{"nothing", func(*fencingv1alpha1.FencingRequest) {}, false},
+		{"another fence error text", func(fr *fencingv1alpha1.FencingRequest) {
+			fr.Status.Volumes[0].FenceError = "refused (request 2)"
+			fr.Status.ErrorMessage = "refused (request 2)"
+		}, false},
+		{"phase and conditions", func(fr *fencingv1alpha1.FencingRequest) { fr.Status.Phase = fencingv1alpha1.PhaseFencing }, false},
+		{"fence confirmed", func(fr *fencingv1alpha1.FencingRequest) { fr.Status.Volumes[0].FencedTime = &now }, true},
+		{"cleaned by the node agent", func(fr *fencingv1alpha1.FencingRequest) { fr.Status.Volumes[0].CleanedTime = &now }, true},
+		{"another driver's entry", func(fr *fencingv1alpha1.FencingRequest) {
+			fr.Status.Volumes = append(fr.Status.Volumes, fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "h2"})
+		}, true},
+		{"withdrawn by an admin", func(fr *fencingv1alpha1.FencingRequest) { fr.DeletionTimestamp = &now }, true},
+		{"spec changed", func(fr *fencingv1alpha1.FencingRequest) { fr.Spec.Origin = fencingv1alpha1.OriginManual }, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cur := base.DeepCopy()
+			tc.change(cur)
+			o, _ := fencingv1alpha1.ToUnstructured(base)
+			n, _ := fencingv1alpha1.ToUnstructured(cur)
+			if got := recordChangeMatters(o, n); got != tc.want {
+				t.Errorf("recordChangeMatters = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,32 @@
+package podgc
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// The metrics KEP-2268 names for the pod GC, with the same reason label.
+var (
+	forceDeletePods = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "force_delete_pods_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of pods force-deleted, by reason (safe-detach, out-of-service, fencing-complete).",
+	}, []string{"reason"})
+	forceDeletePodErrors = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "force_delete_pod_errors_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of errors while force-deleting pods, by reason.",
+	}, []string{"reason"})
+	forceDeletePodsRefused = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "force_delete_pods_refused_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of force-deletes refused because a live read found the node alive (Ready, or its Lease renewed), by reason.",
+	}, []string{"reason"})
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers the pod GC metrics on the legacy registry.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, forceDeletePodsRefused)
+	})
+}

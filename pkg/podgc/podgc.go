@@ -1,0 +1,284 @@
+// Package podgc is the pod GC of csi-fence-attacher: the one place that
+// force-deletes a pod, and the home of safety invariant S3. Like Kubernetes'
+// own pod GC (pkg/controller/podgc), it has one pure decision per reason a pod
+// may be force-deleted, each tested alone, and one guarded delete:
+//
+//   - SafeDetach: the pod is Terminating, every volume it has that is not
+//     node-local is a CSI volume of a SafeDetach driver, none is
+//     ReadWriteMany, and each is recorded fenced on the node;
+//   - OutOfService (KEP-2268): the node carries the out-of-service taint and
+//     the pod does not tolerate it;
+//   - FencingComplete (Node Fencing KEP): the node's FencingComplete
+//     condition is True, which means the whole node is fenced (S9).
+//
+// Whatever the reason, ForceDelete reads the Node live immediately before it
+// deletes and refuses unless the node is not Ready and its kubelet has not
+// renewed its Lease since: a decision made from a cache, or before a slow
+// fence, never deletes a pod on a node that came back.
+package podgc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
+
+// Reasons label the force_delete_pods_total metrics and the events: each
+// names the rule that allowed a force-delete.
+const (
+	ReasonSafeDetach      = "safe-detach"
+	ReasonOutOfService    = "out-of-service"
+	ReasonFencingComplete = "fencing-complete"
+)
+
+// FieldManager is the server-side apply manager of the pod status this GC
+// writes before deleting.
+const FieldManager = "csi-fence-attacher-podgc"
+
+// DisruptionTarget reasons of Kubernetes' own controllers (kept in
+// k8s.io/kubernetes, which is not importable): the taint manager's, which
+// tells an IntolerableTaint termination, and the pod GC's, which this GC
+// uses for the pods it deletes.
+const (
+	DisruptionReasonTaintManager = "DeletionByTaintManager"
+	DisruptionReasonPodGC        = "DeletionByPodGC"
+)
+
+// NodeLeaseNamespace holds the kubelets' heartbeat Leases.
+const NodeLeaseNamespace = "kube-node-lease"
+
+// Volume is one volume of a pod that outlives its node (not node-local),
+// resolved through its claim to a CSI PersistentVolume.
+type Volume struct {
+	Driver       string
+	VolumeHandle string
+	PVName       string
+	RWX          bool
+}
+
+// NodeLocal reports whether a pod volume lives and dies with the node, so
+// that a second node can never see it: an allow-list, so that any network
+// volume source (NFS, iSCSI, RBD, FC, an in-tree cloud disk...) is not.
+func NodeLocal(v v1.Volume) bool {
+	s := v.VolumeSource
+	return s.EmptyDir != nil || s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil ||
+		s.Projected != nil || s.HostPath != nil || s.Image != nil
+}
+
+// Volumes resolves the pod's volumes that are not node-local. claim maps a
+// claim name (a PVC, or the generated claim of an ephemeral volume) to its
+// CSI volume, or fails. A volume that is neither node-local nor a claim
+// (inline CSI, NFS, iSCSI...) cannot be fenced through a VolumeAttachment:
+// an error.
+func Volumes(pod *v1.Pod, claim func(name string) (*Volume, error)) ([]Volume, error) {
+	var out []Volume
+	for _, vol := range pod.Spec.Volumes {
+		if NodeLocal(vol) {
+			continue
+		}
+		name := ""
+		switch {
+		case vol.PersistentVolumeClaim != nil:
+			name = vol.PersistentVolumeClaim.ClaimName
+		case vol.Ephemeral != nil:
+			name = pod.Name + "-" + vol.Name
+		default:
+			return nil, fmt.Errorf("volume %s is an inline network volume: it cannot be fenced", vol.Name)
+		}
+		v, err := claim(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *v)
+	}
+	return out, nil
+}
+
+// SafeDetach decides whether a pod may be force-deleted on the SafeDetach
+// path once fenced reports each of its volumes fenced on the node: it is
+// Terminating, has at least one volume, every volume's driver is SafeDetach
+// and none is ReadWriteMany (another node may legitimately use it). A pod
+// with only node-local volumes is no business of a storage fence.
+func SafeDetach(pod *v1.Pod, vols []Volume, safeDetach func(driver string) bool, fenced func(Volume) bool) (bool, string) {
+	if pod.DeletionTimestamp == nil {
+		return false, "the pod is not Terminating"
+	}
+	if len(vols) == 0 {
+		return false, "the pod has no volume to fence"
+	}
+	for _, v := range vols {
+		switch {
+		case v.RWX:
+			return false, fmt.Sprintf("volume %s is ReadWriteMany", v.PVName)
+		case !safeDetach(v.Driver):
+			return false, fmt.Sprintf("driver %s of volume %s is not SafeDetach", v.Driver, v.PVName)
+		case !fenced(v):
+			return false, fmt.Sprintf("volume %s is not fenced on the node yet", v.PVName)
+		}
+	}
+	return true, ""
+}
+
+// OutOfService decides KEP-2268's rule: a Terminating pod on a node that is
+// not Ready and carries the out-of-service taint, which the pod does not
+// tolerate.
+func OutOfService(pod *v1.Pod, node *v1.Node) bool {
+	t := Taint(node, contract.OutOfServiceTaintKey)
+	return pod.DeletionTimestamp != nil && t != nil && !NodeReady(node) && !Tolerates(pod, *t)
+}
+
+// FencingComplete decides the Node Fencing KEP's rule: a Terminating pod on
+// a node that is not Ready and whose FencingComplete condition is True. Who
+// sets that condition vouches for the whole node (S9); this system sets it
+// only when every attachment of every driver on the node is fenced.
+func FencingComplete(pod *v1.Pod, node *v1.Node) bool {
+	return pod.DeletionTimestamp != nil && !NodeReady(node) && ConditionTrue(node, contract.ConditionFencingComplete)
+}
+
+// Tolerates reports whether the pod tolerates the taint forever (a
+// toleration with tolerationSeconds never takes effect past its time).
+func Tolerates(pod *v1.Pod, taint v1.Taint) bool {
+	for _, t := range pod.Spec.Tolerations {
+		if t.ToleratesTaint(klog.Background(), &taint, false) && t.TolerationSeconds == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// NodeReady reports the node's Ready condition.
+func NodeReady(n *v1.Node) bool {
+	return ConditionTrue(n, string(v1.NodeReady))
+}
+
+// ConditionTrue reports whether the node's condition t is True.
+func ConditionTrue(n *v1.Node, t string) bool {
+	for _, c := range n.Status.Conditions {
+		if string(c.Type) == t {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Taint returns the node's taint with key, or nil.
+func Taint(n *v1.Node, key string) *v1.Taint {
+	for i := range n.Spec.Taints {
+		if n.Spec.Taints[i].Key == key {
+			return &n.Spec.Taints[i]
+		}
+	}
+	return nil
+}
+
+// ErrNodeAlive is returned by ForceDelete for a node that is Ready, or whose
+// kubelet renewed its Lease since the node was marked not Ready.
+var ErrNodeAlive = errors.New("the node is alive")
+
+// GC force-deletes pods.
+type GC struct {
+	Client   kubernetes.Interface
+	Recorder record.EventRecorder
+}
+
+// NodeDown reads the node live and reports nil only when it is not Ready and
+// its kubelet has not renewed its Lease since the node went not Ready. A
+// missing Node is down: no kubelet can run a pod for it.
+func (g *GC) NodeDown(ctx context.Context, nodeName string) error {
+	node, err := g.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", nodeName, err)
+	}
+	var since metav1.Time
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			if c.Status == v1.ConditionTrue {
+				return fmt.Errorf("%w: node %s is Ready", ErrNodeAlive, nodeName)
+			}
+			since = c.LastTransitionTime
+		}
+	}
+	lease, err := g.Client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // no heartbeat Lease: the condition alone decides
+	case err != nil:
+		return fmt.Errorf("reading the heartbeat Lease of node %s: %w", nodeName, err)
+	}
+	if r := lease.Spec.RenewTime; r != nil && !since.IsZero() && r.After(since.Time) {
+		return fmt.Errorf("%w: the kubelet of node %s renewed its Lease at %s, after the node became not Ready", ErrNodeAlive, nodeName, r.UTC().Format("15:04:05.000"))
+	}
+	return nil
+}
+
+// ForceDelete deletes the pod with a zero grace period for reason, the one
+// guarded delete of this system (S3): it reads the node live first and
+// refuses (ErrNodeAlive) unless it is down; it then records why on the pod,
+// as the in-tree pod GC does (phase Failed and a DisruptionTarget condition,
+// by server-side apply, plus the termination reason), and deletes the pod it
+// decided about (UID precondition). A pod that is gone already is no error.
+func (g *GC) ForceDelete(ctx context.Context, pod *v1.Pod, reason, terminationReason, message string) error {
+	logger := klog.FromContext(ctx)
+	if err := g.NodeDown(ctx, pod.Spec.NodeName); err != nil {
+		forceDeletePodsRefused.WithLabelValues(reason).Inc()
+		return fmt.Errorf("not force-deleting pod %s: %w", klog.KObj(pod), err)
+	}
+	pods := g.Client.CoreV1().Pods(pod.Namespace)
+	ann := corev1apply.Pod(pod.Name, pod.Namespace).WithAnnotations(map[string]string{contract.TerminationReasonAnnotation: terminationReason})
+	if _, err := pods.Apply(ctx, ann, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return g.failed(pod, reason, fmt.Errorf("recording the termination reason: %w", err))
+	}
+	status := corev1apply.Pod(pod.Name, pod.Namespace).WithStatus(corev1apply.PodStatus().
+		WithPhase(v1.PodFailed).
+		WithConditions(corev1apply.PodCondition().
+			WithType(v1.DisruptionTarget).
+			WithStatus(v1.ConditionTrue).
+			WithReason(DisruptionReasonPodGC).
+			WithMessage(message).
+			WithLastTransitionTime(metav1.Now())))
+	if _, err := pods.ApplyStatus(ctx, status, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return g.failed(pod, reason, fmt.Errorf("marking the pod failed: %w", err))
+	}
+	zero := int64(0)
+	err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return g.failed(pod, reason, err)
+	}
+	forceDeletePods.WithLabelValues(reason).Inc()
+	logger.V(2).Info("Force-deleted pod", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "reason", reason, "terminationReason", terminationReason)
+	g.Recorder.Eventf(pod, v1.EventTypeNormal, "ForceDeleted", "Force-deleted (%s): %s", reason, message)
+	return nil
+}
+
+func (g *GC) failed(pod *v1.Pod, reason string, err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	forceDeletePodErrors.WithLabelValues(reason).Inc()
+	return fmt.Errorf("force-deleting pod %s: %w", klog.KObj(pod), err)
+}
+
+// TerminationReason is the seed's termination reason for a pod this GC
+// deletes: IntolerableTaint when the taint manager marked it for deletion,
+// Eviction otherwise.
+func TerminationReason(pod *v1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Reason == DisruptionReasonTaintManager {
+			return contract.TerminationIntolerableTaint
+		}
+	}
+	return contract.TerminationEviction
+}

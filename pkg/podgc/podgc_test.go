@@ -1,0 +1,152 @@
+package podgc
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
+
+const driver = "fence.csi-fence.io"
+
+func pod(volumes ...v1.Volume) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns", DeletionTimestamp: ptr.To(metav1.Now())}, Spec: v1.PodSpec{Volumes: volumes}}
+}
+
+func pvcVol(claim string) v1.Volume {
+	return v1.Volume{Name: claim, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+// Hole 6 of the safety issue: only an allow-list of node-local sources is
+// ignored; any other volume must be fenceable or the pod does not go.
+func TestVolumes(t *testing.T) {
+	claims := map[string]*Volume{"rwo": {Driver: driver, VolumeHandle: "h1", PVName: "pv1"}}
+	claim := func(name string) (*Volume, error) {
+		if v, ok := claims[name]; ok {
+			return v, nil
+		}
+		return nil, fmt.Errorf("claim %s not found", name)
+	}
+	local := []v1.VolumeSource{
+		{EmptyDir: &v1.EmptyDirVolumeSource{}}, {ConfigMap: &v1.ConfigMapVolumeSource{}}, {Secret: &v1.SecretVolumeSource{}},
+		{DownwardAPI: &v1.DownwardAPIVolumeSource{}}, {Projected: &v1.ProjectedVolumeSource{}}, {HostPath: &v1.HostPathVolumeSource{}},
+		{Image: &v1.ImageVolumeSource{}},
+	}
+	network := []v1.VolumeSource{
+		{NFS: &v1.NFSVolumeSource{}}, {ISCSI: &v1.ISCSIVolumeSource{}}, {RBD: &v1.RBDVolumeSource{}}, {FC: &v1.FCVolumeSource{}},
+		{CSI: &v1.CSIVolumeSource{Driver: driver}}, {AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{}},
+		{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{}}, {CephFS: &v1.CephFSVolumeSource{}}, {Glusterfs: &v1.GlusterfsVolumeSource{}},
+	}
+	for i, src := range local {
+		if vols, err := Volumes(pod(pvcVol("rwo"), v1.Volume{Name: "x", VolumeSource: src}), claim); err != nil || len(vols) != 1 {
+			t.Errorf("node-local source %d: got %v, %v; want the claim only", i, vols, err)
+		}
+	}
+	for i, src := range network {
+		if _, err := Volumes(pod(pvcVol("rwo"), v1.Volume{Name: "x", VolumeSource: src}), claim); err == nil {
+			t.Errorf("network source %d (%+v) treated as node-local", i, src)
+		}
+	}
+	if _, err := Volumes(pod(pvcVol("missing")), claim); err == nil {
+		t.Error("a missing claim must be an error")
+	}
+	eph := pod(v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}})
+	claims["db-0-data"] = claims["rwo"]
+	if vols, err := Volumes(eph, claim); err != nil || len(vols) != 1 {
+		t.Errorf("generic ephemeral volume: %v, %v", vols, err)
+	}
+}
+
+func TestSafeDetach(t *testing.T) {
+	rwo := Volume{Driver: driver, VolumeHandle: "h1", PVName: "pv1"}
+	rwx := Volume{Driver: driver, VolumeHandle: "h2", PVName: "pv2", RWX: true}
+	other := Volume{Driver: "other.example.com", VolumeHandle: "h3", PVName: "pv3"}
+	otherSafe := Volume{Driver: "safe.example.com", VolumeHandle: "h4", PVName: "pv4"}
+	safe := func(d string) bool { return d == driver || d == "safe.example.com" }
+	all := func(Volume) bool { return true }
+	only := func(h string) func(Volume) bool { return func(v Volume) bool { return v.VolumeHandle == h } }
+	running := pod()
+	running.DeletionTimestamp = nil
+	tests := []struct {
+		name   string
+		pod    *v1.Pod
+		vols   []Volume
+		fenced func(Volume) bool
+		want   bool
+	}{
+		{"RWO volume of a SafeDetach driver, fenced", pod(), []Volume{rwo}, all, true},
+		{"not fenced yet", pod(), []Volume{rwo}, only("x"), false},
+		{"one of two fenced", pod(), []Volume{rwo, otherSafe}, only("h1"), false},
+		{"two SafeDetach drivers, both fenced", pod(), []Volume{rwo, otherSafe}, all, true},
+		{"no volume to fence: not a storage fence's business", pod(), nil, all, false},
+		{"RWX never", pod(), []Volume{rwo, rwx}, all, false},
+		{"a non-SafeDetach driver's volume never", pod(), []Volume{rwo, other}, all, false},
+		{"not Terminating", running, []Volume{rwo}, all, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := SafeDetach(tc.pod, tc.vols, safe, tc.fenced)
+			if got != tc.want {
+				t.Errorf("SafeDetach = %v (%s), want %v", got, why, tc.want)
+			}
+			if !got && why == "" {
+				t.Error("a refusal must say why")
+			}
+		})
+	}
+}
+
+func node(ready v1.ConditionStatus, taints []v1.Taint, conds ...v1.NodeCondition) *v1.Node {
+	return &v1.Node{Spec: v1.NodeSpec{Taints: taints},
+		Status: v1.NodeStatus{Conditions: append([]v1.NodeCondition{{Type: v1.NodeReady, Status: ready}}, conds...)}}
+}
+
+func TestOutOfServiceAndFencingComplete(t *testing.T) {
+	oos := []v1.Taint{{Key: contract.OutOfServiceTaintKey, Value: contract.OutOfServiceTaintValue, Effect: v1.TaintEffectNoExecute}}
+	complete := v1.NodeCondition{Type: contract.ConditionFencingComplete, Status: v1.ConditionTrue}
+	tolerating := pod()
+	tolerating.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}}
+	running := pod()
+	running.DeletionTimestamp = nil
+	tests := []struct {
+		name                 string
+		pod                  *v1.Pod
+		node                 *v1.Node
+		oos, fencingComplete bool
+	}{
+		{"out-of-service, NotReady", pod(), node(v1.ConditionUnknown, oos), true, false},
+		{"out-of-service on a Ready node: never", pod(), node(v1.ConditionTrue, oos), false, false},
+		{"out-of-service, pod tolerates it forever", tolerating, node(v1.ConditionFalse, oos), false, false},
+		{"out-of-service, pod not Terminating", running, node(v1.ConditionFalse, oos), false, false},
+		{"FencingComplete, NotReady", pod(), node(v1.ConditionUnknown, nil, complete), false, true},
+		{"FencingComplete on a Ready node: never", pod(), node(v1.ConditionTrue, nil, complete), false, false},
+		{"nothing", pod(), node(v1.ConditionUnknown, nil), false, false},
+	}
+	for _, tc := range tests {
+		if got := OutOfService(tc.pod, tc.node); got != tc.oos {
+			t.Errorf("%s: OutOfService = %v, want %v", tc.name, got, tc.oos)
+		}
+		if got := FencingComplete(tc.pod, tc.node); got != tc.fencingComplete {
+			t.Errorf("%s: FencingComplete = %v, want %v", tc.name, got, tc.fencingComplete)
+		}
+	}
+}
+
+func TestTolerates(t *testing.T) {
+	taint := v1.Taint{Key: contract.OutOfServiceTaintKey, Effect: v1.TaintEffectNoExecute}
+	forever := v1.Toleration{Operator: v1.TolerationOpExists}
+	bounded := v1.Toleration{Key: taint.Key, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(5))}
+	if !Tolerates(&v1.Pod{Spec: v1.PodSpec{Tolerations: []v1.Toleration{forever}}}, taint) {
+		t.Error("a pod tolerating everything forever must be left alone")
+	}
+	if Tolerates(&v1.Pod{Spec: v1.PodSpec{Tolerations: []v1.Toleration{bounded}}}, taint) {
+		t.Error("a bounded toleration ends")
+	}
+	if Tolerates(&v1.Pod{}, taint) {
+		t.Error("no toleration tolerates nothing")
+	}
+}
