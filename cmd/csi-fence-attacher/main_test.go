@@ -121,6 +121,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"role":                    `"controller"`,
 		"max-fenced-nodes":        "",
 		"max-fenced-node-percent": "50",
+		"storm-guard-namespace":   "",
 		"fencing-taints":          "",
 		"fencing-required-after":  "",
 		"kubelet-dir":             `"/var/lib/kubelet"`,

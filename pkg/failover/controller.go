@@ -42,9 +42,10 @@ type Options struct {
 	// Timeout bounds every CSI call.
 	Timeout time.Duration
 	// MaxFencedNodes and MaxFencedNodePercent are the storm guard (0: no
-	// limit of that kind).
+	// limit of that kind); StormGuardNamespace holds its admission Lease.
 	MaxFencedNodes       int
 	MaxFencedNodePercent int
+	StormGuardNamespace  string
 	// RetryIntervalStart and RetryIntervalMax bound the per-node backoff.
 	RetryIntervalStart, RetryIntervalMax time.Duration
 	// Resync is how often every node is synced again.
@@ -83,6 +84,7 @@ type Controller struct {
 
 	queue workqueue.TypedRateLimitingInterface[string]
 	pgc   *podgc.GC
+	guard *stormGuard
 	// eligible remembers when each pod was first seen eligible, for the
 	// failover duration metric; shared by the workers.
 	eligible eligibleSince
@@ -137,7 +139,8 @@ func New(opts Options, client kubernetes.Interface, dyn dynamicinformer.DynamicS
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-failover"}),
-		pgc: &podgc.GC{Client: client, Recorder: recorder},
+		pgc:   &podgc.GC{Client: client, Recorder: recorder},
+		guard: &stormGuard{client: client, namespace: opts.StormGuardNamespace},
 	}
 	if _, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(o interface{}) {
@@ -491,6 +494,9 @@ func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv
 		return nil
 	}
 	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, nodeName); err != nil {
+		return err
+	}
+	if err := c.guard.release(ctx, nodeName); err != nil {
 		return err
 	}
 	if fr.Spec.Origin != fencingv1alpha1.OriginAutomatic {

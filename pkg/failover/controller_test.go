@@ -155,7 +155,7 @@ func newEnv(t *testing.T, objs []runtime.Object, safeDetach bool) *env {
 // start builds a controller on the env's API state and syncs its caches, as
 // a (re)started process would.
 func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool, tweak ...func(*Options)) *Controller {
-	opts := Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second,
+	opts := Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second, StormGuardNamespace: "kube-system",
 		MaxFencedNodePercent: 50, RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second, Resync: time.Hour}
 	for _, f := range tweak {
 		f(&opts)

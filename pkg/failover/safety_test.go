@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
@@ -296,12 +297,10 @@ func TestReleaseVolumesInUseAfterRestart(t *testing.T) {
 	}
 }
 
-// Hole 7: two nodes failing at once, synced by two workers (go test -race
-// finds a shared map written without a lock).
-func TestTwoNodesFailingConcurrently(t *testing.T) {
-	objs := objects(v1.ConditionUnknown, true)
-	for i := 2; i <= 4; i++ { // n2..n4 fail too, each with a pod
-		name := fmt.Sprintf("n%d", i)
+// failing makes the named nodes of objs NotReady, each with a Terminating
+// pod using a volume of ours attached there.
+func failing(objs []runtime.Object, names ...string) []runtime.Object {
+	for _, name := range names {
 		for _, o := range objs {
 			if n, ok := o.(*v1.Node); ok && n.Name == name {
 				n.Status.Conditions[0].Status = v1.ConditionUnknown
@@ -320,6 +319,39 @@ func TestTwoNodesFailingConcurrently(t *testing.T) {
 				Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: name, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pvName)}},
 				Status: storagev1.VolumeAttachmentStatus{Attached: true}})
 	}
+	return objs
+}
+
+// Hole 5 (S5): two nodes failing in the same second under
+// --max-fenced-nodes=1, synced by two replicas (or drivers) whose caches do
+// not show each other's quarantine: only one is fenced.
+func TestStormGuardAdmitsThroughTheAPI(t *testing.T) {
+	e := newEnv(t, failing(objects(v1.ConditionUnknown, true), "n2"), true)
+	// From now on no watch delivers anything: every cache stays as it is.
+	e.client.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, watch.NewFake(), nil
+	})
+	_, ctx := ktesting.NewTestContext(t)
+	limit := func(o *Options) { o.MaxFencedNodes, o.MaxFencedNodePercent = 1, 0 }
+	c1 := e.start(ctx, t, true, limit)
+	c2 := e.start(ctx, t, true, limit)
+	_ = c1.sync(ctx, "n1")
+	_ = c2.sync(ctx, "n2")
+	quarantined := 0
+	for _, n := range []string{"n1", "n2"} {
+		if podgc.Taint(e.node(t, n), contract.QuarantineTaintKey) != nil {
+			quarantined++
+		}
+	}
+	if quarantined != 1 {
+		t.Fatalf("%d nodes quarantined under --max-fenced-nodes=1", quarantined)
+	}
+}
+
+// Hole 7: two nodes failing at once, synced by two workers (go test -race
+// finds a shared map written without a lock).
+func TestTwoNodesFailingConcurrently(t *testing.T) {
+	objs := failing(objects(v1.ConditionUnknown, true), "n2", "n3", "n4")
 	e := newEnv(t, objs, true)
 	e.c.opts.MaxFencedNodePercent = 0
 	_, ctx := ktesting.NewTestContext(t)

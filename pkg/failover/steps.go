@@ -102,32 +102,23 @@ func (c *Controller) fencingTaints(ctx context.Context, node string, required bo
 }
 
 // admit is the storm guard (S5): fencing one more node must stay within
-// --max-fenced-nodes and --max-fenced-node-percent. A node quarantined
-// already is continuing, never counted again. The count is read live.
+// --max-fenced-nodes and --max-fenced-node-percent, counted on the shared
+// admission Lease (stormguard.go), not on a cache. A node quarantined already
+// is continuing and never refused.
 func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
-	if podgc.Taint(node, contract.QuarantineTaintKey) != nil {
-		return nil
-	}
-	all, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: ""})
+	all, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("storm guard: listing nodes: %w", err)
+		return err
 	}
-	quarantined := 0
-	for i := range all.Items {
-		n := &all.Items[i]
-		if n.Name == node.Name && podgc.Taint(n, contract.QuarantineTaintKey) != nil {
-			return nil
-		}
-		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
-			quarantined++
-		}
+	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
+	err = c.guard.admit(ctx, node.Name, quarantined, func(admitted int) (bool, string) {
+		return StormGuard(admitted, len(all), c.opts.MaxFencedNodes, c.opts.MaxFencedNodePercent, false)
+	})
+	if err != nil {
+		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %v", node.Name, err)
+		klog.FromContext(ctx).V(2).Info("Not fencing", "why", err)
 	}
-	if ok, why := StormGuard(quarantined, len(all.Items), c.opts.MaxFencedNodes, c.opts.MaxFencedNodePercent, false); !ok {
-		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %s", node.Name, why)
-		klog.FromContext(ctx).V(2).Info("Storm guard: not fencing", "why", why)
-		return fmt.Errorf("storm guard: %s", why)
-	}
-	return nil
+	return err
 }
 
 // fenceNode fences the attachments of our driver on the node, write-ahead
@@ -431,6 +422,9 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		}
 	}
 	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, node.Name); err != nil {
+		return err
+	}
+	if err := c.guard.release(ctx, node.Name); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Node released from quarantine")

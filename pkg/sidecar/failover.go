@@ -5,7 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
@@ -25,6 +28,7 @@ import (
 type FailoverOptions struct {
 	MaxFencedNodes       int
 	MaxFencedNodePercent int
+	StormGuardNamespace  string
 	FencingTaints        bool
 	FencingRequiredAfter time.Duration
 }
@@ -33,6 +37,7 @@ type FailoverOptions struct {
 func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxFencedNodes, "max-fenced-nodes", 0, "Storm guard: never fence more than this many nodes at once (0: no absolute limit).")
 	fs.IntVar(&o.MaxFencedNodePercent, "max-fenced-node-percent", 50, "Storm guard: never fence more than this share of all nodes at once, in percent (0: no limit).")
+	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", "", "Namespace of the storm guard's admission Lease ("+failover.StormGuardLeaseName+"): every sidecar pointing at the same one counts against the same limits, whatever its driver. Default: --leader-election-namespace, else the pod's namespace.")
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
 	fs.DurationVar(&o.FencingRequiredAfter, "fencing-required-after", 0, "Mark a node FencingRequired once it has been NotReady this long, even before a pod qualifies for failover (0: only when a pod qualifies).")
 }
@@ -83,6 +88,7 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		Timeout:              d.Options.Timeout,
 		MaxFencedNodes:       d.Failover.MaxFencedNodes,
 		MaxFencedNodePercent: d.Failover.MaxFencedNodePercent,
+		StormGuardNamespace:  stormGuardNamespace(d.Failover.StormGuardNamespace),
 		RetryIntervalStart:   d.Options.RetryIntervalStart,
 		RetryIntervalMax:     d.Options.RetryIntervalMax,
 		Resync:               failoverResync(d.Options),
@@ -103,4 +109,20 @@ func failoverResync(o *Options) (d time.Duration) {
 		d = o.Resync
 	}
 	return d
+}
+
+// stormGuardNamespace is where the storm guard's Lease lives: the flag, else
+// the leader-election namespace, else the pod's own (as csi-lib-utils
+// decides for the leader-election Lease), else "default".
+func stormGuardNamespace(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if ns := standardflags.Configuration.LeaderElectionNamespace; ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
+		return string(b)
+	}
+	return "default"
 }

@@ -1,0 +1,97 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
+
+// StormGuardLeaseName is the Lease that holds the storm guard's admissions.
+const StormGuardLeaseName = "csi-fence-storm-guard"
+
+// stormGuardAnnotation lists, comma-separated and sorted, the nodes admitted
+// to fencing and not released yet.
+const stormGuardAnnotation = contract.Prefix + "/fencing-nodes"
+
+// stormGuard is the storm guard's admission (S5): before a node is
+// quarantined it is added to the list of nodes under fencing on one shared
+// Lease, by an update that carries the Lease's resourceVersion. Two workers,
+// replicas or drivers admitting nodes at the same moment conflict, and the
+// loser re-reads the list: no check-then-act on a cache can let two nodes
+// past a limit of one. Every sidecar that points at the same Lease counts
+// against the same limit, whatever its driver.
+type stormGuard struct {
+	client    kubernetes.Interface
+	namespace string
+}
+
+// admit adds node to the list unless limit refuses one more; a node listed
+// already, or force (a node quarantined already, whose fencing only
+// continues), is admitted whatever the count.
+func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit func(admitted int) (bool, string)) error {
+	return g.update(ctx, func(nodes []string) ([]string, error) {
+		if slices.Contains(nodes, node) {
+			return nodes, nil
+		}
+		if !force {
+			if ok, why := limit(len(nodes)); !ok {
+				return nil, fmt.Errorf("storm guard: %s (fencing: %s)", why, strings.Join(nodes, ", "))
+			}
+		}
+		return append(nodes, node), nil
+	})
+}
+
+// release removes node from the list: its fencing is over.
+func (g *stormGuard) release(ctx context.Context, node string) error {
+	return g.update(ctx, func(nodes []string) ([]string, error) {
+		return slices.DeleteFunc(nodes, func(n string) bool { return n == node }), nil
+	})
+}
+
+// update applies change to the list on a fresh read of the Lease (created if
+// missing) and writes it back with optimistic concurrency.
+func (g *stormGuard) update(ctx context.Context, change func([]string) ([]string, error)) error {
+	leases := g.client.CoordinationV1().Leases(g.namespace)
+	return retry.OnError(retry.DefaultBackoff, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error {
+		lease, err := leases.Get(ctx, StormGuardLeaseName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: g.namespace}}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return err
+		}
+		var nodes []string
+		if s := lease.Annotations[stormGuardAnnotation]; s != "" {
+			nodes = strings.Split(s, ",")
+		}
+		before := strings.Join(nodes, ",")
+		nodes, err = change(slices.Clone(nodes))
+		if err != nil {
+			return err
+		}
+		slices.Sort(nodes)
+		after := strings.Join(nodes, ",")
+		if after == before {
+			return nil
+		}
+		lease = lease.DeepCopy()
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations[stormGuardAnnotation] = after
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
+}
