@@ -44,6 +44,10 @@ func TestRelease(t *testing.T) {
 	pvName := "pv1"
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1"}, Spec: storagev1.VolumeAttachmentSpec{Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}}}
 	handle := func(string) (string, string) { return driver, "h1" }
+	withdrawn := func(fr *fencingv1alpha1.FencingRequest) *fencingv1alpha1.FencingRequest {
+		fr.DeletionTimestamp = &now
+		return fr
+	}
 	tests := []struct {
 		name        string
 		fr          *fencingv1alpha1.FencingRequest
@@ -59,6 +63,10 @@ func TestRelease(t *testing.T) {
 		{"cleanup failed", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanupError: "plugin down"}), true, nil, false},
 		{"cleaned", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}), true, nil, true},
 		{"cleaned but its VA is still on the node", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}), true, []*storagev1.VolumeAttachment{va}, false},
+		{"withdrawn, cleaned, its VA still there (a manual request on a live node)",
+			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true},
+		{"withdrawn, not cleaned: deleting a record never skips the cleanup",
+			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false},
 	}
 	for _, tc := range tests {
 		got, why := Release(tc.fr, tc.quarantined, tc.vas, handle)

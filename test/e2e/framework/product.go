@@ -34,6 +34,10 @@ type Product struct {
 	Attacher *Process
 	Mock     *Process
 	Nodes    map[string]*NodeInstance
+
+	// attacherArgs are csi-fence-attacher's flags for an HTTP address, kept
+	// to start it again after a crash.
+	attacherArgs func(addr string) []string
 }
 
 // NodeInstance is what runs on one simulated node: the mock node plugin, a
@@ -104,17 +108,32 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 	if err != nil {
 		return nil, err
 	}
-	if p.Attacher, _, err = c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second,
-		func(addr string) []string {
-			return append([]string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--v=5",
-				"--leader-election", "--leader-election-namespace=default", "--http-endpoint=" + addr,
-				"--timeout=5s", "--retry-interval-start=200ms", "--retry-interval-max=5s", "--reconcile-sync=10s",
-				"--feature-gates=NonGracefulFailover=true"}, opts.AttacherArgs...)
-		}); err != nil {
+	p.attacherArgs = func(addr string) []string {
+		return append([]string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--v=5",
+			"--leader-election", "--leader-election-namespace=default", "--http-endpoint=" + addr,
+			"--timeout=5s", "--retry-interval-start=200ms", "--retry-interval-max=5s", "--reconcile-sync=10s",
+			"--feature-gates=NonGracefulFailover=true"}, opts.AttacherArgs...)
+	}
+	if err := p.StartAttacher(ctx); err != nil {
 		return nil, err
 	}
 	c.log.Logf("deploy/ applied, mock controller and csi-fence-attacher up (%.1fs)", time.Since(begin).Seconds())
 	return p, nil
+}
+
+// StartAttacher starts csi-fence-attacher (controller role) with the flags
+// StartProduct gave it, e.g. after KillAttacher. Its leader-election Lease
+// may still be held by the killed one: it acts once it has taken it.
+func (p *Product) StartAttacher(ctx context.Context) error {
+	var err error
+	p.Attacher, _, err = p.c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second, p.attacherArgs)
+	return err
+}
+
+// KillAttacher kills csi-fence-attacher (controller role) with SIGKILL: it
+// writes nothing more, releases nothing, wherever it is.
+func (p *Product) KillAttacher() {
+	p.Attacher.Kill()
 }
 
 // startServer starts a process that serves HTTP on a free port (args gets

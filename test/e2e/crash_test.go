@@ -1,0 +1,210 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+// S8 end to end: the controller role is killed (SIGKILL) while its fence RPC
+// is in flight (the driver is slow), and the node comes back before the
+// controller does. The fence may or may not have been applied; the intent
+// recorded before the RPC says so. The node must stay quarantined until its
+// node agent has cleaned the volume, nothing may be published there before,
+// the array must hold no quarantine once the failover is over, and the
+// record, taints and conditions must all be gone.
+func TestControllerKilledMidFence(t *testing.T) {
+	ctx := context.Background()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "km", 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := env.Volumes[0]
+	store := faults.NewStore(product.StateDir)
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: 20 * time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	defer store.Clear()
+	restarted := false
+	defer func() {
+		if !restarted {
+			if err := product.StartAttacher(ctx); err != nil {
+				t.Errorf("restarting csi-fence-attacher for the next tests: %v", err)
+			}
+		}
+	}()
+	if err := cluster.ShutDown(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	product.Nodes[victim].PowerOff()
+
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	if err := framework.WaitFor(ctx, 120*time.Second, "the intent to fence "+vol+" recorded, its RPC in flight", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, victim)
+		if err != nil {
+			return false, nil
+		}
+		e := fencerecord.Find(fr, framework.DriverName, vol)
+		return e != nil && e.StartedTime != nil && e.FencedTime == nil && e.FenceError == "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	product.KillAttacher()
+	t.Logf("csi-fence-attacher killed with a fence of %s on %s in flight", vol, victim)
+
+	// The node comes back while the controller is down.
+	if err := cluster.BringBack(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	product.Nodes[victim].PowerOff()
+	if err := product.PowerOn(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitNodeReady(ctx, victim, true, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Let the slow fence land in the driver before the controller returns.
+	if err := store.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if err := product.StartAttacher(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+
+	if err := framework.WaitFor(ctx, 180*time.Second, "the volume cleaned on "+victim+" and the request complete", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, victim)
+		if err != nil {
+			return false, nil
+		}
+		e := fencerecord.Find(fr, framework.DriverName, vol)
+		return e != nil && e.CleanedTime != nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitAttached(ctx, 0, "", 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, taint := range n.Spec.Taints {
+		if taint.Key == contract.QuarantineTaintKey {
+			t.Errorf("quarantine taint left on %s", victim)
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if string(c.Type) == contract.ConditionFencingRequired || string(c.Type) == contract.ConditionFencingComplete {
+			t.Errorf("condition %s left on %s", c.Type, victim)
+		}
+	}
+	s, err := product.Array.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Volumes[vol].Publications[victim]; p != nil && p.Access == array.AccessFenced {
+		t.Errorf("the array still holds %s quarantined on %s after the failover: %+v", vol, victim, p)
+	}
+	expectNoViolations(t)
+}
+
+// S6 end to end, the classic manual failover: after the failover, the user
+// deletes the dead node's FencingRequest and then the Node itself
+// (`kubectl delete node`), and the machine later registers again under the
+// same name. Neither deletion may drop the record of the fenced volume: the
+// re-registered node's agent must still find and clean it, and only then may
+// the record go.
+func TestRecordSurvivesDeletions(t *testing.T) {
+	ctx := context.Background()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "nd", 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := env.Volumes[0]
+	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: vol},
+		func(e timeline.Event) { t.Logf("milestone: %s %s", e.What, e.Detail) })
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Failover(ctx, rec, scenario.FailoverOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	if err := frs.Delete(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := frs.Get(ctx, victim)
+	if err != nil || fr.DeletionTimestamp == nil || !fencerecord.MayBeQuarantined(fr, framework.DriverName, vol) {
+		t.Fatalf("deleting the FencingRequest dropped the record of %s before its cleanup: %v, %v", vol, fr, err)
+	}
+	if err := cluster.Client.CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 30*time.Second, "Node "+victim+" gone", func(ctx context.Context) (bool, error) {
+		_, err := cluster.Client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The machine boots and registers again.
+	if err := cluster.CreateNode(ctx, victim, framework.DriverName); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	product.Nodes[victim].PowerOff()
+	if err := product.PowerOn(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitNodeReady(ctx, victim, true, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 120*time.Second, "the re-registered node's agent cleaning "+vol+", then the record gone", func(ctx context.Context) (bool, error) {
+		_, err := frs.Get(ctx, victim)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Has(timeline.NodeCleaned) {
+		t.Errorf("the record went without the node agent's cleanup of %s", vol)
+	}
+	s, err := product.Array.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Volumes[vol].Publications[victim]; p != nil && p.Access == array.AccessFenced {
+		t.Errorf("the array still holds %s quarantined on %s: %+v", vol, victim, p)
+	}
+	if err := cluster.WaitTaint(ctx, victim, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule, false, 60*time.Second); err != nil {
+		t.Error(err)
+	}
+	expectNoViolations(t)
+}
