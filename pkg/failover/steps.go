@@ -171,7 +171,7 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 				// A node not explicitly requested is fenced only while
 				// it is down by a live read.
 				if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
-					return err
+					return fmt.Errorf("%w: %w", fencerecord.ErrNotSent, err)
 				}
 			}
 			secrets, err := csiclient.PublishSecrets(ctx, c.client, pvs[v.VolumeHandle].Spec.CSI.ControllerPublishSecretRef)

@@ -20,6 +20,7 @@ package fencerecord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -106,15 +107,20 @@ func Pending(fr *fencingv1alpha1.FencingRequest) bool {
 // nothing was called. An error recording the outcomes is returned for every
 // volume that was fenced: the caller must not act on an unrecorded fence
 // (its retry fences again, which is idempotent).
+//
+// fence returns an error wrapping ErrNotSent when it decided, before sending
+// anything to the driver, not to fence after all: an entry this call started
+// is then removed again, as no fence of it can have happened.
 func Fence(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fence func(context.Context, fencingv1alpha1.FencedVolume) error) ([]error, error) {
-	if err := RecordIntent(ctx, c, nodeName, reason, vols...); err != nil {
+	fresh, err := recordIntent(ctx, c, nodeName, reason, vols)
+	if err != nil {
 		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
 	}
 	errs := make([]error, len(vols))
 	for i, v := range vols {
 		errs[i] = fence(ctx, v)
 	}
-	if err := recordOutcomes(ctx, c, nodeName, reason, vols, errs); err != nil {
+	if err := recordOutcomes(ctx, c, nodeName, reason, vols, fresh, errs); err != nil {
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("volume %s was fenced but the fence could not be recorded: %w", vols[i].VolumeHandle, err)
@@ -129,14 +135,24 @@ func Fence(ctx context.Context, c Client, nodeName, reason string, vols []fencin
 // whose previous quarantine was cleaned starts a new one; a volume still
 // possibly quarantined keeps what it has (and its confirmed fence).
 func RecordIntent(ctx context.Context, c Client, nodeName, reason string, vols ...fencingv1alpha1.FencedVolume) error {
-	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+	_, err := recordIntent(ctx, c, nodeName, reason, vols)
+	return err
+}
+
+// recordIntent is RecordIntent; it reports which of vols it started afresh
+// (no possible quarantine of them was recorded before).
+func recordIntent(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume) ([]bool, error) {
+	fresh := make([]bool, len(vols))
+	err := update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
-		for _, vol := range vols {
+		for i, vol := range vols {
 			e, ch := upsert(fr, vol)
 			changed = changed || ch
+			fresh[i] = false
 			if e.StartedTime != nil && e.CleanedTime == nil {
 				continue
 			}
+			fresh[i] = true
 			e.StartedTime = &now
 			e.FencedTime, e.CleanedTime = nil, nil
 			e.FenceError, e.CleanupError = "", ""
@@ -147,7 +163,11 @@ func RecordIntent(ctx context.Context, c Client, nodeName, reason string, vols .
 		}
 		return changed
 	})
+	return fresh, err
 }
+
+// ErrNotSent tells Fence that no fence was sent for a volume.
+var ErrNotSent = errors.New("no fence was sent")
 
 // started sets the request's start time, once.
 func started(fr *fencingv1alpha1.FencingRequest, now metav1.Time) {
@@ -156,11 +176,18 @@ func started(fr *fencingv1alpha1.FencingRequest, now metav1.Time) {
 	}
 }
 
-// recordOutcomes records the result of each fence of vols, in one write.
-func recordOutcomes(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, errs []error) error {
+// recordOutcomes records the result of each fence of vols, in one write. A
+// fresh entry whose fence was not sent goes again.
+func recordOutcomes(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fresh []bool, errs []error) error {
 	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
 		for i, vol := range vols {
+			if errors.Is(errs[i], ErrNotSent) {
+				if fresh[i] {
+					changed = unstarted(fr, vol) || changed
+				}
+				continue
+			}
 			if errs[i] == nil {
 				changed = fenced(fr, vol, now) || changed
 			} else {
@@ -169,6 +196,19 @@ func recordOutcomes(ctx context.Context, c Client, nodeName, reason string, vols
 		}
 		return changed
 	})
+}
+
+// unstarted removes the entry of vol that an intent just started, when no
+// fence was sent after all.
+func unstarted(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume) bool {
+	e := Find(fr, vol.Driver, vol.VolumeHandle)
+	if e == nil || e.FencedTime != nil || e.FenceError != "" || e.CleanedTime != nil {
+		return false
+	}
+	fr.Status.Volumes = slices.DeleteFunc(fr.Status.Volumes, func(v fencingv1alpha1.FencedVolume) bool {
+		return v.Driver == vol.Driver && v.VolumeHandle == vol.VolumeHandle
+	})
+	return true
 }
 
 // fenced marks vol fenced: confirmed, and quarantined until cleaned (a

@@ -1,7 +1,9 @@
 package fencerecord
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -267,5 +269,57 @@ func TestRecordCleaned(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, "node-2"); !apierrors.IsNotFound(err) {
 		t.Errorf("RecordCleaned created a request: %v", err)
+	}
+}
+
+// Fence is write-ahead: the intent is in the record before the callback
+// runs; an outcome is recorded per volume; a fence not sent after all
+// removes only the entry this call started.
+func TestFenceWriteAhead(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	pending := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "old", StartedTime: &t0, FenceError: "timed out"}
+	_, c := newClient(t, fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing, pending))
+	vols := []fencingv1alpha1.FencedVolume{
+		{Driver: drv, VolumeHandle: "ok"}, {Driver: drv, VolumeHandle: "refused"}, {Driver: drv, VolumeHandle: "unsent"}, {Driver: drv, VolumeHandle: "old"},
+	}
+	errs, err := Fence(ctx, c, "node-1", "node-not-ready", vols, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
+		got, err := c.Get(ctx, "node-1")
+		if err != nil || !MayBeQuarantined(got, drv, v.VolumeHandle) {
+			t.Errorf("%s: the RPC runs before its intent is recorded: %v", v.VolumeHandle, err)
+		}
+		switch v.VolumeHandle {
+		case "refused":
+			return errors.New("FAILED_PRECONDITION: still writing")
+		case "unsent", "old":
+			return fmt.Errorf("%w: the node is alive", ErrNotSent)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || errs[1] == nil || !errors.Is(errs[2], ErrNotSent) {
+		t.Fatalf("errs = %v", errs)
+	}
+	got, err := c.Get(ctx, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		handle       string
+		mayBe, fence bool
+	}{
+		{"ok", true, true},
+		{"refused", true, false}, // refused: may have been applied all the same
+		{"unsent", false, false}, // never sent: gone again
+		{"old", true, false},     // an earlier fence may have been applied: kept
+	}
+	for _, tc := range tests {
+		if MayBeQuarantined(got, drv, tc.handle) != tc.mayBe || IsFenced(got, drv, tc.handle) != tc.fence {
+			t.Errorf("%s: entry %+v, want mayBeQuarantined=%v fenced=%v", tc.handle, Find(got, drv, tc.handle), tc.mayBe, tc.fence)
+		}
+	}
+	if len(got.Finalizers) == 0 {
+		t.Error("a record with pending entries has no finalizer")
 	}
 }
