@@ -130,6 +130,17 @@ func (p *Product) StartAttacher(ctx context.Context) error {
 	return err
 }
 
+// RestartAttacher kills csi-fence-attacher (controller role) and starts it
+// again with extra flags after StartProduct's (the last value of a flag
+// wins); none restores StartProduct's flags.
+func (p *Product) RestartAttacher(ctx context.Context, extra ...string) error {
+	p.KillAttacher()
+	var err error
+	p.Attacher, _, err = p.c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second,
+		func(addr string) []string { return append(p.attacherArgs(addr), extra...) })
+	return err
+}
+
 // KillAttacher kills csi-fence-attacher (controller role) with SIGKILL: it
 // writes nothing more, releases nothing, wherever it is.
 func (p *Product) KillAttacher() {
