@@ -52,9 +52,10 @@ type fakeCSI struct {
 	// hook runs inside a successful fence, after the driver applied it.
 	hook func()
 
-	mu     sync.Mutex
-	calls  int
-	fences map[string]int
+	mu      sync.Mutex
+	calls   int
+	fences  map[string]int
+	nodeIDs map[string]string // volume -> CSI node ID of its last fence
 }
 
 // fenced returns how many fences of volumeID succeeded.
@@ -77,6 +78,10 @@ func (f *fakeCSI) Detach(_ context.Context, volumeID, nodeID string, _ map[strin
 			f.fences = map[string]int{}
 		}
 		f.fences[volumeID]++
+		if f.nodeIDs == nil {
+			f.nodeIDs = map[string]string{}
+		}
+		f.nodeIDs[volumeID] = nodeID
 	}
 	f.mu.Unlock()
 	if !fence {

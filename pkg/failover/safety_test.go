@@ -153,7 +153,7 @@ func twoDrivers(objs []runtime.Object) []runtime.Object {
 		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: other, VolumeHandle: "h2"}},
 	}}
 	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: other, Annotations: map[string]string{contract.SafeDetachAnnotation: "true"}}}
-	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va2"},
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va2", Annotations: map[string]string{contract.NodeIDAnnotation: "n1-other"}},
 		Spec:   storagev1.VolumeAttachmentSpec{Attacher: other, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv2")}},
 		Status: storagev1.VolumeAttachmentStatus{Attached: true}}
 	return append(objs, pod, pvc, pv, csiDriver, va)
@@ -180,6 +180,22 @@ func TestFencingCompleteMeansWholeNode(t *testing.T) {
 	_ = e.sync(t)
 	if e.steps.index("delete web-0") >= 0 {
 		t.Errorf("pod web-0 force-deleted although its volume was never fenced: %v", e.steps.log)
+	}
+	// The other driver's sidecar fences its own attachment: now, and only
+	// now, the whole node is fenced, and its pod goes too.
+	_, ctx := ktesting.NewTestContext(t)
+	other := e.start(ctx, t, true, func(o *Options) { o.DriverName = "other.csi-fence.io" })
+	if err := other.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if e.csi.fenced("h2") != 1 || e.steps.index("delete web-0") < 0 {
+		t.Errorf("the other driver did not fail its pod over: %v", e.steps.log)
+	}
+	if !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+		t.Errorf("FencingComplete not set with every attachment of every driver fenced")
+	}
+	if fr := e.record(t); fr.Status.Phase != fencingv1alpha1.PhaseFenced || fr.Status.ErrorMessage != "" {
+		t.Errorf("record phase %s, error %q; want Fenced, none", fr.Status.Phase, fr.Status.ErrorMessage)
 	}
 }
 
@@ -422,6 +438,50 @@ func TestRecordChangeMatters(t *testing.T) {
 			n, _ := fencingv1alpha1.ToUnstructured(cur)
 			if got := recordChangeMatters(o, n); got != tc.want {
 				t.Errorf("recordChangeMatters = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Hole 11: the fence goes to the CSI node ID the volume was published to
+// (the VolumeAttachment's annotation, else the driver's CSINode entry),
+// never to a guess such as the node's name.
+func TestFenceUsesPublishedNodeID(t *testing.T) {
+	tests := []struct {
+		name       string
+		annotation string
+		csiNodeID  string
+		want       string // "": no fence
+	}{
+		{"the attacher's annotation", "n1-id", "csinode-id", "n1-id"},
+		{"the CSINode entry", "", "csinode-id", "csinode-id"},
+		{"neither: no fence", "", "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(v1.ConditionUnknown, true)
+			for _, o := range objs {
+				if va, ok := o.(*storagev1.VolumeAttachment); ok {
+					va.Annotations = map[string]string{}
+					if tc.annotation != "" {
+						va.Annotations[contract.NodeIDAnnotation] = tc.annotation
+					}
+				}
+			}
+			if tc.csiNodeID != "" {
+				objs = append(objs, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+					Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driver, NodeID: tc.csiNodeID}}}})
+			}
+			e := newEnv(t, objs, true)
+			err := e.sync(t)
+			e.csi.mu.Lock()
+			got := e.csi.nodeIDs["h1"]
+			e.csi.mu.Unlock()
+			if got != tc.want {
+				t.Errorf("fenced node ID %q, want %q", got, tc.want)
+			}
+			if tc.want == "" && (err == nil || e.steps.index("delete db-0") >= 0) {
+				t.Errorf("no node ID: want an error and no pod deleted; err %v, steps %v", err, e.steps.log)
 			}
 		})
 	}
