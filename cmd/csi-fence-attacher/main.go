@@ -105,6 +105,7 @@ func main() {
 // attacher and the failover controller (under one Lease).
 type controllerEnv struct {
 	restConfig     *rest.Config
+	dynamicConfig  *rest.Config
 	client         kubernetes.Interface
 	dynamic        dynamic.Interface
 	conn           *grpc.ClientConn
@@ -135,14 +136,26 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	}
 	mode := sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps)
 	if mode.CSIHandler {
+		// The failover talks to the API on clients of its own, with the
+		// same --kube-api-qps and --kube-api-burst: its fences and
+		// force-deletes never wait behind the attacher's requests, nor the
+		// attaches of the replacements behind a burst of fences.
+		failoverClient, err := kubernetes.NewForConfig(env.restConfig)
+		if err != nil {
+			return err
+		}
+		failoverDynamic, err := dynamic.NewForConfig(env.dynamicConfig)
+		if err != nil {
+			return err
+		}
 		runFailover, err := sidecar.NewFailover(ctx, sidecar.FailoverDeps{
 			DriverName: env.driverName,
 			CanFence:   fence.ControllerCanFence(env.controllerCaps),
 			SafeDetach: fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
 			Options:    opts,
 			Failover:   failoverOpts,
-			Client:     env.client,
-			Dynamic:    env.dynamic,
+			Client:     failoverClient,
+			Dynamic:    failoverDynamic,
 			CSI:        csiclient.New(env.conn, int32(opts.MaxEntries)),
 		})
 		if err != nil {
@@ -186,7 +199,7 @@ func connectController(ctx context.Context, opts *sidecar.Options) (*controllerE
 	// JSON, the typed client uses protobuf as external-attacher does.
 	dynamicConfig := rest.CopyConfig(restConfig)
 	restConfig.ContentType = runtime.ContentTypeProtobuf
-	env := &controllerEnv{restConfig: restConfig, mux: http.NewServeMux()}
+	env := &controllerEnv{restConfig: restConfig, dynamicConfig: dynamicConfig, mux: http.NewServeMux()}
 	if env.client, err = kubernetes.NewForConfig(restConfig); err != nil {
 		return nil, err
 	}

@@ -353,11 +353,6 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		if IsControlPlane(node) && !manual {
 			return nil
 		}
-		// The Node Fencing KEP's timeline: triaged as soon as the node is
-		// seen NotReady, required once it stays so.
-		if err := c.triage(ctx, node); err != nil {
-			return err
-		}
 	}
 	// Which Terminating pods fail over once their volumes are fenced, and
 	// which volumes stay with a pod that stays on the node?
@@ -392,11 +387,17 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	// A record of ours not settled yet (a fence intended, a restart since)
 	// is finished whatever the pods do now.
 	if len(candidates) == 0 && !manual && !unsettled(fr, c.opts.DriverName) {
-		if !ready {
-			return c.releaseVolumesInUse(ctx, node.Name, fr)
+		if ready {
+			return nil
 		}
-		return nil
+		// The Node Fencing KEP's timeline: triaged as soon as the node is
+		// seen NotReady, required once it stays so.
+		if err := c.triage(ctx, node); err != nil {
+			return err
+		}
+		return c.releaseVolumesInUse(ctx, node.Name, fr)
 	}
+	var aliveChecked time.Time
 	if !manual {
 		// Fencing a node nobody asked for needs it down by a live read,
 		// not by the cache (S4).
@@ -404,17 +405,18 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 			logger.V(2).Info("Not fencing: the node is alive", "why", err)
 			return nil
 		}
+		aliveChecked = time.Now()
 	}
 	if err := c.admit(ctx, node); err != nil {
 		return err
 	}
 	// 1. Quarantine first.
-	if err := c.quarantine(ctx, node); err != nil {
+	if err := c.addQuarantineTaint(ctx, node); err != nil {
 		return err
 	}
 	// 2. Fence every attachment of our driver on the node but those of
 	//    pods that stay, write-ahead.
-	fr, fenceErr := c.fenceNode(ctx, node, fr, staying, manual)
+	fr, fenceErr := c.fenceNode(ctx, node, fr, staying, manual, aliveChecked)
 	// 3. The pod GC: each pod whose every volume is confirmed fenced goes,
 	//    if the node is still down by a live read (S3). A manual request on
 	//    a Ready node fences storage and deletes nothing.
@@ -434,6 +436,11 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
 			return err
 		}
+	}
+	// 5. The Node Fencing KEP's signals, off the failover's critical path:
+	//    FencingRequired, and FencingComplete once the whole node is.
+	if err := c.signalFencing(ctx, node, fr, fenceErr == nil); err != nil {
+		return err
 	}
 	return fenceErr
 }

@@ -21,19 +21,32 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
-// quarantine adds the quarantine taint and the fencing conditions: from
-// now on nothing new is scheduled on the node until it is cleaned.
-func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
-	if err := c.addQuarantineTaint(ctx, node); err != nil {
-		return err
-	}
+// signalFencing sets the Node Fencing KEP's signals of a node under
+// fencing: its optional taints, FencingTriaged and FencingRequired, and,
+// when every attachment of every driver on it is recorded fenced (S9),
+// FencingComplete and the request's phase Fenced.
+func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, fenced bool) error {
 	if err := c.fencingTaints(ctx, node.Name, true); err != nil {
 		return err
 	}
-	return c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{
+	want := map[string]v1.ConditionStatus{
 		contract.ConditionFencingTriaged:  v1.ConditionTrue,
 		contract.ConditionFencingRequired: v1.ConditionTrue,
-	}, "NodeUnreachable", "the node is not Ready and has pods to fail over")
+	}
+	reason, msg := "NodeUnreachable", "the node is not Ready and has pods to fail over"
+	vas, err := c.vasOn(node.Name)
+	if err != nil {
+		return err
+	}
+	whole := fenced && fr != nil && wholeNodeFenced(fr, vas, c.pvHandle)
+	if whole {
+		if err := c.markFenced(ctx, node.Name); err != nil {
+			return err
+		}
+		want[contract.ConditionFencingComplete] = v1.ConditionTrue
+		reason, msg = "AllAttachmentsFenced", "every attachment of every driver on the node is fenced"
+	}
+	return c.setConditions(ctx, node.Name, want, reason, msg)
 }
 
 // addQuarantineTaint adds the quarantine taint unless the node has it.
@@ -121,12 +134,16 @@ func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
 	return err
 }
 
+// liveReadValidity is how long a live read finding the node down stands for
+// the next fence RPC of a batch: longer batches read it again.
+const liveReadValidity = time.Second
+
 // fenceNode fences the attachments of our driver on the node, write-ahead
 // through the record, except those of volumes a pod that stays on the node
-// uses (unless an admin asked for the node). It returns the record read back.
-// When every attachment of every driver on the node is fenced, and only then,
-// the node is FencingComplete (S9).
-func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, staying map[string]bool, manual bool) (*fencingv1alpha1.FencingRequest, error) {
+// uses (unless an admin asked for the node). Unless the node was asked for,
+// each RPC follows a live read finding it down (aliveChecked: the last one).
+// It returns the record read back.
+func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, staying map[string]bool, manual bool, aliveChecked time.Time) (*fencingv1alpha1.FencingRequest, error) {
 	logger := klog.FromContext(ctx)
 	vas, err := c.vasOn(node.Name)
 	if err != nil {
@@ -167,12 +184,13 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 	}
 	if len(todo) > 0 {
 		errs, err := fencerecord.Fence(ctx, c.frClient, node.Name, "NodeUnreachable", todo, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
-			if !manual {
+			if !manual && time.Since(aliveChecked) > liveReadValidity {
 				// A node not explicitly requested is fenced only while
 				// it is down by a live read.
 				if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
 					return fmt.Errorf("%w: %w", fencerecord.ErrNotSent, err)
 				}
+				aliveChecked = time.Now()
 			}
 			secrets, err := csiclient.PublishSecrets(ctx, c.client, pvs[v.VolumeHandle].Spec.CSI.ControllerPublishSecretRef)
 			if err != nil {
@@ -207,15 +225,6 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 		fr = got
 	case !apierrors.IsNotFound(err):
 		return fr, err
-	}
-	if firstErr == nil && fr != nil && wholeNodeFenced(fr, vas, c.pvHandle) {
-		if err := c.markFenced(ctx, node.Name); err != nil {
-			return fr, err
-		}
-		if err := c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{contract.ConditionFencingComplete: v1.ConditionTrue},
-			"AllAttachmentsFenced", "every attachment of every driver on the node is fenced"); err != nil {
-			return fr, err
-		}
 	}
 	return fr, firstErr
 }
