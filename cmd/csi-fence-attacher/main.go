@@ -123,7 +123,11 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	if err != nil {
 		return err
 	}
+	// One informer factory for the controller role: the attacher and the
+	// failover watch and cache each kind once.
+	factory := sidecar.NewInformerFactory(env.client, opts.Resync)
 	runAttacher, err := sidecar.NewAttacher(ctx, sidecar.AttacherDeps{
+		Informers:  factory,
 		DriverName: env.driverName,
 		Mode:       sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps),
 		Options:    opts,
@@ -156,6 +160,7 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 			Failover:   failoverOpts,
 			Client:     failoverClient,
 			Dynamic:    failoverDynamic,
+			Informers:  factory,
 			CSI:        csiclient.New(env.conn, int32(opts.MaxEntries)),
 		})
 		if err != nil {

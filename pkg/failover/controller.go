@@ -126,9 +126,30 @@ func (e *eligibleSince) forget(p *v1.Pod) {
 	delete(e.since, p.UID)
 }
 
-// New returns a Controller on its own informers.
-func New(opts Options, client kubernetes.Interface, dyn dynamicinformer.DynamicSharedInformerFactory, frClient *fencingv1alpha1.Client, csi csiclient.Attacher, recorder record.EventRecorder) (*Controller, error) {
-	f := informers.NewSharedInformerFactory(client, opts.Resync)
+// byNode indexes pods and VolumeAttachments by the node they are on.
+const byNode = "spec.nodeName"
+
+// New returns a Controller on the informers of f (shared with the attacher,
+// which may start them first) and dyn (FencingRequests). Its client writes.
+func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFactory, dyn dynamicinformer.DynamicSharedInformerFactory, frClient *fencingv1alpha1.Client, csi csiclient.Attacher, recorder record.EventRecorder) (*Controller, error) {
+	podsByNode := cache.Indexers{byNode: func(o interface{}) ([]string, error) {
+		if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}
+	vasByNode := cache.Indexers{byNode: func(o interface{}) ([]string, error) {
+		if va, ok := o.(*storagev1.VolumeAttachment); ok {
+			return []string{va.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}
+	if err := addIndexers(f.Core().V1().Pods().Informer(), podsByNode); err != nil {
+		return nil, err
+	}
+	if err := addIndexers(f.Storage().V1().VolumeAttachments().Informer(), vasByNode); err != nil {
+		return nil, err
+	}
 	c := &Controller{
 		opts: opts, client: client, frClient: frClient, csi: csi, recorder: recorder,
 		nodes: f.Core().V1().Nodes().Lister(), pods: f.Core().V1().Pods().Lister(),
@@ -242,6 +263,17 @@ func objName(o interface{}) string {
 		return m.GetName()
 	}
 	return ""
+}
+
+// addIndexers adds indexers to a shared informer unless another user of it
+// added the same already.
+func addIndexers(inf cache.SharedIndexInformer, idx cache.Indexers) error {
+	for name := range idx {
+		if _, ok := inf.GetIndexer().GetIndexers()[name]; ok {
+			return nil
+		}
+	}
+	return inf.AddIndexers(idx)
 }
 
 // Run runs workers until ctx is done.
@@ -516,15 +548,13 @@ func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv
 }
 
 func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {
-	all, err := c.pods.List(labels.Everything())
+	objs, err := c.factory.Core().V1().Pods().Informer().GetIndexer().ByIndex(byNode, node)
 	if err != nil {
 		return nil, err
 	}
-	var out []*v1.Pod
-	for _, p := range all {
-		if p.Spec.NodeName == node {
-			out = append(out, p)
-		}
+	out := make([]*v1.Pod, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(*v1.Pod))
 	}
 	return out, nil
 }

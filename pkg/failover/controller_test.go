@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -166,7 +167,7 @@ func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool, tweak ..
 		f(&opts)
 	}
 	c, err := New(opts,
-		e.client, dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0), e.fr, e.csi, record.NewFakeRecorder(100))
+		e.client, informers.NewSharedInformerFactory(e.client, 0), dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0), e.fr, e.csi, record.NewFakeRecorder(100))
 	if err != nil {
 		t.Fatal(err)
 	}

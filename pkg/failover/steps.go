@@ -515,15 +515,13 @@ func (c *Controller) mutateNode(ctx context.Context, name string, status bool, m
 }
 
 func (c *Controller) vasOn(node string) ([]*storagev1.VolumeAttachment, error) {
-	all, err := c.vas.List(labels.Everything())
+	objs, err := c.factory.Storage().V1().VolumeAttachments().Informer().GetIndexer().ByIndex(byNode, node)
 	if err != nil {
 		return nil, err
 	}
-	var out []*storagev1.VolumeAttachment
-	for _, va := range all {
-		if va.Spec.NodeName == node {
-			out = append(out, va)
-		}
+	out := make([]*storagev1.VolumeAttachment, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(*storagev1.VolumeAttachment))
 	}
 	return out, nil
 }

@@ -79,6 +79,9 @@ type AttacherDeps struct {
 	// the FencingRequest CRD is installed.
 	Dynamic dynamic.Interface
 	CSI     CSIClient
+	// Informers is the controller role's shared factory (NewInformerFactory);
+	// nil: one of its own.
+	Informers informers.SharedInformerFactory
 }
 
 // NewAttacher builds the attacher (informers, handler, controller) and
@@ -91,7 +94,10 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		return nil, errors.New("attacher: options, client, driver name and (for a publishing driver) the CSI client are required")
 	}
 	o := d.Options
-	factory := informers.NewSharedInformerFactory(d.Client, o.Resync)
+	factory := d.Informers
+	if factory == nil {
+		factory = NewInformerFactory(d.Client, o.Resync)
+	}
 	ctrlCfg := attacher.ControllerConfig{
 		DriverName:    d.DriverName,
 		VAInformer:    factory.Storage().V1().VolumeAttachments(),

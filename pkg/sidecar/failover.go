@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -63,6 +64,9 @@ type FailoverDeps struct {
 	Client     kubernetes.Interface
 	Dynamic    dynamic.Interface
 	CSI        csiclient.Attacher
+	// Informers is the controller role's shared factory (NewInformerFactory);
+	// nil: one of its own.
+	Informers informers.SharedInformerFactory
 }
 
 // NewFailover builds the failover controller and returns the function that
@@ -78,6 +82,10 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		return nil, nil
 	}
 	failover.RegisterMetrics()
+	factory := d.Informers
+	if factory == nil {
+		factory = NewInformerFactory(d.Client, d.Options.Resync)
+	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events(v1.NamespaceAll)})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: fmt.Sprintf("csi-fence-failover %s", d.DriverName)})
@@ -94,7 +102,7 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		Resync:               failoverResync(d.Options),
 		FencingTaints:        d.Failover.FencingTaints,
 		FencingRequiredAfter: d.Failover.FencingRequiredAfter,
-	}, d.Client, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
+	}, d.Client, factory, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
 	}
