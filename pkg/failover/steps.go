@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -327,6 +328,13 @@ func (c *Controller) forceDelete(ctx context.Context, pod *v1.Pod, reason string
 // volume can no longer be reached from the node, whatever its pods do.
 func (c *Controller) releaseVolumesInUse(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
 	if fr == nil {
+		return nil
+	}
+	// The cache decides whether to look: a dead node's list does not grow,
+	// and every pass over every dead node must not cost a live read.
+	if cached, err := c.nodes.Get(nodeName); err == nil && !slices.ContainsFunc(cached.Status.VolumesInUse, func(u v1.UniqueVolumeName) bool {
+		return fencedUnique(fr, string(u))
+	}) {
 		return nil
 	}
 	return c.updateNodeStatus(ctx, nodeName, func(n *v1.Node) bool {
