@@ -208,3 +208,91 @@ func TestRecordSurvivesDeletions(t *testing.T) {
 	}
 	expectNoViolations(t)
 }
+
+// A rolling update of the controller role during a failover: two replicas;
+// the leader is terminated (SIGTERM, as the kubelet does) while its fence RPC
+// is in flight. The other replica takes the one Lease, and with it both the
+// attacher and the failover, fences again (idempotent) and finishes the
+// failover; when the node returns it is cleaned and released.
+func TestRollingUpdateDuringFailover(t *testing.T) {
+	ctx := context.Background()
+	standby, standbyAddr, err := product.StartStandbyAttacher(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if product.Attacher != standby {
+			standby.Stop(10 * time.Second)
+		}
+	}()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "ru", 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := env.Volumes[0]
+	store := faults.NewStore(product.StateDir)
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: 5 * time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	defer store.Clear()
+	if err := cluster.ShutDown(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	product.Nodes[victim].PowerOff()
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	if err := framework.WaitFor(ctx, 120*time.Second, "the leader's fence of "+vol+" in flight", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, victim)
+		if err != nil {
+			return false, nil
+		}
+		e := fencerecord.Find(fr, framework.DriverName, vol)
+		return e != nil && e.StartedTime != nil && e.FencedTime == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// One Lease: until now the standby has done nothing (a replica that
+	// attached or fenced beside the leader would be two controllers).
+	if leading, err := framework.Leading(ctx, standbyAddr); err != nil || leading {
+		t.Fatalf("the standby replica leads beside the leader: %v, %v", leading, err)
+	}
+	product.Attacher.Stop(30 * time.Second)
+	product.Attacher = standby
+	if err := framework.WaitFor(ctx, 60*time.Second, "the standby holding the Lease", func(ctx context.Context) (bool, error) {
+		return framework.Leading(ctx, standbyAddr)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leader terminated with a fence in flight; the standby takes over")
+
+	if _, err := env.WaitAttached(ctx, 0, victim, 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := frs.Get(ctx, victim)
+	if err != nil || !fencerecord.IsFenced(fr, framework.DriverName, vol) {
+		t.Fatalf("the volume moved without a confirmed fence on %s: %v, %v", victim, fr, err)
+	}
+	if err := cluster.BringBack(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	product.Nodes[victim].PowerOff()
+	if err := product.PowerOn(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 120*time.Second, "the node cleaned and released", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, victim)
+		if err != nil {
+			return false, nil
+		}
+		return fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitTaint(ctx, victim, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule, false, 60*time.Second); err != nil {
+		t.Error(err)
+	}
+	expectNoViolations(t)
+}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -128,6 +130,45 @@ func (p *Product) StartAttacher(ctx context.Context) error {
 	var err error
 	p.Attacher, _, err = p.c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second, p.attacherArgs)
 	return err
+}
+
+// StartStandbyAttacher starts a second replica of csi-fence-attacher
+// (controller role) with StartProduct's flags: it waits for the leader's
+// Lease, as the new pod of a rolling update does.
+//
+// Like a pod, it runs in a UTS namespace of its own with a hostname of its
+// own: leader election (csi-lib-utils) tells replicas apart by hostname, and
+// two processes of one host would both believe they hold the Lease.
+func (p *Product) StartStandbyAttacher(ctx context.Context) (proc *Process, httpAddr string, err error) {
+	const name = "csi-fence-attacher-standby"
+	bin := filepath.Join(p.BinDir, "csi-fence-attacher")
+	return p.c.startServer(ctx, name, "unshare", "/metrics", 60*time.Second, func(addr string) []string {
+		return append([]string{"--uts", "sh", "-c", `hostname "$0" && exec "$@"`, name, bin}, p.attacherArgs(addr)...)
+	})
+}
+
+// Leading reports whether the csi-fence-attacher serving metrics at
+// httpAddr says it holds its leader-election Lease.
+func Leading(ctx context.Context, httpAddr string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return false, err
+	}
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer rsp.Body.Close()
+	b, err := io.ReadAll(rsp.Body)
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "leader_election_master_status{") && strings.HasSuffix(line, " 1") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // RestartAttacher kills csi-fence-attacher (controller role) and starts it
