@@ -30,20 +30,9 @@ import (
 // record, taints and conditions must all be gone.
 func TestControllerKilledMidFence(t *testing.T) {
 	ctx := context.Background()
-	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "km", 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vol := env.Volumes[0]
-	store := faults.NewStore(product.StateDir)
-	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: 20 * time.Second, Count: 1}); err != nil {
-		t.Fatal(err)
-	}
-	defer store.Clear()
+	env, victim, vol := failWithSlowFence(ctx, t, "km", 20*time.Second)
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	product.KillAttacher()
 	restarted := false
 	defer func() {
 		if !restarted {
@@ -52,38 +41,10 @@ func TestControllerKilledMidFence(t *testing.T) {
 			}
 		}
 	}()
-	if err := cluster.ShutDown(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	product.Nodes[victim].PowerOff()
-
-	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
-	if err := framework.WaitFor(ctx, 120*time.Second, "the intent to fence "+vol+" recorded, its RPC in flight", func(ctx context.Context) (bool, error) {
-		fr, err := frs.Get(ctx, victim)
-		if err != nil {
-			return false, nil
-		}
-		e := fencerecord.Find(fr, framework.DriverName, vol)
-		return e != nil && e.StartedTime != nil && e.FencedTime == nil && e.FenceError == "", nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	product.KillAttacher()
 	t.Logf("csi-fence-attacher killed with a fence of %s on %s in flight", vol, victim)
 
 	// The node comes back while the controller is down.
-	if err := cluster.BringBack(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	product.Nodes[victim].PowerOff()
-	if err := product.PowerOn(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitNodeReady(ctx, victim, true, 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// Let the slow fence land in the driver before the controller returns.
-	if err := store.Clear(); err != nil {
+	if err := env.PowerOn(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
 	if err := product.StartAttacher(ctx); err != nil {
@@ -177,11 +138,7 @@ func TestRecordSurvivesDeletions(t *testing.T) {
 	if err := cluster.CreateNode(ctx, victim, framework.DriverName); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	product.Nodes[victim].PowerOff()
-	if err := product.PowerOn(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitNodeReady(ctx, victim, true, 60*time.Second); err != nil {
+	if err := env.PowerOn(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
 	if err := framework.WaitFor(ctx, 120*time.Second, "the re-registered node's agent cleaning "+vol+", then the record gone", func(ctx context.Context) (bool, error) {
@@ -225,35 +182,8 @@ func TestRollingUpdateDuringFailover(t *testing.T) {
 			standby.Stop(10 * time.Second)
 		}
 	}()
-	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "ru", 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vol := env.Volumes[0]
-	store := faults.NewStore(product.StateDir)
-	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: 5 * time.Second, Count: 1}); err != nil {
-		t.Fatal(err)
-	}
-	defer store.Clear()
-	if err := cluster.ShutDown(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	product.Nodes[victim].PowerOff()
+	env, victim, vol := failWithSlowFence(ctx, t, "ru", 5*time.Second)
 	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
-	if err := framework.WaitFor(ctx, 120*time.Second, "the leader's fence of "+vol+" in flight", func(ctx context.Context) (bool, error) {
-		fr, err := frs.Get(ctx, victim)
-		if err != nil {
-			return false, nil
-		}
-		e := fencerecord.Find(fr, framework.DriverName, vol)
-		return e != nil && e.StartedTime != nil && e.FencedTime == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
 	// One Lease: until now the standby has done nothing (a replica that
 	// attached or fenced beside the leader would be two controllers).
 	if leading, err := framework.Leading(ctx, standbyAddr); err != nil || leading {
@@ -275,11 +205,7 @@ func TestRollingUpdateDuringFailover(t *testing.T) {
 	if err != nil || !fencerecord.IsFenced(fr, framework.DriverName, vol) {
 		t.Fatalf("the volume moved without a confirmed fence on %s: %v, %v", victim, fr, err)
 	}
-	if err := cluster.BringBack(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	product.Nodes[victim].PowerOff()
-	if err := product.PowerOn(ctx, victim); err != nil {
+	if err := env.PowerOn(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
 	if err := framework.WaitFor(ctx, 120*time.Second, "the node cleaned and released", func(ctx context.Context) (bool, error) {
@@ -295,4 +221,40 @@ func TestRollingUpdateDuringFailover(t *testing.T) {
 		t.Error(err)
 	}
 	expectNoViolations(t)
+}
+
+// failWithSlowFence runs prefix's StatefulSet of one replica on three nodes,
+// makes the driver's next ControllerUnpublishVolume take latency, powers off
+// the replica's node and returns once the fence of its volume is in flight:
+// its intent recorded, no outcome yet.
+func failWithSlowFence(ctx context.Context, t *testing.T, prefix string, latency time.Duration) (env *scenario.Env, victim, vol string) {
+	t.Helper()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, prefix, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if victim, err = env.WaitAttached(ctx, 0, "", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	vol = env.Volumes[0]
+	store := faults.NewStore(product.StateDir)
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Clear() })
+	if err := env.PowerOff(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	if err := framework.WaitFor(ctx, 120*time.Second, "the intent to fence "+vol+" recorded, its RPC in flight", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, victim)
+		if err != nil {
+			return false, nil
+		}
+		e := fencerecord.Find(fr, framework.DriverName, vol)
+		return e != nil && e.StartedTime != nil && e.FencedTime == nil && e.FenceError == "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return env, victim, vol
 }

@@ -87,10 +87,9 @@ func TestStormGuardTwoNodesAtOnce(t *testing.T) {
 		}
 	}()
 	for _, v := range victims {
-		if err := cluster.ShutDown(ctx, v); err != nil {
+		if err := env.PowerOff(ctx, v); err != nil {
 			t.Fatal(err)
 		}
-		product.Nodes[v].PowerOff()
 	}
 	// One of the two fails over; which one is the guard's choice.
 	var first, second string
@@ -129,11 +128,7 @@ func TestStormGuardTwoNodesAtOnce(t *testing.T) {
 		t.Fatalf("%s quarantined while %s is", second, first)
 	}
 	// The first node comes back and is released: the second is fenced now.
-	if err := cluster.BringBack(ctx, first); err != nil {
-		t.Fatal(err)
-	}
-	product.Nodes[first].PowerOff()
-	if err := product.PowerOn(ctx, first); err != nil {
+	if err := env.PowerOn(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.WaitTaint(ctx, first, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule, false, 120*time.Second); err != nil {
@@ -146,11 +141,7 @@ func TestStormGuardTwoNodesAtOnce(t *testing.T) {
 	if _, err := env.WaitAttached(ctx, idx, second, 120*time.Second); err != nil {
 		t.Fatalf("the deferred node was not fenced once a slot was free: %v", err)
 	}
-	if err := cluster.BringBack(ctx, second); err != nil {
-		t.Fatal(err)
-	}
-	product.Nodes[second].PowerOff()
-	if err := product.PowerOn(ctx, second); err != nil {
+	if err := env.PowerOn(ctx, second); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.WaitTaint(ctx, second, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule, false, 120*time.Second); err != nil {

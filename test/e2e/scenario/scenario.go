@@ -221,6 +221,30 @@ type FailoverOptions struct {
 	Return bool
 }
 
+// PowerOff cuts a node's power: its heartbeat stops (it turns NotReady)
+// and everything that ran on it stops at once.
+func (e *Env) PowerOff(ctx context.Context, node string) error {
+	if err := e.C.ShutDown(ctx, node); err != nil {
+		return err
+	}
+	e.P.Nodes[node].PowerOff()
+	return nil
+}
+
+// PowerOn boots a node that was powered off or cut off: its heartbeat
+// resumes and its kubelet, node agent and plugin start again, as after a
+// reboot; it returns once the node is Ready.
+func (e *Env) PowerOn(ctx context.Context, node string) error {
+	if err := e.C.BringBack(ctx, node); err != nil {
+		return err
+	}
+	e.P.Nodes[node].PowerOff()
+	if err := e.P.PowerOn(ctx, node); err != nil {
+		return err
+	}
+	return e.C.WaitNodeReady(ctx, node, true, 60*time.Second)
+}
+
 // Failover fails the node of replica 0 and follows the failover to its end,
 // recording milestones in rec.
 func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts FailoverOptions) error {
