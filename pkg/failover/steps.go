@@ -2,8 +2,10 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -409,17 +412,7 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	}); err != nil {
 		return err
 	}
-	if err := c.updateNodeStatus(ctx, node.Name, func(n *v1.Node) bool {
-		var kept []v1.NodeCondition
-		for _, cond := range n.Status.Conditions {
-			if !isFencingCondition(string(cond.Type)) {
-				kept = append(kept, cond)
-			}
-		}
-		changed := len(kept) != len(n.Status.Conditions)
-		n.Status.Conditions = kept
-		return changed
-	}); err != nil {
+	if err := c.removeFencingConditions(ctx, node.Name); err != nil {
 		return err
 	}
 	if active {
@@ -462,34 +455,65 @@ func hasFencingCondition(n *v1.Node) bool {
 	return false
 }
 
-// setConditions sets node conditions of the Node Fencing KEP.
+// setConditions sets Node Fencing KEP conditions on the node by one
+// strategic-merge patch of status.conditions (merged by type), so that the
+// kubelet's and the node lifecycle controller's conditions are never written
+// back. A condition the cache shows as wanted already is not written again;
+// a condition whose status is unchanged keeps its transition time.
 func (c *Controller) setConditions(ctx context.Context, node string, want map[string]v1.ConditionStatus, reason, msg string) error {
-	return c.updateNodeStatus(ctx, node, func(n *v1.Node) bool {
-		changed := false
-		now := metav1.Now()
-		for t, s := range want {
-			found := false
-			for i := range n.Status.Conditions {
-				cond := &n.Status.Conditions[i]
-				if string(cond.Type) != t {
-					continue
+	cached, err := c.nodes.Get(node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	now := metav1.Now()
+	var conds []v1.NodeCondition
+	for _, t := range slices.Sorted(maps.Keys(want)) {
+		s := want[t]
+		var cur *v1.NodeCondition
+		if cached != nil {
+			for i := range cached.Status.Conditions {
+				if string(cached.Status.Conditions[i].Type) == t {
+					cur = &cached.Status.Conditions[i]
 				}
-				found = true
-				if cond.Status != s || cond.Reason != reason || cond.Message != msg {
-					if cond.Status != s {
-						cond.LastTransitionTime = now
-					}
-					cond.Status, cond.Reason, cond.Message, cond.LastHeartbeatTime = s, reason, msg, now
-					changed = true
-				}
-			}
-			if !found {
-				n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: v1.NodeConditionType(t), Status: s, Reason: reason, Message: msg, LastTransitionTime: now, LastHeartbeatTime: now})
-				changed = true
 			}
 		}
-		return changed
-	})
+		if cur != nil && cur.Status == s && cur.Reason == reason && cur.Message == msg {
+			continue
+		}
+		transition := now
+		if cur != nil && cur.Status == s {
+			transition = cur.LastTransitionTime
+		}
+		conds = append(conds, v1.NodeCondition{Type: v1.NodeConditionType(t), Status: s, Reason: reason, Message: msg,
+			LastTransitionTime: transition, LastHeartbeatTime: now})
+	}
+	if len(conds) == 0 {
+		return nil
+	}
+	return c.patchConditions(ctx, node, conds)
+}
+
+// removeFencingConditions deletes the Node Fencing KEP's conditions from the
+// node, by one strategic-merge patch (a condition that is not there is no
+// error), whatever the cache shows.
+func (c *Controller) removeFencingConditions(ctx context.Context, node string) error {
+	var del []map[string]string
+	for _, t := range []string{contract.ConditionFencingTriaged, contract.ConditionFencingRequired, contract.ConditionFencingComplete} {
+		del = append(del, map[string]string{"type": t, "$patch": "delete"})
+	}
+	return c.patchConditions(ctx, node, del)
+}
+
+func (c *Controller) patchConditions(ctx context.Context, node string, conds interface{}) error {
+	patch, err := json.Marshal(map[string]interface{}{"status": map[string]interface{}{"conditions": conds}})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patching the fencing conditions of node %s: %w", node, err)
+	}
+	return nil
 }
 
 func (c *Controller) updateNode(ctx context.Context, name string, mutate func(*v1.Node) bool) error {
