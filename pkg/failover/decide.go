@@ -8,9 +8,13 @@
 // back and cleaned.
 //
 // One failover, in order: sync (controller.go) reads the node, decides with
-// the pure functions of this file, then runs the steps of steps.go:
-// quarantine -> fence -> force-delete -> release volumesInUse; and, when the
-// node is back, release.
+// the pure functions of this file and of pkg/podgc, then runs the steps of
+// steps.go: live read of the node -> storm guard admission (stormguard.go)
+// -> quarantine taint -> write-ahead fence (pkg/fencerecord) -> force-delete
+// (pkg/podgc) -> release volumesInUse -> Node Fencing signals; and, when the
+// node is back and its node agent has cleaned every recorded volume,
+// release. Each step is derived from the API state, so a restart between
+// any two resumes where the last one stopped.
 package failover
 
 import (
