@@ -314,6 +314,7 @@ func (h *CSIHandler) csiDetach(ctx context.Context, va *storagev1.VolumeAttachme
 		// A fence that cannot be recorded would quarantine the volume
 		// with nothing to lift it (S8): detach as external-attacher does.
 		fence = false
+		unfencedDetaches.WithLabelValues(h.DriverName, reason).Inc()
 		logger.Info("Non-graceful detach, but the FencingRequest record is unavailable: unpublishing without fence",
 			"volume", handle, "node", va.Spec.NodeName, "reason", reason)
 		h.Recorder.Eventf(va, v1.EventTypeWarning, EventReasonFenceFailed,

@@ -704,7 +704,11 @@ func TestDetachFenceFailures(t *testing.T) {
 			syncVA:    "va1",
 			actions:   []string{"patch volumeattachments va1", "patch volumeattachments/status va1"},
 			events:    []string{"Warning FenceFailed Volume vol-1 detached from node node-1 (node-not-ready) without a fence"},
-			check:     expectVA("va1", isDetached),
+			metricDeltas: map[string]float64{
+				"unfenced_detaches_total/node-not-ready":  1,
+				"fenced_unpublishes_total/node-not-ready": 0,
+			},
+			check: expectVA("va1", isDetached),
 		},
 	})
 }

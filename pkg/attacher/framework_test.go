@@ -640,6 +640,7 @@ var fenceMetrics = map[string]*metrics.CounterVec{
 	"fenced_unpublishes_total":      fencedUnpublishes,
 	"fenced_unpublish_errors_total": fencedUnpublishErrors,
 	"forced_detaches_total":         forcedDetaches,
+	"unfenced_detaches_total":       unfencedDetaches,
 }
 
 func metricValues(t *testing.T, keys map[string]float64) map[string]float64 {

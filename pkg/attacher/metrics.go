@@ -21,6 +21,11 @@ var (
 		Help:           "Number of ControllerUnpublishVolume calls with fence=true that failed or were refused by the driver, by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
+	unfencedDetaches = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "unfenced_detaches_total",
+		Help:           "Number of non-graceful detaches unpublished without fence=true although the driver can fence, because the fence could not be recorded (no FencingRequest API), by driver and reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"driver_name", "reason"})
 	forcedDetaches = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "forced_detaches_total",
 		Help:           "Number of VolumeAttachments detached with fence=true (a non-graceful detach, KEP-2268's forced detach), by driver and reason.",
@@ -34,6 +39,6 @@ var (
 // It is idempotent; NewCSIHandler calls it.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(fencedUnpublishes, fencedUnpublishErrors, forcedDetaches)
+		legacyregistry.MustRegister(fencedUnpublishes, fencedUnpublishErrors, unfencedDetaches, forcedDetaches)
 	})
 }
