@@ -70,10 +70,8 @@ type Controller struct {
 	recorder record.EventRecorder
 
 	nodes    corelisters.NodeLister
-	pods     corelisters.PodLister
 	pvcs     corelisters.PersistentVolumeClaimLister
 	pvs      corelisters.PersistentVolumeLister
-	vas      storagelisters.VolumeAttachmentLister
 	drivers  storagelisters.CSIDriverLister
 	csinodes storagelisters.CSINodeLister
 	frs      fencingv1alpha1.Lister
@@ -152,9 +150,9 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	}
 	c := &Controller{
 		opts: opts, client: client, frClient: frClient, csi: csi, recorder: recorder,
-		nodes: f.Core().V1().Nodes().Lister(), pods: f.Core().V1().Pods().Lister(),
-		pvcs: f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
-		vas: f.Storage().V1().VolumeAttachments().Lister(), drivers: f.Storage().V1().CSIDrivers().Lister(),
+		nodes: f.Core().V1().Nodes().Lister(),
+		pvcs:  f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
+		drivers:  f.Storage().V1().CSIDrivers().Lister(),
 		csinodes: f.Storage().V1().CSINodes().Lister(),
 		factory:  f, dfactory: dyn,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
@@ -99,7 +100,6 @@ func (f *fakeCSI) Detach(_ context.Context, volumeID, nodeID string, _ map[strin
 }
 
 func objects(nodeReady v1.ConditionStatus, podTerminating bool) []runtime.Object {
-	now := metav1.Now()
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{
 		Conditions:   []v1.NodeCondition{{Type: v1.NodeReady, Status: nodeReady}},
 		VolumesInUse: []v1.UniqueVolumeName{"kubernetes.io/csi/" + driver + "^h1"},
@@ -109,20 +109,37 @@ func objects(nodeReady v1.ConditionStatus, podTerminating bool) []runtime.Object
 	for _, n := range []string{"n3", "n4"} {
 		others = append(others, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}})
 	}
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{NodeName: "n1", Volumes: []v1.Volume{pvcVol("data")}}}
-	if podTerminating {
-		pod.DeletionTimestamp = &now
-	}
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv1"}}
-	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
-		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "h1"}},
-	}}
 	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver, Annotations: map[string]string{contract.SafeDetachAnnotation: "true"}}}
-	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1", Annotations: map[string]string{contract.NodeIDAnnotation: "n1-id"}},
-		Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv1")}},
+	db := volumeUser{node: "n1", driver: driver, pod: "db-0", uid: "u1", claim: "data", pv: "pv1", handle: "h1", va: "va1", nodeID: "n1-id", terminating: podTerminating}
+	return append(append([]runtime.Object{node, healthy, csiDriver}, db.objects()...), others...)
+}
+
+// volumeUser is a pod on a node using one ReadWriteOnce CSI volume of a
+// driver, through its claim, bound PV and VolumeAttachment on that node.
+type volumeUser struct {
+	node, driver, pod, uid, claim, pv, handle, va string
+	nodeID                                        string // the VA's CSI node ID annotation, if any
+	terminating                                   bool
+}
+
+func (u volumeUser) objects() []runtime.Object {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: u.pod, Namespace: "ns", UID: types.UID(u.uid)},
+		Spec: v1.PodSpec{NodeName: u.node, Volumes: []v1.Volume{pvcVol(u.claim)}}}
+	if u.terminating {
+		pod.DeletionTimestamp = ptr.To(metav1.Now())
+	}
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: u.claim, Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: u.pv}}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: u.pv}, Spec: v1.PersistentVolumeSpec{
+		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: u.driver, VolumeHandle: u.handle}},
+	}}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: u.va},
+		Spec:   storagev1.VolumeAttachmentSpec{Attacher: u.driver, NodeName: u.node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(u.pv)}},
 		Status: storagev1.VolumeAttachmentStatus{Attached: true}}
-	return append([]runtime.Object{node, healthy, pod, pvc, pv, csiDriver, va}, others...)
+	if u.nodeID != "" {
+		va.Annotations = map[string]string{contract.NodeIDAnnotation: u.nodeID}
+	}
+	return []runtime.Object{pod, pvc, pv, va}
 }
 
 type env struct {

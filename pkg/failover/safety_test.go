@@ -19,12 +19,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
-	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -145,18 +143,9 @@ func TestTimedOutFenceStaysRecorded(t *testing.T) {
 // Terminating pod; that driver's sidecar never fences it.
 func twoDrivers(objs []runtime.Object) []runtime.Object {
 	const other = "other.csi-fence.io"
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns", UID: "u2", DeletionTimestamp: ptr.To(metav1.Now())},
-		Spec: v1.PodSpec{NodeName: "n1", Volumes: []v1.Volume{pvcVol("data2")}}}
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data2", Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv2"}}
-	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv2"}, Spec: v1.PersistentVolumeSpec{
-		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: other, VolumeHandle: "h2"}},
-	}}
 	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: other, Annotations: map[string]string{contract.SafeDetachAnnotation: "true"}}}
-	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va2", Annotations: map[string]string{contract.NodeIDAnnotation: "n1-other"}},
-		Spec:   storagev1.VolumeAttachmentSpec{Attacher: other, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv2")}},
-		Status: storagev1.VolumeAttachmentStatus{Attached: true}}
-	return append(objs, pod, pvc, pv, csiDriver, va)
+	web := volumeUser{node: "n1", driver: other, pod: "web-0", uid: "u2", claim: "data2", pv: "pv2", handle: "h2", va: "va2", nodeID: "n1-other", terminating: true}
+	return append(append(objs, csiDriver), web.objects()...)
 }
 
 // S9, hole 2: one driver's fence is not the node's. FencingComplete must not
@@ -252,38 +241,42 @@ func TestQuarantineWithoutRecordIsKept(t *testing.T) {
 	}
 }
 
-// S3, hole 4: a node that comes back while its fence is in flight keeps its
-// pods: the force-delete reads the node live, not from the sync's snapshot.
-func TestNodeBackDuringFenceDeletesNoPod(t *testing.T) {
-	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
-	e.csi.hook = func() { e.setReady(t, "n1", v1.ConditionTrue) }
-	_ = e.sync(t)
-	if e.csi.fenced("h1") != 1 {
-		t.Fatalf("no fence: %v", e.steps.log)
+// S3/S4, hole 4: storage is fenced but no pod is force-deleted when the node
+// is Ready by a live read at the moment of deletion: a node that comes back
+// while its fence is in flight (the force-delete reads it live, not from the
+// sync's snapshot), or a Ready node fenced on an admin's manual request
+// (even its Terminating pods are left to their kubelet).
+func TestFencedButNoPodDeletedOnReadyNode(t *testing.T) {
+	tests := []struct {
+		name  string
+		ready v1.ConditionStatus
+		setup func(t *testing.T, e *env)
+	}{
+		{"node back during the fence", v1.ConditionUnknown, func(t *testing.T, e *env) {
+			e.csi.hook = func() { e.setReady(t, "n1", v1.ConditionTrue) }
+		}},
+		{"manual request on a Ready node", v1.ConditionTrue, func(t *testing.T, e *env) {
+			if _, err := e.fr.Create(context.Background(), &fencingv1alpha1.FencingRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+				Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginManual},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			e.restart(t)
+		}},
 	}
-	if e.steps.index("delete db-0") >= 0 {
-		t.Fatalf("pod force-deleted on a node that is Ready: %v", e.steps.log)
-	}
-}
-
-// S3/S4: a manual request fences a Ready node's storage; it deletes no pod,
-// not even a Terminating one (its kubelet will finish it gracefully).
-func TestManualRequestOnReadyNodeDeletesNoPod(t *testing.T) {
-	e := newEnv(t, objects(v1.ConditionTrue, true), true)
-	_, ctx := ktesting.NewTestContext(t)
-	if _, err := e.fr.Create(ctx, &fencingv1alpha1.FencingRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-		Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginManual},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	e.restart(t)
-	_ = e.sync(t)
-	if e.csi.fenced("h1") != 1 {
-		t.Fatalf("manual request did not fence: %v", e.steps.log)
-	}
-	if e.steps.index("delete db-0") >= 0 {
-		t.Fatalf("pod force-deleted on a Ready node: %v", e.steps.log)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, objects(tc.ready, true), true)
+			tc.setup(t, e)
+			_ = e.sync(t)
+			if e.csi.fenced("h1") != 1 {
+				t.Fatalf("not fenced: %v", e.steps.log)
+			}
+			if e.steps.index("delete db-0") >= 0 {
+				t.Fatalf("pod force-deleted on a Ready node: %v", e.steps.log)
+			}
+		})
 	}
 }
 
@@ -322,18 +315,8 @@ func failing(objs []runtime.Object, names ...string) []runtime.Object {
 				n.Status.Conditions[0].Status = v1.ConditionUnknown
 			}
 		}
-		claim, pvName, handle := "data-"+name, "pv-"+name, "h-"+name
-		objs = append(objs,
-			&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-" + name, Namespace: "ns", UID: types.UID("u-" + name), DeletionTimestamp: ptr.To(metav1.Now())},
-				Spec: v1.PodSpec{NodeName: name, Volumes: []v1.Volume{pvcVol(claim)}}},
-			&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: pvName}},
-			&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: v1.PersistentVolumeSpec{
-				AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}},
-			}},
-			&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-" + name},
-				Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: name, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pvName)}},
-				Status: storagev1.VolumeAttachmentStatus{Attached: true}})
+		db := volumeUser{node: name, driver: driver, pod: "db-" + name, uid: "u-" + name, claim: "data-" + name, pv: "pv-" + name, handle: "h-" + name, va: "va-" + name, terminating: true}
+		objs = append(objs, db.objects()...)
 	}
 	return objs
 }

@@ -383,29 +383,29 @@ func summarizeErrors(fr *fencingv1alpha1.FencingRequest) {
 // cleaned up. It reads the request live; it does nothing while anything is
 // pending or when the request is gone.
 func RemoveFinalizer(ctx context.Context, c Client, nodeName string) error {
-	return retryOnConflict(func() error {
-		fr, err := c.Get(ctx, nodeName)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return modifyExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, _ metav1.Time) bool {
 		if Pending(fr) || !slices.Contains(fr.Finalizers, contract.RecordFinalizer) {
-			return nil
+			return false
 		}
-		fr = fr.DeepCopy()
 		fr.Finalizers = slices.DeleteFunc(fr.Finalizers, func(f string) bool { return f == contract.RecordFinalizer })
-		_, err = c.Update(ctx, fr)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
+		return true
+	}, func(fr *fencingv1alpha1.FencingRequest) error {
+		_, err := c.Update(ctx, fr)
 		return err
 	})
 }
 
 // updateExisting is update for writers that must not create a request.
 func updateExisting(ctx context.Context, c Client, nodeName string, mutate mutation) error {
+	return modifyExisting(ctx, c, nodeName, mutate, func(fr *fencingv1alpha1.FencingRequest) error {
+		return updateStatus(ctx, c, fr)
+	})
+}
+
+// modifyExisting applies mutate to a fresh copy of the node's request and
+// writes it with write, retrying on conflicts; a request that is gone (or
+// goes meanwhile) is left gone.
+func modifyExisting(ctx context.Context, c Client, nodeName string, mutate mutation, write func(*fencingv1alpha1.FencingRequest) error) error {
 	return retryOnConflict(func() error {
 		fr, err := c.Get(ctx, nodeName)
 		if apierrors.IsNotFound(err) {
@@ -418,7 +418,10 @@ func updateExisting(ctx context.Context, c Client, nodeName string, mutate mutat
 		if !mutate(fr, metav1.Now()) {
 			return nil
 		}
-		return updateStatus(ctx, c, fr)
+		if err := write(fr); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		return nil
 	})
 }
 
