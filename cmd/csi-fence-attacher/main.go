@@ -152,16 +152,21 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 		if err != nil {
 			return err
 		}
+		electionClient, err := kubernetes.NewForConfig(env.restConfig)
+		if err != nil {
+			return err
+		}
 		runFailover, err := sidecar.NewFailover(ctx, sidecar.FailoverDeps{
-			DriverName: env.driverName,
-			CanFence:   fence.ControllerCanFence(env.controllerCaps),
-			SafeDetach: fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
-			Options:    opts,
-			Failover:   failoverOpts,
-			Client:     failoverClient,
-			Dynamic:    failoverDynamic,
-			Informers:  factory,
-			CSI:        csiclient.New(env.conn, int32(opts.MaxEntries)),
+			DriverName:     env.driverName,
+			CanFence:       fence.ControllerCanFence(env.controllerCaps),
+			SafeDetach:     fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
+			Options:        opts,
+			Failover:       failoverOpts,
+			Client:         failoverClient,
+			Dynamic:        failoverDynamic,
+			ElectionClient: electionClient,
+			Informers:      factory,
+			CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
 		})
 		if err != nil {
 			return err

@@ -59,6 +59,9 @@ type Options struct {
 	// node.kubernetes.io/fencingtriaged:PreferNoSchedule and
 	// node.kubernetes.io/fencingrequired:NoSchedule with the conditions.
 	FencingTaints bool
+	// Election is how this controller runs for ownership of node-level
+	// state; no Identity: it owns it alone (a single controller).
+	Election ElectionConfig
 }
 
 // Controller is the failover controller of one driver.
@@ -83,6 +86,13 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	pgc   *podgc.GC
 	guard *stormGuard
+	// owner says whether this controller writes node-level state now;
+	// election runs for it (nil: always the owner).
+	owner    Owner
+	election *leaseOwner
+	// registry: what the other drivers can do.
+	registry   *registry
+	regFactory informers.SharedInformerFactory
 	// eligible remembers when each pod was first seen eligible, for the
 	// failover duration metric; shared by the workers.
 	eligible eligibleSince
@@ -158,9 +168,27 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-failover"}),
-		pgc:   &podgc.GC{Client: client, Recorder: recorder},
-		guard: &stormGuard{client: client, namespace: opts.StormGuardNamespace},
+		pgc:        &podgc.GC{Client: client, Recorder: recorder},
+		guard:      &stormGuard{client: client, namespace: opts.StormGuardNamespace},
+		owner:      AlwaysOwner{},
+		registry:   &registry{client: client, namespace: opts.StormGuardNamespace},
+		regFactory: newRegistryInformers(client, opts.StormGuardNamespace, opts.Resync),
 	}
+	if opts.Election.Identity != "" {
+		c.election = &leaseOwner{}
+		c.owner = c.election
+	}
+	leases := c.regFactory.Coordination().V1().Leases()
+	c.registry.leases = leases.Lister().Leases(opts.StormGuardNamespace)
+	// A driver registering (or changing what it can) may make pods on any
+	// node able to fail over.
+	if _, err := leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(interface{}) { c.enqueueAll() },
+		UpdateFunc: func(interface{}, interface{}) { c.enqueueAll() },
+	}); err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, leases.Informer().HasSynced)
 	if _, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(o interface{}) {
 			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
@@ -278,12 +306,20 @@ func addIndexers(inf cache.SharedIndexInformer, idx cache.Indexers) error {
 func (c *Controller) Run(ctx context.Context, workers int) {
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	c.factory.Start(ctx.Done())
-	c.dfactory.Start(ctx.Done())
-	if !cache.WaitForNamedCacheSync("csi-fence-failover", ctx.Done(), c.synced...) {
+	if !c.startInformers(ctx) {
 		return
 	}
 	logger.Info("Starting failover controller", "driver", c.opts.DriverName, "safeDetach", c.opts.SafeDetach, "canFence", c.opts.CanFence)
+	// Tell the owner of node-level state, whichever driver's it is, what
+	// this driver can do. Without it (no RBAC) another driver's owner
+	// fails over no pod with a volume of this driver: safe, and said here.
+	if err := c.registry.register(ctx, c.opts.DriverName, c.opts.Election.Identity, c.opts.CanFence); err != nil {
+		logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
+			"lease", RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
+	}
+	if c.election != nil {
+		go c.election.runElection(ctx, c.opts.Election, c.enqueueAll)
+	}
 	for i := 0; i < workers; i++ {
 		go wait.UntilWithContext(ctx, c.worker, 0)
 	}
@@ -292,11 +328,24 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 }
 
+// startInformers starts the informers and waits for their caches.
+func (c *Controller) startInformers(ctx context.Context) bool {
+	c.factory.Start(ctx.Done())
+	c.dfactory.Start(ctx.Done())
+	c.regFactory.Start(ctx.Done())
+	return cache.WaitForNamedCacheSync("csi-fence-failover", ctx.Done(), c.synced...)
+}
+
 // resync queues every node and every node with a record again, except those
 // waiting out their backoff after a failed sync: they come back when it
 // ends, and a periodic pass must not turn a failing node into a fixed-rate
 // retry.
 func (c *Controller) resync(context.Context) {
+	c.enqueueAll()
+}
+
+// enqueueAll queues every node and every node with a record (see resync).
+func (c *Controller) enqueueAll() {
 	add := func(node string) {
 		if c.queue.NumRequeues(node) == 0 {
 			c.queue.Add(node)
@@ -337,15 +386,22 @@ func (c *Controller) worker(ctx context.Context) {
 // sync is one pass over one node: see the package doc for the order. Every
 // step is derived from the API state (node, record, pods, attachments), not
 // from what a previous pass did, so a restart between any two steps resumes
-// where the last one stopped.
+// where the last one stopped. Node-level steps (triage, admission,
+// quarantine, pod GC, volumesInUse, signals, release) are taken only by the
+// owner of node-level state; every driver's controller fences its own
+// driver's attachments once the owner has quarantined the node.
 func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	logger := klog.FromContext(ctx)
+	owner := c.owner.IsOwner()
 	fr, err := c.frs.Get(nodeName)
 	if err != nil {
 		return err
 	}
 	node, err := c.nodes.Get(nodeName)
 	if apierrors.IsNotFound(err) {
+		if !owner {
+			return nil
+		}
 		return c.nodeGone(ctx, nodeName, fr)
 	}
 	if err != nil {
@@ -357,6 +413,9 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		return err
 	}
 	if ready && !manual {
+		if !owner {
+			return nil
+		}
 		return c.release(ctx, node, fr)
 	}
 	// Everything below changes what happens to pods: behind the
@@ -369,7 +428,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if err != nil {
 		return err
 	}
-	if !ready {
+	if !ready && owner {
 		// KEP-2268's out-of-service taint and the Node Fencing KEP's
 		// FencingComplete, whoever set them.
 		for _, p := range pods {
@@ -380,44 +439,18 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 				c.forceDelete(ctx, p, podgc.ReasonFencingComplete)
 			}
 		}
-		if IsControlPlane(node) && !manual {
-			return nil
-		}
 	}
-	// Which Terminating pods fail over once their volumes are fenced, and
-	// which volumes stay with a pod that stays on the node?
-	var candidates []candidate
-	staying := map[string]bool{}
-	for _, p := range pods {
-		vols, err := podgc.Volumes(p, c.resolve(p.Namespace))
-		if p.DeletionTimestamp == nil {
-			for _, v := range vols {
-				staying[v.Driver+"^"+v.VolumeHandle] = true
-			}
-			continue
-		}
-		if err != nil {
-			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", err)
-			continue
-		}
-		if ok, why := podgc.SafeDetach(p, vols, c.safeDetach, func(podgc.Volume) bool { return true }); !ok {
-			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
-			continue
-		}
-		if !slices.ContainsFunc(vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName }) {
-			continue // another driver's business
-		}
-		if !c.opts.CanFence {
-			logger.V(4).Info("Pod cannot fail over by SafeDetach: the driver does not advertise UNPUBLISH_FENCE", "pod", klog.KObj(p))
-			continue
-		}
-		candidates = append(candidates, candidate{pod: p, vols: vols})
-		c.eligible.seen(p)
+	if !ready && IsControlPlane(node) && !manual {
+		return nil
 	}
-	// A record of ours not settled yet (a fence intended, a restart since)
-	// is finished whatever the pods do now.
-	if len(candidates) == 0 && !manual && !unsettled(fr, c.opts.DriverName) {
-		if ready {
+	candidates, staying := c.candidates(ctx, pods)
+	ours := slices.ContainsFunc(candidates, func(cand candidate) bool {
+		return slices.ContainsFunc(cand.vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName })
+	})
+	// A record not settled yet (a fence intended, a restart since) is
+	// finished whatever the pods do now.
+	if len(candidates) == 0 && !manual && !unsettled(fr, "") {
+		if ready || !owner {
 			return nil
 		}
 		// The Node Fencing KEP's timeline: triaged as soon as the node is
@@ -437,16 +470,31 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		}
 		aliveChecked = time.Now()
 	}
-	if err := c.admit(ctx, node); err != nil {
-		return err
-	}
-	// 1. Quarantine first.
-	if err := c.addQuarantineTaint(ctx, node); err != nil {
-		return err
+	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
+	if owner {
+		if err := c.admit(ctx, node); err != nil {
+			return err
+		}
+		// 1. Quarantine first.
+		if err := c.addQuarantineTaint(ctx, node); err != nil {
+			return err
+		}
+		quarantined = true
 	}
 	// 2. Fence every attachment of our driver on the node but those of
-	//    pods that stay, write-ahead.
-	fr, fenceErr := c.fenceNode(ctx, node, fr, staying, manual, aliveChecked)
+	//    pods that stay, write-ahead, once the node is quarantined (by
+	//    whichever controller owns it).
+	var fenceErr error
+	if quarantined && (ours || manual || unsettled(fr, c.opts.DriverName)) {
+		if !c.opts.CanFence {
+			logger.V(2).Info("Not fencing: the driver does not advertise UNPUBLISH_FENCE")
+		} else {
+			fr, fenceErr = c.fenceNode(ctx, node, fr, staying, manual, aliveChecked)
+		}
+	}
+	if !owner {
+		return fenceErr
+	}
 	// 3. The pod GC: each pod whose every volume is confirmed fenced goes,
 	//    if the node is still down by a live read (S3). A manual request on
 	//    a Ready node fences storage and deletes nothing.
@@ -469,10 +517,40 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	}
 	// 5. The Node Fencing KEP's signals, off the failover's critical path:
 	//    FencingRequired, and FencingComplete once the whole node is.
-	if err := c.signalFencing(ctx, node, fr, fenceErr == nil); err != nil {
+	if err := c.signalFencing(ctx, node, fr); err != nil {
 		return err
 	}
 	return fenceErr
+}
+
+// candidates returns the Terminating pods that fail over once their volumes
+// are fenced (every volume node-local or of a SafeDetach driver that can
+// fence, none RWX, at least one of them a CSI volume), and the volumes of
+// the pods that stay on the node, which are not fenced under them.
+func (c *Controller) candidates(ctx context.Context, pods []*v1.Pod) ([]candidate, map[string]bool) {
+	logger := klog.FromContext(ctx)
+	var out []candidate
+	staying := map[string]bool{}
+	for _, p := range pods {
+		vols, err := podgc.Volumes(p, c.resolve(p.Namespace))
+		if p.DeletionTimestamp == nil {
+			for _, v := range vols {
+				staying[v.Driver+"^"+v.VolumeHandle] = true
+			}
+			continue
+		}
+		if err != nil {
+			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", err)
+			continue
+		}
+		if ok, why := podgc.SafeDetach(p, vols, c.safeDetach, func(podgc.Volume) bool { return true }); !ok {
+			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
+			continue
+		}
+		out = append(out, candidate{pod: p, vols: vols})
+		c.eligible.seen(p)
+	}
+	return out, staying
 }
 
 // candidate is a Terminating pod that fails over once its volumes are fenced.
@@ -481,15 +559,15 @@ type candidate struct {
 	vols []podgc.Volume
 }
 
-// unsettled reports whether the record holds an entry of driver that is not
-// cleaned and whose fence is not confirmed: a fence was intended and its
-// outcome is unknown or failed, so it must be retried.
+// unsettled reports whether the record holds an entry of driver (any driver
+// if "") that is not cleaned and whose fence is not confirmed: a fence was
+// intended and its outcome is unknown or failed, so it must be retried.
 func unsettled(fr *fencingv1alpha1.FencingRequest, driver string) bool {
 	if fr == nil {
 		return false
 	}
 	for _, v := range fr.Status.Volumes {
-		if v.Driver == driver && v.CleanedTime == nil && v.FencedTime == nil {
+		if (driver == "" || v.Driver == driver) && v.CleanedTime == nil && v.FencedTime == nil {
 			return true
 		}
 	}
@@ -557,9 +635,18 @@ func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {
 	return out, nil
 }
 
+// safeDetach reports whether driver's volumes may fail over: its CSIDriver
+// is annotated SafeDetach and it can fence (this driver by its own
+// capabilities, another one by its registration).
 func (c *Controller) safeDetach(driver string) bool {
 	d, err := c.drivers.Get(driver)
-	return err == nil && d.Annotations[contract.SafeDetachAnnotation] == contract.SafeDetachTrue
+	if err != nil || d.Annotations[contract.SafeDetachAnnotation] != contract.SafeDetachTrue {
+		return false
+	}
+	if driver == c.opts.DriverName {
+		return c.opts.CanFence
+	}
+	return c.registry.canFence(driver)
 }
 
 func (c *Controller) resolve(namespace string) func(string) (*podgc.Volume, error) {

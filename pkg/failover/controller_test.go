@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -178,19 +178,22 @@ func newEnv(t *testing.T, objs []runtime.Object, safeDetach bool) *env {
 // start builds a controller on the env's API state and syncs its caches, as
 // a (re)started process would.
 func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool, tweak ...func(*Options)) *Controller {
+	return e.startOn(ctx, t, e.client, safeDetach, tweak...)
+}
+
+// startOn is start with another client on the same API state.
+func (e *env) startOn(ctx context.Context, t *testing.T, client kubernetes.Interface, safeDetach bool, tweak ...func(*Options)) *Controller {
 	opts := Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second, StormGuardNamespace: "kube-system",
 		MaxFencedNodePercent: 50, RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second, Resync: time.Hour}
 	for _, f := range tweak {
 		f(&opts)
 	}
 	c, err := New(opts,
-		e.client, informers.NewSharedInformerFactory(e.client, 0), dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0), e.fr, e.csi, record.NewFakeRecorder(100))
+		client, informers.NewSharedInformerFactory(client, 0), dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0), e.fr, e.csi, record.NewFakeRecorder(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.factory.Start(ctx.Done())
-	c.dfactory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+	if !c.startInformers(ctx) {
 		t.Fatal("caches did not sync")
 	}
 	return c

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
@@ -141,8 +142,11 @@ func TestTimedOutFenceStaysRecorded(t *testing.T) {
 
 // twoDrivers adds a second driver's volume on n1, used by a second
 // Terminating pod; that driver's sidecar never fences it.
+// otherDriver is the second driver on node n1 in the two-driver tests.
+const otherDriver = "other.csi-fence.io"
+
 func twoDrivers(objs []runtime.Object) []runtime.Object {
-	const other = "other.csi-fence.io"
+	const other = otherDriver
 	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: other, Annotations: map[string]string{contract.SafeDetachAnnotation: "true"}}}
 	web := volumeUser{node: "n1", driver: other, pod: "web-0", uid: "u2", claim: "data2", pv: "pv2", handle: "h2", va: "va2", nodeID: "n1-other", terminating: true}
 	return append(append(objs, csiDriver), web.objects()...)
@@ -185,6 +189,147 @@ func TestFencingCompleteMeansWholeNode(t *testing.T) {
 	}
 	if fr := e.record(t); fr.Status.Phase != fencingv1alpha1.PhaseFenced || fr.Status.ErrorMessage != "" {
 		t.Errorf("record phase %s, error %q; want Fenced, none", fr.Status.Phase, fr.Status.ErrorMessage)
+	}
+}
+
+// notOwner is a controller that does not own node-level state.
+type notOwner struct{}
+
+func (notOwner) IsOwner() bool { return false }
+
+// clientOn returns a client of its own (its own recorded actions) on the
+// API state of c.
+func clientOn(c *fake.Clientset) *fake.Clientset {
+	b := &fake.Clientset{}
+	b.AddReactor("*", "*", k8stesting.ObjectReaction(c.Tracker()))
+	b.AddWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := c.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		return err == nil, w, err
+	})
+	return b
+}
+
+// writes lists the write requests a client sent.
+func writes(c *fake.Clientset) []string {
+	var out []string
+	for _, a := range c.Actions() {
+		switch a.GetVerb() {
+		case "create", "update", "patch", "delete":
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
+		}
+	}
+	return out
+}
+
+// S9, hole 2: node-level state has one owner in the cluster whatever the
+// number of drivers. Another driver's controller writes no taint, condition,
+// admission or pod deletion; it fences its own attachments only once the
+// owner has quarantined the node, and records them per driver; the owner
+// fails over the pod of that driver once its volume is recorded fenced.
+func TestOneOwnerOfNodeLevelState(t *testing.T) {
+	e := newEnv(t, twoDrivers(objects(v1.ConditionUnknown, true)), true)
+	_, ctx := ktesting.NewTestContext(t)
+	b := clientOn(e.client)
+	other := e.startOn(ctx, t, b, true, func(o *Options) { o.DriverName = otherDriver })
+	other.owner = notOwner{}
+	if err := other.registry.register(ctx, otherDriver, "other-0", true); err != nil {
+		t.Fatal(err)
+	}
+	b.ClearActions()
+	if err := waitUntil(ctx, func() bool { return e.c.registry.canFence(otherDriver) }); err != nil {
+		t.Fatalf("the owner never saw the other driver's registration: %v", err)
+	}
+
+	// Before the owner quarantined the node, the other driver does nothing.
+	if err := other.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if w := writes(b); len(w) > 0 || e.csi.fenced("h2") > 0 {
+		t.Fatalf("a controller that does not own the node wrote %v and fenced h2 %d times before any quarantine", w, e.csi.fenced("h2"))
+	}
+	// The owner quarantines, fences its own volume and fails its pod over;
+	// the other driver's pod waits for its fence.
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.steps.index("quarantine") < 0 || e.steps.index("delete db-0") < 0 || e.steps.index("delete web-0") >= 0 {
+		t.Fatalf("owner's steps: %v", e.steps.log)
+	}
+	if podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+		t.Fatal("FencingComplete=True before the other driver fenced")
+	}
+	if err := waitUntil(ctx, func() bool {
+		n, err := other.nodes.Get("n1")
+		return err == nil && podgc.Taint(n, contract.QuarantineTaintKey) != nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if w := writes(b); len(w) > 0 {
+		t.Errorf("a controller that does not own the node wrote %v", w)
+	}
+	if e.csi.fenced("h2") != 1 || !fencerecord.IsFenced(e.record(t), otherDriver, "h2") {
+		t.Fatalf("the other driver did not fence and record its attachment once the node was quarantined: fenced %d, record %+v", e.csi.fenced("h2"), e.record(t).Status.Volumes)
+	}
+	if e.steps.index("delete web-0") >= 0 {
+		t.Fatalf("a controller that does not own the node deleted a pod: %v", e.steps.log)
+	}
+	// The owner: the whole node is fenced now.
+	if err := waitUntil(ctx, func() bool {
+		fr, err := e.c.frs.Get("n1")
+		return err == nil && fencerecord.IsFenced(fr, otherDriver, "h2")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.steps.index("delete web-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+		t.Errorf("the owner did not fail the other driver's pod over with every attachment fenced: %v", e.steps.log)
+	}
+}
+
+// The owner fails over a pod of another driver's volume only if that driver
+// registered that it can fence: a driver without this sidecar, or one that
+// cannot fence, never gets its node quarantined or its pods deleted for it.
+func TestOwnerTrustsOnlyRegisteredFencing(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		register   bool
+		canFence   bool
+		quarantine bool
+	}{
+		{name: "not registered"},
+		{name: "registered without UNPUBLISH_FENCE", register: true},
+		{name: "registered with UNPUBLISH_FENCE", register: true, canFence: true, quarantine: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Only the other driver's pod web-0 is Terminating.
+			e := newEnv(t, twoDrivers(objects(v1.ConditionUnknown, false)), true)
+			_, ctx := ktesting.NewTestContext(t)
+			if tc.register {
+				if err := e.c.registry.register(ctx, otherDriver, "other-0", tc.canFence); err != nil {
+					t.Fatal(err)
+				}
+				if err := waitUntil(ctx, func() bool {
+					_, err := e.c.registry.leases.Get(RegistrationLeaseName(otherDriver))
+					return err == nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.steps.index("quarantine") >= 0; got != tc.quarantine {
+				t.Errorf("quarantined: %v, want %v (steps %v)", got, tc.quarantine, e.steps.log)
+			}
+			if e.steps.index("delete web-0") >= 0 || e.csi.fenced("h1") > 0 {
+				t.Errorf("the owner deleted the pod or fenced a volume of a pod that stays: %v", e.steps.log)
+			}
+		})
 	}
 }
 

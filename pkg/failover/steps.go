@@ -29,7 +29,7 @@ import (
 // fencing: its optional taints, FencingTriaged and FencingRequired, and,
 // when every attachment of every driver on it is recorded fenced (S9),
 // FencingComplete and the request's phase Fenced.
-func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, fenced bool) error {
+func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
 	if err := c.fencingTaints(ctx, node.Name, true); err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fenci
 	if err != nil {
 		return err
 	}
-	whole := fenced && fr != nil && wholeNodeFenced(fr, vas, c.pvHandle)
+	whole := fr != nil && wholeNodeFenced(fr, vas, c.pvHandle)
 	if whole {
 		if err := c.markFenced(ctx, node.Name); err != nil {
 			return err

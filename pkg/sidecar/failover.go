@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/failover"
 )
@@ -63,7 +64,10 @@ type FailoverDeps struct {
 	Failover   *FailoverOptions
 	Client     kubernetes.Interface
 	Dynamic    dynamic.Interface
-	CSI        csiclient.Attacher
+	// ElectionClient runs for ownership of node-level fencing state: a
+	// client of its own, as csi-lib-utils gives leader election.
+	ElectionClient kubernetes.Interface
+	CSI            csiclient.Attacher
 	// Informers is the controller role's shared factory (NewInformerFactory);
 	// nil: one of its own.
 	Informers informers.SharedInformerFactory
@@ -102,11 +106,33 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		Resync:               failoverResync(d.Options),
 		FencingTaints:        d.Failover.FencingTaints,
 		FencingRequiredAfter: d.Failover.FencingRequiredAfter,
+		Election:             electionConfig(d.ElectionClient, d.DriverName, stormGuardNamespace(d.Failover.StormGuardNamespace)),
 	}, d.Client, factory, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) { c.Run(ctx, int(d.Options.WorkerThreads)) }, nil
+}
+
+// electionConfig is how this sidecar runs for ownership of node-level
+// fencing state (failover.NodeFencingLeaseName), with external-attacher's
+// --leader-election-* durations. Its identity names the host (the pod, as
+// csi-lib-utils' identity does) and the driver, since sidecars of two drivers
+// may share a host.
+func electionConfig(client kubernetes.Interface, driver, namespace string) failover.ElectionConfig {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	sc := standardflags.Configuration
+	return failover.ElectionConfig{
+		Client:        client,
+		Namespace:     namespace,
+		Identity:      host + "_" + contract.SanitizeDriverName(driver),
+		LeaseDuration: sc.LeaderElectionLeaseDuration,
+		RenewDeadline: sc.LeaderElectionRenewDeadline,
+		RetryPeriod:   sc.LeaderElectionRetryPeriod,
+	}
 }
 
 // failoverResync is how often every node is looked at again: time passing is

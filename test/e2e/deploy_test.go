@@ -63,6 +63,7 @@ func TestDeployExample(t *testing.T) {
 			{Verb: "delete", Resource: "pods", Namespace: "some-app"},
 			{Verb: "update", Group: "fencing.csi-fence.io", Resource: "fencingrequests", Subresource: "status"},
 			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "$NS"},
+			{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: "$NS"},
 		},
 		"node": {
 			{Verb: "watch", Group: "fencing.csi-fence.io", Resource: "fencingrequests"},

@@ -1,0 +1,97 @@
+package failover
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// NodeFencingLeaseName is the Lease whose holder owns node-level fencing
+// state cluster-wide (S9): the quarantine taint, the Node Fencing conditions
+// and taints, the storm guard's admissions, the pod GC and the
+// FencingRequest's phase. Every driver's failover controller runs for it;
+// whatever the number of drivers and replicas, one of them writes that state
+// at a time, and the others fence only their own driver's attachments and
+// record them per driver.
+const NodeFencingLeaseName = "csi-fence-node-fencing"
+
+// Owner says whether this controller owns node-level fencing state now.
+type Owner interface {
+	IsOwner() bool
+}
+
+// AlwaysOwner is the owner of a controller that is alone by construction
+// (unit tests, a single-driver setup without leader election).
+type AlwaysOwner struct{}
+
+func (AlwaysOwner) IsOwner() bool { return true }
+
+// ElectionConfig is how the node-fencing Lease is held: external-attacher's
+// --leader-election-* flags.
+type ElectionConfig struct {
+	// Client renews the Lease: a client of its own, never starved by the
+	// workers' throttled requests.
+	Client        kubernetes.Interface
+	Namespace     string
+	Identity      string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// leaseOwner holds the node-fencing Lease through client-go's leader
+// election. Losing it (a partition, a slow apiserver) only stops the
+// node-level writes of this controller: the attacher and the driver's own
+// fences go on under the driver's Lease, and it runs for the Lease again.
+type leaseOwner struct {
+	owner atomic.Bool
+}
+
+func (o *leaseOwner) IsOwner() bool { return o.owner.Load() }
+
+// runElection runs for the node-fencing Lease until ctx is done, calling
+// changed each time this controller becomes or stops being the owner. The
+// Lease is released when ctx is done, so that another driver's controller
+// takes over at once on a rolling update.
+func (o *leaseOwner) runElection(ctx context.Context, cfg ElectionConfig, changed func()) {
+	logger := klog.FromContext(ctx)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: NodeFencingLeaseName, Namespace: cfg.Namespace},
+		Client:     cfg.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   cfg.LeaseDuration,
+			RenewDeadline:   cfg.RenewDeadline,
+			RetryPeriod:     cfg.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            NodeFencingLeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) {
+					logger.Info("Owning node-level fencing state", "lease", NodeFencingLeaseName, "identity", cfg.Identity)
+					o.owner.Store(true)
+					changed()
+				},
+				OnStoppedLeading: func() {
+					logger.Info("No longer owning node-level fencing state", "lease", NodeFencingLeaseName, "identity", cfg.Identity)
+					o.owner.Store(false)
+					changed()
+				},
+			},
+		})
+		if err != nil {
+			logger.Error(err, "Cannot run for the node-fencing Lease")
+			return
+		}
+		le.Run(ctx)
+	}, cfg.RetryPeriod)
+}

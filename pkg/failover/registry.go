@@ -1,0 +1,96 @@
+package failover
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
+
+// The driver registry tells the owner of node-level state what each driver
+// can do: its controller, when it leads, writes a Lease of its own (one
+// writer per object) with the capabilities the driver advertised. The owner
+// counts a pod as one that can fail over only if every driver of its volumes
+// registered UNPUBLISH_FENCE: a driver with no sidecar of this project, or
+// one that cannot fence, never has its volumes' pods force-deleted.
+const (
+	// registrationLabel carries the driver's name; its presence selects the
+	// registrations among the namespace's Leases.
+	registrationLabel = contract.Prefix + "/driver"
+	// canFenceAnnotation is "true" when the driver advertises UNPUBLISH_FENCE.
+	canFenceAnnotation = contract.Prefix + "/unpublish-fence"
+)
+
+// RegistrationLeaseName is the name of a driver's registration Lease.
+func RegistrationLeaseName(driver string) string {
+	return "csi-fence-driver-" + contract.SanitizeDriverName(driver)
+}
+
+// registry reads and writes driver registrations in one namespace.
+type registry struct {
+	client    kubernetes.Interface
+	namespace string
+	leases    coordinationlisters.LeaseNamespaceLister
+}
+
+// newRegistryInformers is the informer factory of the registrations: the
+// namespace's Leases that carry registrationLabel, nothing else.
+func newRegistryInformers(client kubernetes.Interface, namespace string, resync time.Duration) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = registrationLabel }))
+}
+
+// register records what driver can do, created or updated as needed.
+func (r *registry) register(ctx context.Context, driver, identity string, canFence bool) error {
+	leases := r.client.CoordinationV1().Leases(r.namespace)
+	name := RegistrationLeaseName(driver)
+	want := strconv.FormatBool(canFence)
+	return retry.OnError(retry.DefaultBackoff, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error {
+		now := metav1.NewMicroTime(time.Now())
+		lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.namespace,
+					Labels:      map[string]string{registrationLabel: contract.SanitizeDriverName(driver)},
+					Annotations: map[string]string{canFenceAnnotation: want, registrationLabel: driver}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &identity, RenewTime: &now},
+			}, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if lease.Annotations[canFenceAnnotation] == want && lease.Annotations[registrationLabel] == driver &&
+			lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == identity {
+			return nil
+		}
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		if lease.Labels == nil {
+			lease.Labels = map[string]string{}
+		}
+		lease.Labels[registrationLabel] = contract.SanitizeDriverName(driver)
+		lease.Annotations[canFenceAnnotation], lease.Annotations[registrationLabel] = want, driver
+		lease.Spec.HolderIdentity, lease.Spec.RenewTime = &identity, &now
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// canFence reports whether driver registered UNPUBLISH_FENCE.
+func (r *registry) canFence(driver string) bool {
+	lease, err := r.leases.Get(RegistrationLeaseName(driver))
+	return err == nil && lease.Annotations[registrationLabel] == driver && lease.Annotations[canFenceAnnotation] == "true"
+}
