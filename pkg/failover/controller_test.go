@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,9 +158,9 @@ func newEnv(t *testing.T, objs []runtime.Object, safeDetach bool) *env {
 	t.Cleanup(cancel)
 	s := &steps{}
 	client := fake.NewClientset(objs...)
-	client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		n := a.(k8stesting.UpdateAction).GetObject().(*v1.Node)
-		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+	client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		// Taints have no merge key: a patch of them carries the whole list.
+		if p := a.(k8stesting.PatchAction); p.GetSubresource() == "" && strings.Contains(string(p.GetPatch()), contract.QuarantineTaintKey) {
 			s.add("quarantine")
 		}
 		return false, nil, nil

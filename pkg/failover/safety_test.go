@@ -7,8 +7,13 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -431,8 +436,8 @@ func TestFencedButNoPodDeletedOnReadyNode(t *testing.T) {
 func TestReleaseVolumesInUseAfterRestart(t *testing.T) {
 	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
 	// First incarnation dies right after the force-delete.
-	e.client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "status" && len(a.(k8stesting.UpdateAction).GetObject().(*v1.Node).Status.VolumesInUse) == 0 {
+	e.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), "volumesInUse") {
 			return true, nil, errors.New("process killed")
 		}
 		return false, nil, nil
@@ -448,6 +453,70 @@ func TestReleaseVolumesInUseAfterRestart(t *testing.T) {
 	}
 	if n := e.node(t, "n1"); len(n.Status.VolumesInUse) != 0 {
 		t.Fatalf("fenced volume still in use on the dead node after a restart: %v", n.Status.VolumesInUse)
+	}
+}
+
+// rejectStalePatches makes the fake apiserver enforce what the real one does
+// with a resourceVersion in a patch: a patch of a node written since fails
+// with a conflict.
+func rejectStalePatches(c *fake.Clientset) {
+	c.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var p struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &p); err != nil || p.Metadata.ResourceVersion == "" {
+			return false, nil, err
+		}
+		cur, err := c.Tracker().Get(a.GetResource(), "", a.(k8stesting.PatchAction).GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if cur.(*v1.Node).ResourceVersion != p.Metadata.ResourceVersion {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), a.(k8stesting.PatchAction).GetName(), errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+}
+
+// A node's lists that have no merge key (taints, volumesInUse) are written
+// by patches that carry the resourceVersion they were computed from: a
+// decision taken on a cached copy (release a dead node's volumesInUse) must
+// not be applied to a node that changed since (its kubelet is back and owns
+// the list again).
+func TestNodePatchesAreConditional(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	// The controller's cache holds n1 dead with the fenced h1 in use; the
+	// node has been written since: its kubelet is back, Ready, and reports
+	// h1 in use again.
+	n := e.node(t, "n1")
+	n.Status.VolumesInUse = []v1.UniqueVolumeName{"kubernetes.io/csi/" + driver + "^h1"}
+	n.ResourceVersion = "100"
+	stale := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)
+	if err := stale.Add(n.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	e.c.nodes = corelisters.NewNodeLister(stale)
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == v1.NodeReady {
+			n.Status.Conditions[i].Status = v1.ConditionTrue
+		}
+	}
+	n.ResourceVersion = "101"
+	if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("nodes"), n, ""); err != nil {
+		t.Fatal(err)
+	}
+	rejectStalePatches(e.client)
+	_, ctx := ktesting.NewTestContext(t)
+	if err := e.c.releaseVolumesInUse(ctx, "n1", e.record(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.node(t, "n1").Status.VolumesInUse; len(got) != 1 {
+		t.Errorf("volumesInUse of a node whose kubelet is back rewritten from a stale copy: %v", got)
 	}
 }
 

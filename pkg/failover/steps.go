@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -524,24 +525,53 @@ func (c *Controller) updateNodeStatus(ctx context.Context, name string, mutate f
 	return c.mutateNode(ctx, name, true, mutate)
 }
 
-// mutateNode applies mutate to a fresh copy of the node and writes it (its
-// status subresource when status), retrying on conflicts with the kubelet,
-// the node lifecycle controller and other drivers' controllers.
+// mutateNode applies mutate to a copy of the node and sends the difference
+// as a strategic-merge patch (of its status subresource when status) that
+// carries the copy's resourceVersion: the lists it changes (taints,
+// volumesInUse) have no merge key and are replaced whole, so the patch must
+// fail if anyone (the kubelet, the node lifecycle controller) wrote the node
+// since. The first try starts from the cache, saving a read; a conflict
+// retries from a live read, as the node lifecycle controller's taint
+// helpers do.
 func (c *Controller) mutateNode(ctx context.Context, name string, status bool, mutate func(*v1.Node) bool) error {
 	nodes := c.client.CoreV1().Nodes()
+	first := true
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		var n *v1.Node
+		var err error
+		if first {
+			first = false
+			if n, err = c.nodes.Get(name); err == nil {
+				n = n.DeepCopy()
+			}
 		}
+		if n == nil {
+			if n, err = nodes.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		old := n.DeepCopy()
+		old.ResourceVersion = ""
 		if !mutate(n) {
 			return nil
 		}
-		if status {
-			_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		} else {
-			_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		oldJSON, err := json.Marshal(old)
+		if err != nil {
+			return err
 		}
+		newJSON, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Node{})
+		if err != nil {
+			return err
+		}
+		var sub []string
+		if status {
+			sub = []string{"status"}
+		}
+		_, err = nodes.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, sub...)
 		return err
 	})
 }
