@@ -42,12 +42,14 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 )
 
 // Logger is what the framework reports progress to (a *testing.T adapter, or
@@ -479,10 +481,46 @@ func (c *Cluster) writeKubeconfig(user string, auth *clientcmdapi.AuthInfo) erro
 // ServiceAccount with a token from the TokenRequest API, so that processes run
 // with exactly the RBAC granted to that account.
 func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
+	return c.tokenKubeconfig(ctx, namespace, name, "sa-"+namespace+"-"+name, nil)
+}
+
+// NodeBoundKubeconfig writes a kubeconfig for the ServiceAccount with a token
+// bound to a pod on node, as a DaemonSet pod's projected token is: the
+// apiserver names the node in the token (user extra
+// authentication.kubernetes.io/node-name), which the node agent's admission
+// policy checks. Each call binds a new pod (tolerating everything, as a
+// DaemonSet's does) and deletes the previous one, whose token dies with it,
+// so that a node deleted and registered again gets a token for its new
+// incarnation.
+func (c *Cluster) NodeBoundKubeconfig(ctx context.Context, namespace, name, node string) (string, error) {
+	pods := c.Client.CoreV1().Pods(namespace)
+	holder := "token-" + name + "-" + node
+	if old, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "csi-fence.io/token-holder=" + holder}); err == nil {
+		for _, p := range old.Items {
+			_ = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+	}
+	pod, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: holder + "-", Labels: map[string]string{"csi-fence.io/token-holder": holder}},
+		Spec: corev1.PodSpec{
+			NodeName: node, ServiceAccountName: name, AutomountServiceAccountToken: ptr.To(false),
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers:  []corev1.Container{{Name: "agent", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("pod to bind the token of %s/%s on %s: %w", namespace, name, node, err)
+	}
+	return c.tokenKubeconfig(ctx, namespace, name, "sa-"+namespace+"-"+name+"-"+node,
+		&authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+}
+
+func (c *Cluster) tokenKubeconfig(ctx context.Context, namespace, name, user string, bound *authenticationv1.BoundObjectReference) (string, error) {
 	var tok string
 	err := waitFor(ctx, 30*time.Second, 200*time.Millisecond, "token of "+namespace+"/"+name, func(ctx context.Context) (bool, error) {
 		exp := int64(24 * 3600)
-		tr, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		tr, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp, BoundObjectRef: bound}}, metav1.CreateOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -492,7 +530,6 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 	if err != nil {
 		return "", err
 	}
-	user := "sa-" + namespace + "-" + name
 	if err := c.writeKubeconfig(user, &clientcmdapi.AuthInfo{Token: tok}); err != nil {
 		return "", err
 	}

@@ -86,7 +86,7 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 	}
 	c.log.Logf("csi-fence-attacher and csi-fence-mock built (%.1fs)", time.Since(begin).Seconds())
 	for _, f := range []string{"deploy/kubernetes/base/crd-fencingrequests.yaml", "deploy/kubernetes/base/rbac-controller.yaml",
-		"deploy/kubernetes/base/rbac-node.yaml", "deploy/kubernetes/mock-example/csidriver.yaml"} {
+		"deploy/kubernetes/base/rbac-node.yaml", "deploy/kubernetes/base/admission-node.yaml", "deploy/kubernetes/mock-example/csidriver.yaml"} {
 		if err := c.ApplyManifest(ctx, f, ""); err != nil {
 			return nil, err
 		}
@@ -268,7 +268,7 @@ func (p *Product) PowerOn(ctx context.Context, node string) error {
 	n.kubeletCancel = cancel
 	go func() { _ = n.kubelet.Run(kctx) }()
 
-	kubeconfig, err := p.c.ServiceAccountKubeconfig(ctx, "default", "csi-fence-attacher-node")
+	kubeconfig, err := p.c.NodeBoundKubeconfig(ctx, "default", "csi-fence-attacher-node", node)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,86 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+)
+
+// A node agent writes only its own node's FencingRequest: deploy/'s
+// admission policy checks the node its pod-bound token names. Another node's
+// record, or a token that names no node, is refused, so no node can mark
+// another node's fenced volumes cleaned and lift its quarantine (S2).
+func TestNodeAgentWritesOnlyItsOwnRecord(t *testing.T) {
+	ctx := context.Background()
+	nodes, err := cluster.CreateNodes(ctx, "na", 2, framework.DriverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fencingv1alpha1.NewClient(cluster.Dynamic)
+	for _, n := range nodes {
+		if _, err := admin.Create(ctx, &fencingv1alpha1.FencingRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: n},
+			Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: n, Origin: fencingv1alpha1.OriginAutomatic, Reason: "admission test"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = admin.Delete(ctx, n) }()
+	}
+	bound, err := cluster.NodeBoundKubeconfig(ctx, "default", "csi-fence-attacher-node", nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound, err := cluster.ServiceAccountKubeconfig(ctx, "default", "csi-fence-attacher-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, kubeconfig, record string
+		refused                  string // "": allowed
+	}{
+		{name: "own record", kubeconfig: bound, record: nodes[0]},
+		{name: "another node's record", kubeconfig: bound, record: nodes[1], refused: "may write only the FencingRequest of its own node (" + nodes[0] + ")"},
+		{name: "token naming no node", kubeconfig: unbound, record: nodes[0], refused: "its token names no node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := clientcmd.BuildConfigFromFlags("", tc.kubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dyn, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent := fencingv1alpha1.NewClient(dyn)
+			// What a node agent does: write the record's status (here
+			// unchanged; admission runs for every update).
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				fr, err := agent.Get(ctx, tc.record)
+				if err != nil {
+					return err
+				}
+				_, err = agent.UpdateStatus(ctx, fr)
+				return err
+			})
+			switch {
+			case tc.refused == "" && err != nil:
+				t.Errorf("node agent of %s refused its own record: %v", nodes[0], err)
+			case tc.refused != "" && err == nil:
+				t.Errorf("node agent allowed to write %s's record", tc.record)
+			case tc.refused != "" && (!apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.refused)):
+				t.Errorf("refused with %v, want a denial saying %q", err, tc.refused)
+			}
+		})
+	}
+}
