@@ -15,6 +15,12 @@
 // node is back and its node agent has cleaned every recorded volume,
 // release. Each step is derived from the API state, so a restart between
 // any two resumes where the last one stopped.
+//
+// Node-level steps have one owner in the cluster (owner.go: the holder of
+// the csi-fence-node-fencing Lease, one of the drivers' controllers); every
+// driver's controller takes the fence step for its own attachments once the
+// node is quarantined, and tells the owner what its driver can do through a
+// registration (registry.go).
 package failover
 
 import (
