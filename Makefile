@@ -10,7 +10,7 @@ include release-tools/build.make
 # Everything CI runs: static checks, unit tests, then the end-to-end tests on
 # a real control plane (which builds the pinned Kubernetes binaries on first use
 # into ~/.cache/fence-attacher, ~11 minutes cold, seconds warm).
-test: verify test-go test-e2e
+test: verify test-go test-e2e test-trials
 
 # End-to-end tests against etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and KWOK built from the modules under test/e2e/tools.
@@ -18,7 +18,20 @@ test-e2e:
 	./hack/e2e-binaries.sh >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/...
 
-.PHONY: all test test-e2e demo
+# Randomized failover trials (cmd/fence-trials): one trial of every fault
+# schedule with fixed seeds, so that CI replays the same ones. `make chaos
+# TRIALS=N` runs N trials of each schedule with seeds from the clock.
+TRIAL_SEED ?= 1000
+TRIALS ?= 10
+test-trials:
+	./hack/e2e-binaries.sh >/dev/null
+	$(GO) run ./cmd/fence-trials -seed $(TRIAL_SEED) -trials 1
+
+chaos:
+	./hack/e2e-binaries.sh >/dev/null
+	$(GO) run ./cmd/fence-trials -trials $(TRIALS)
+
+.PHONY: all test test-e2e test-trials chaos demo
 
 # The product's main job on an embedded default: a local real control plane,
 # the mock driver, the sidecar, and a node failure that fails over.

@@ -87,16 +87,8 @@ func measure(ctx context.Context, trials int, path string) (string, error) {
 		}
 		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
 		return fmt.Sprintf("%-16s %6d %7.2fs %7.2fs %7.2fs %7.2fs", path, len(samples),
-			pct(samples, 50).Seconds(), pct(samples, 95).Seconds(), samples[0].Seconds(), samples[len(samples)-1].Seconds()), nil
+			timeline.Percentile(samples, 50).Seconds(), timeline.Percentile(samples, 95).Seconds(), samples[0].Seconds(), samples[len(samples)-1].Seconds()), nil
 	}
-}
-
-func pct(sorted []time.Duration, p int) time.Duration {
-	i := (len(sorted)*p + 99) / 100
-	if i < 1 {
-		i = 1
-	}
-	return sorted[i-1]
 }
 
 // trial fails one node and returns eligible -> attached elsewhere.

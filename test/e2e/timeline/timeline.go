@@ -6,6 +6,7 @@ package timeline
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -274,4 +275,18 @@ func (r *Recorder) Since(from, to string) (time.Duration, bool) {
 		return 0, false
 	}
 	return b.Sub(a), true
+}
+
+// Percentile is the p-th percentile (nearest rank) of ds, 0 when empty.
+func Percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	return s[i-1]
 }

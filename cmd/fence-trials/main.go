@@ -1,0 +1,134 @@
+// Command fence-trials runs randomized failover trials on a local real
+// control plane (see package test/trials) and prints a table per fault
+// schedule. Every trial prints its seed; -seed with -trials=1 and
+// -schedules replays it. It exits non-zero if any trial broke an invariant,
+// and then keeps the logs of the run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+	"github.com/csi-fence/fence-attacher/test/trials"
+)
+
+type quiet struct{}
+
+func (quiet) Logf(string, ...interface{}) {}
+
+type stdout struct{}
+
+func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n", args...) }
+
+func main() {
+	var names []string
+	for _, s := range trials.Schedules {
+		names = append(names, s.Name)
+	}
+	n := flag.Int("trials", 1, "Trials per schedule")
+	seed := flag.Int64("seed", 0, "Seed of the first trial (0: from the clock); trial i of the run uses seed+i")
+	schedules := flag.String("schedules", strings.Join(names, ","), "Fault schedules to run, comma-separated")
+	flag.Parse()
+	if *seed == 0 {
+		*seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	var run []trials.Schedule
+	for _, name := range strings.Split(*schedules, ",") {
+		s, ok := trials.ByName(name)
+		if !ok {
+			fmt.Fprintf(os.Stderr, "fence-trials: unknown schedule %q (known: %s)\n", name, strings.Join(names, ", "))
+			os.Exit(2)
+		}
+		run = append(run, s)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	failed, err := runTrials(ctx, run, *n, *seed)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fence-trials:", err)
+		os.Exit(1)
+	}
+	if failed > 0 {
+		fmt.Fprintf(os.Stderr, "fence-trials: %d trials broke an invariant\n", failed)
+		os.Exit(1)
+	}
+}
+
+// runTrials runs n trials of each schedule, interleaved, on one control
+// plane, and prints each result and then the table. It returns how many
+// trials failed.
+func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int64) (failed int, err error) {
+	fmt.Printf("fence-trials: seed %d, %d trials of each of %d schedules\n", seed, n, len(schedules))
+	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { c.Cleanup(failed > 0 || err != nil) }()
+	p, err := c.StartProduct(ctx, framework.ProductOptions{})
+	if err != nil {
+		return 0, err
+	}
+	var results []trials.Result
+	for i := 0; i < n; i++ {
+		for j, s := range schedules {
+			r := trials.Run(ctx, c, p, quiet{}, s, seed+int64(i*len(schedules)+j))
+			results = append(results, r)
+			printResult(r)
+			if r.Failed() {
+				failed++
+			}
+			if ctx.Err() != nil {
+				return failed, ctx.Err()
+			}
+		}
+	}
+	printTable(schedules, results)
+	if failed > 0 {
+		fmt.Printf("logs kept in %s/logs\n", c.WorkDir)
+	}
+	return failed, nil
+}
+
+func printResult(r trials.Result) {
+	verdict := "ok"
+	if r.Failed() {
+		verdict = "FAIL"
+	}
+	fmt.Printf("%-4s seed=%d %-32s recovery %6.2fs failover %6.2fs  %s\n", verdict, r.Seed, r.Schedule,
+		r.Recovery.Seconds(), r.Failover.Seconds(), strings.Join(r.Steps, "; "))
+	if r.Err != nil {
+		fmt.Printf("     error: %v\n", r.Err)
+	}
+	for _, p := range r.Problems {
+		fmt.Printf("     broken: %s\n", p)
+	}
+}
+
+func printTable(schedules []trials.Schedule, results []trials.Result) {
+	fmt.Printf("\n%-32s %6s %6s %12s %12s %12s %12s\n", "schedule", "trials", "failed", "recovery p50", "recovery p95", "failover p50", "failover p95")
+	for _, s := range schedules {
+		var rec, fo []time.Duration
+		total, failed := 0, 0
+		for _, r := range results {
+			if r.Schedule != s.Name {
+				continue
+			}
+			total++
+			if r.Failed() {
+				failed++
+				continue
+			}
+			rec, fo = append(rec, r.Recovery), append(fo, r.Failover)
+		}
+		fmt.Printf("%-32s %6d %6d %11.2fs %11.2fs %11.2fs %11.2fs\n", s.Name, total, failed,
+			timeline.Percentile(rec, 50).Seconds(), timeline.Percentile(rec, 95).Seconds(), timeline.Percentile(fo, 50).Seconds(), timeline.Percentile(fo, 95).Seconds())
+	}
+}

@@ -1,0 +1,459 @@
+// Package trials runs randomized failover trials on the real control plane:
+// each trial fails a node under a fault schedule whose random choices come
+// from a seed (printed, and enough to replay the trial), follows the failover
+// to its end, brings the node back, and then checks the invariants of
+// DESIGN.md section 6 from the simulated array, the API and the apiserver's
+// audit log.
+package trials
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/failover"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+// A Schedule is one kind of fault: how the node fails and what else goes
+// wrong during its failover. Its random choices come from the trial's rng.
+type Schedule struct {
+	Name string
+	// Partition: the node is cut off with its workload still writing;
+	// otherwise it is powered off.
+	Partition bool
+	// During runs beside the failover, from the moment the node is seen
+	// NotReady; it returns the steps it took, for the trial's log.
+	During func(ctx context.Context, t *Trial) ([]string, error)
+	// AfterReturn runs once the node was powered on again (its cleanup).
+	AfterReturn func(ctx context.Context, t *Trial) ([]string, error)
+	// SameNodeOK: the pod may end up running on the failed node again (it
+	// came back before its pod was moved).
+	SameNodeOK bool
+}
+
+// Schedules are the fault schedules, in the order a fixed run covers them.
+var Schedules = []Schedule{
+	{Name: "power-off"},
+	{Name: "partition", Partition: true},
+	{Name: "power-off+kill-controller", During: killController},
+	{Name: "partition+kill-controller", Partition: true, During: killController},
+	{Name: "power-off+return-mid-fence", During: returnMidFence, SameNodeOK: true},
+	{Name: "partition+leader-loss", Partition: true, During: leaderLoss},
+	{Name: "power-off+driver-faults", During: driverFaults},
+	{Name: "power-off+reboot-during-cleanup", AfterReturn: rebootDuringCleanup},
+}
+
+// ByName returns the schedule called name.
+func ByName(name string) (Schedule, bool) {
+	i := slices.IndexFunc(Schedules, func(s Schedule) bool { return s.Name == name })
+	if i < 0 {
+		return Schedule{}, false
+	}
+	return Schedules[i], true
+}
+
+// Trial is one trial in progress.
+type Trial struct {
+	Seed     int64
+	Schedule Schedule
+	Rng      *rand.Rand
+	Env      *scenario.Env
+	Victim   string
+	Volume   string
+	Rec      *timeline.Recorder
+
+	c *framework.Cluster
+	p *framework.Product
+
+	mu          sync.Mutex
+	transitions []transition
+}
+
+// Result is what a trial found.
+type Result struct {
+	Seed     int64
+	Schedule string
+	Steps    []string
+	// Recovery: node failure -> replacement attached elsewhere (or again).
+	Recovery time.Duration
+	// Failover: pod eligible (Terminating) -> attached elsewhere.
+	Failover time.Duration
+	// Problems are broken invariants and things left behind; Err is a
+	// trial that could not run to its end (also a failure).
+	Problems []string
+	Err      error
+}
+
+// Failed says whether the trial broke anything.
+func (r Result) Failed() bool { return r.Err != nil || len(r.Problems) > 0 }
+
+// Run runs one trial of s with seed on the cluster and product (which must
+// run the mock array as a witness, the default).
+func Run(ctx context.Context, c *framework.Cluster, p *framework.Product, log framework.Logger, s Schedule, seed int64) (res Result) {
+	res = Result{Seed: seed, Schedule: s.Name}
+	t := &Trial{Seed: seed, Schedule: s, Rng: rand.New(rand.NewSource(seed)), c: c, p: p}
+	before, err := counts(p)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	started := time.Now()
+	res.Steps, res.Err = t.run(ctx, log, &res)
+	res.Problems = append(res.Problems, t.check(ctx, before, started)...)
+	return res
+}
+
+func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]string, error) {
+	prefix := fmt.Sprintf("t%d", t.Seed%100000)
+	env, err := scenario.Setup(ctx, t.c, t.p, log, prefix, 3, 1)
+	if err != nil {
+		return nil, err
+	}
+	t.Env, t.Volume = env, env.Volumes[0]
+	if t.Victim, err = env.WaitAttached(ctx, 0, "", 30*time.Second); err != nil {
+		return nil, err
+	}
+	t.Rec = timeline.New(timeline.Target{Node: t.Victim, Namespace: env.NS, Pod: env.PodName(0), PVName: t.Volume}, nil)
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := t.Rec.Watch(t.c.Client, t.c.Dynamic, stop); err != nil {
+		return nil, err
+	}
+	if err := t.watchReady(stop); err != nil {
+		return nil, err
+	}
+	inst := t.p.Nodes[t.Victim]
+	writer := scenario.StartWriter(ctx, inst, t.Volume, 100*time.Millisecond)
+	defer writer.Stop()
+	if err := framework.WaitFor(ctx, 10*time.Second, "first write of the workload", func(context.Context) (bool, error) {
+		return writer.Accepted.Load() > 0, nil
+	}); err != nil {
+		return nil, err
+	}
+
+	var steps []string
+	how := "power-off"
+	if t.Schedule.Partition {
+		how = "partition (its workload keeps writing)"
+	}
+	t.Rec.Mark(timeline.NodeDown, t.Victim+" "+how)
+	steps = append(steps, how+" of "+t.Victim)
+	if err := t.c.ShutDown(ctx, t.Victim); err != nil {
+		return steps, err
+	}
+	if t.Schedule.Partition {
+		inst.Partition()
+	} else {
+		writer.Stop()
+		inst.PowerOff()
+	}
+	if err := t.c.WaitNodeReady(ctx, t.Victim, false, 60*time.Second); err != nil {
+		return steps, err
+	}
+	if t.Schedule.During != nil {
+		more, err := t.Schedule.During(ctx, t)
+		steps = append(steps, more...)
+		if err != nil {
+			return steps, err
+		}
+	}
+	notOn := t.Victim
+	if t.Schedule.SameNodeOK {
+		notOn = ""
+	}
+	newNode, err := env.WaitAttached(ctx, 0, notOn, 180*time.Second)
+	if err != nil {
+		return steps, err
+	}
+	t.Rec.Mark(timeline.AttachedElsewhere, "on "+newNode)
+	if err := t.p.Nodes[newNode].Write(ctx, t.Volume); err != nil {
+		return steps, fmt.Errorf("the replacement cannot write to its volume: %w", err)
+	}
+	res.Recovery, _ = t.Rec.Since(timeline.NodeDown, timeline.AttachedElsewhere)
+	res.Failover, _ = t.Rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere)
+	writer.Stop()
+	if !t.ready(time.Now()) {
+		steps = append(steps, "power on "+t.Victim)
+		if err := env.PowerOn(ctx, t.Victim); err != nil {
+			return steps, err
+		}
+	}
+	if t.Schedule.AfterReturn != nil {
+		more, err := t.Schedule.AfterReturn(ctx, t)
+		steps = append(steps, more...)
+		if err != nil {
+			return steps, err
+		}
+	}
+	return steps, t.waitSettled(ctx)
+}
+
+// watchReady records the victim's Ready transitions as the API shows them.
+func (t *Trial) watchReady(stop <-chan struct{}) error {
+	lw := cache.NewListWatchFromClient(t.c.Client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", t.Victim))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	on := func(o interface{}) {
+		if n, ok := o.(*corev1.Node); ok {
+			t.observe(framework.NodeReady(n))
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o interface{}) { on(o) }}); err != nil {
+		return err
+	}
+	go inf.Run(stop)
+	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+		return fmt.Errorf("node %s: cache not synced", t.Victim)
+	}
+	return nil
+}
+
+// transition is the victim seen Ready (or not) from At on.
+type transition struct {
+	At    time.Time
+	Ready bool
+}
+
+func (t *Trial) observe(ready bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.transitions); n == 0 || t.transitions[n-1].Ready != ready {
+		t.transitions = append(t.transitions, transition{At: time.Now(), Ready: ready})
+	}
+}
+
+// ready says whether the victim was seen Ready at the time at.
+func (t *Trial) ready(at time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := true
+	for _, tr := range t.transitions {
+		if tr.At.After(at) {
+			break
+		}
+		r = tr.Ready
+	}
+	return r
+}
+
+// counts are the array's safety violations and refused unsafe requests.
+func counts(p *framework.Product) (map[string]int64, error) {
+	s, err := p.Array.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for k, v := range s.CountViolations() {
+		out[k] = int64(v)
+	}
+	for k, v := range s.RefusedUnsafe() {
+		out["refused "+k] = v
+	}
+	return out, nil
+}
+
+// productUser is the controller role's ServiceAccount in the harness.
+const productUser = "system:serviceaccount:default:csi-fence-attacher"
+
+// check returns every invariant the trial broke: new violations on the
+// array (S1, S2) and unsafe requests it had to refuse, a pod of the trial
+// deleted by the product while its node was seen Ready (S3), and, once the
+// node is back, anything left behind (S6).
+func (t *Trial) check(ctx context.Context, before map[string]int64, started time.Time) []string {
+	var problems []string
+	after, err := counts(t.p)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			problems = append(problems, fmt.Sprintf("array: %d new %s", d, k))
+		}
+	}
+	if t.Env == nil {
+		return problems
+	}
+	events, err := t.c.AuditEvents()
+	if err != nil {
+		return append(problems, err.Error())
+	}
+	for _, e := range events {
+		if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.Env.NS &&
+			e.Name == t.Env.PodName(0) && e.Received.After(started) && e.Code < 300 && t.ready(e.Received) {
+			problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Received.Format("15:04:05.000"), t.Victim))
+		}
+	}
+	if t.Victim != "" {
+		problems = append(problems, t.leftovers(ctx)...)
+	}
+	return problems
+}
+
+// waitSettled waits until the node that came back holds nothing of the
+// failover any more.
+func (t *Trial) waitSettled(ctx context.Context) error {
+	var left []string
+	err := framework.WaitFor(ctx, 120*time.Second, "node "+t.Victim+" released and clean", func(ctx context.Context) (bool, error) {
+		left = t.leftovers(ctx)
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.Join(left, "; "))
+	}
+	return nil
+}
+
+// leftovers lists what the failover of the victim left behind: taints,
+// conditions, an unfinished record, a storm-guard admission.
+func (t *Trial) leftovers(ctx context.Context) []string {
+	var out []string
+	n, err := t.c.Client.CoreV1().Nodes().Get(ctx, t.Victim, metav1.GetOptions{})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	for _, tt := range n.Spec.Taints {
+		if tt.Key == contract.QuarantineTaintKey || tt.Key == contract.FencingTriagedTaintKey || tt.Key == contract.FencingRequiredTaintKey {
+			out = append(out, "taint "+tt.Key)
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		switch string(c.Type) {
+		case contract.ConditionFencingTriaged, contract.ConditionFencingRequired, contract.ConditionFencingComplete:
+			out = append(out, "condition "+string(c.Type))
+		}
+	}
+	fr, err := fencingv1alpha1.NewClient(t.c.Dynamic).Get(ctx, t.Victim)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		out = append(out, err.Error())
+	case fencerecord.Pending(fr):
+		out = append(out, "record with volumes not cleaned")
+	case len(fr.Finalizers) > 0:
+		out = append(out, "record finalizers "+strings.Join(fr.Finalizers, ","))
+	case fr.Status.Phase != fencingv1alpha1.PhaseComplete && fr.Status.Phase != "":
+		out = append(out, "record phase "+string(fr.Status.Phase))
+	}
+	lease, err := t.c.Client.CoordinationV1().Leases("default").Get(ctx, failover.StormGuardLeaseName, metav1.GetOptions{})
+	if err == nil && slices.Contains(strings.Split(lease.Annotations[contract.Prefix+"/fencing-nodes"], ","), t.Victim) {
+		out = append(out, "storm guard admission")
+	}
+	return out
+}
+
+// sleep waits d, the random moment a schedule chose for its next fault.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// between draws a duration in [lo, hi).
+func (t *Trial) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(t.Rng.Int63n(int64(hi-lo)))
+}
+
+// killController kills the controller role (kill -9) at a random moment
+// after NotReady and starts it again after a random delay.
+func killController(ctx context.Context, t *Trial) ([]string, error) {
+	d1, d2 := t.between(0, 4*time.Second), t.between(0, 3*time.Second)
+	if err := sleep(ctx, d1); err != nil {
+		return nil, err
+	}
+	t.p.KillAttacher()
+	if err := sleep(ctx, d2); err != nil {
+		return nil, err
+	}
+	steps := []string{fmt.Sprintf("kill -9 controller at NotReady+%.2fs", d1.Seconds()), fmt.Sprintf("restart it %.2fs later", d2.Seconds())}
+	return steps, t.p.StartAttacher(ctx)
+}
+
+// returnMidFence makes the fence slow and powers the node on while its RPC
+// is in flight: the node is Ready again before the fence is confirmed.
+func returnMidFence(ctx context.Context, t *Trial) ([]string, error) {
+	latency := t.between(2*time.Second, 5*time.Second)
+	store := faults.NewStore(t.p.StateDir)
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
+		return nil, err
+	}
+	defer func() { _ = store.Clear() }()
+	steps := []string{fmt.Sprintf("fence latency %.2fs", latency.Seconds())}
+	frs := fencingv1alpha1.NewClient(t.c.Dynamic)
+	if err := framework.WaitFor(ctx, 120*time.Second, "the fence of "+t.Volume+" in flight", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, t.Victim)
+		if err != nil {
+			return false, nil
+		}
+		e := fencerecord.Find(fr, framework.DriverName, t.Volume)
+		return e != nil && e.StartedTime != nil && e.FencedTime == nil, nil
+	}); err != nil {
+		return steps, err
+	}
+	steps = append(steps, "power on mid-fence")
+	return steps, t.Env.PowerOn(ctx, t.Victim)
+}
+
+// leaderLoss starts a second replica, as a rolling update does, and
+// terminates the leader (SIGTERM) at a random moment after NotReady.
+func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
+	standby, _, err := t.p.StartStandbyAttacher(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := t.between(0, 3*time.Second)
+	if err := sleep(ctx, d); err != nil {
+		return nil, err
+	}
+	t.p.Attacher.Stop(30 * time.Second)
+	t.p.Attacher = standby
+	return []string{fmt.Sprintf("second replica started; leader terminated at NotReady+%.2fs", d.Seconds())}, nil
+}
+
+// driverFaults makes the driver refuse the next fences and publish slowly.
+func driverFaults(ctx context.Context, t *Trial) ([]string, error) {
+	codes := []codes.Code{codes.Unavailable, codes.Internal, codes.FailedPrecondition, codes.DeadlineExceeded}
+	code, n := codes[t.Rng.Intn(len(codes))], 1+t.Rng.Intn(3)
+	latency := t.between(200*time.Millisecond, 2*time.Second)
+	store := faults.NewStore(t.p.StateDir)
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Code: code, Count: n}); err != nil {
+		return nil, err
+	}
+	if err := store.Set("ControllerPublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("unpublish fails %d times with %s; publish latency %.2fs", n, code, latency.Seconds())}, nil
+}
+
+// rebootDuringCleanup reboots the node that came back (its node agent
+// killed with everything else) at a random moment of its cleanup.
+func rebootDuringCleanup(ctx context.Context, t *Trial) ([]string, error) {
+	d := t.between(0, 1500*time.Millisecond)
+	if err := sleep(ctx, d); err != nil {
+		return nil, err
+	}
+	t.p.Nodes[t.Victim].PowerOff()
+	if err := t.p.PowerOn(ctx, t.Victim); err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("reboot %.2fs after power-on", d.Seconds())}, t.c.WaitNodeReady(ctx, t.Victim, true, 60*time.Second)
+}
