@@ -59,6 +59,7 @@ var Schedules = []Schedule{
 	{Name: "partition+leader-loss", Partition: true, During: leaderLoss},
 	{Name: "power-off+driver-faults", During: driverFaults},
 	{Name: "power-off+reboot-during-cleanup", AfterReturn: rebootDuringCleanup},
+	{Name: "power-off+apiserver-restart", During: restartAPIServer},
 }
 
 // ByName returns the schedule called name.
@@ -456,4 +457,18 @@ func rebootDuringCleanup(ctx context.Context, t *Trial) ([]string, error) {
 		return nil, err
 	}
 	return []string{fmt.Sprintf("reboot %.2fs after power-on", d.Seconds())}, t.c.WaitNodeReady(ctx, t.Victim, true, 60*time.Second)
+}
+
+// restartAPIServer restarts kube-apiserver at a random moment after
+// NotReady: every watch breaks, every request fails for a while.
+func restartAPIServer(ctx context.Context, t *Trial) ([]string, error) {
+	d := t.between(0, 4*time.Second)
+	if err := sleep(ctx, d); err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	if err := t.c.RestartAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("kube-apiserver restarted at NotReady+%.2fs (down %.2fs)", d.Seconds(), time.Since(begin).Seconds())}, nil
 }

@@ -36,6 +36,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +82,10 @@ type Cluster struct {
 	log    Logger
 	pki    *pki
 	apiURL string
+	// kube-apiserver, kept to restart it
+	api     *Process
+	apiBin  string
+	apiArgs []string
 
 	mu        sync.Mutex
 	processes []*Process
@@ -242,25 +247,17 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 	if err != nil {
 		return err
 	}
-	api, err := c.run(logs, "kube-apiserver", bin("kube-apiserver"), append(audit,
+	c.apiArgs = append(audit,
 		"--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(apiPort), "--tls-cert-file="+p("apiserver.crt"), "--tls-private-key-file="+p("apiserver.key"),
 		"--client-ca-file="+p("ca.crt"), "--service-cluster-ip-range=10.0.0.0/24",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+p("sa.pub"), "--service-account-signing-key-file="+p("sa.key"),
 		"--authorization-mode=Node,RBAC", "--endpoint-reconciler-type=none", "--allow-privileged=true",
-		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))...)
-	if err != nil {
+		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))
+	c.apiBin = bin("kube-apiserver")
+	if err := c.startAPIServer(ctx); err != nil {
 		return err
-	}
-	adminTLS, err := c.clientTLS("admin")
-	if err != nil {
-		return err
-	}
-	// Our admin certificate is only accepted by our own apiserver: another
-	// run's apiserver on this port cannot pass for it.
-	if err := waitHTTPOf(ctx, api, c.apiURL+"/readyz", adminTLS, 60*time.Second); err != nil {
-		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 	if err := c.alive(); err != nil {
 		return err
@@ -384,6 +381,37 @@ func (c *Cluster) alive() error {
 // log.
 func (c *Cluster) Alive() error {
 	return c.alive()
+}
+
+// startAPIServer starts kube-apiserver and waits until it is ready.
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	api, err := c.run(filepath.Join(c.WorkDir, "logs"), "kube-apiserver", c.apiBin, c.apiArgs...)
+	if err != nil {
+		return err
+	}
+	c.api = api
+	adminTLS, err := c.clientTLS("admin")
+	if err != nil {
+		return err
+	}
+	// Our admin certificate is only accepted by our own apiserver: another
+	// run's apiserver on this port cannot pass for it.
+	if err := waitHTTPOf(ctx, api, c.apiURL+"/readyz", adminTLS, 60*time.Second); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM) and starts it again with
+// the same flags, as a control-plane upgrade does; every client (the
+// controllers, KWOK, the product) must ride it out. It returns once the new
+// one is ready.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	c.api.Stop(30 * time.Second)
+	c.mu.Lock()
+	c.processes = slices.DeleteFunc(c.processes, func(p *Process) bool { return p == c.api })
+	c.mu.Unlock()
+	return c.startAPIServer(ctx)
 }
 
 func (c *Cluster) run(logs, name, bin string, args ...string) (*Process, error) {
