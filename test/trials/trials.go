@@ -432,17 +432,22 @@ func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
 
 // driverFaults makes the driver refuse the next fences and publish slowly.
 func driverFaults(ctx context.Context, t *Trial) ([]string, error) {
-	codes := []codes.Code{codes.Unavailable, codes.Internal, codes.FailedPrecondition, codes.DeadlineExceeded}
-	code, n := codes[t.Rng.Intn(len(codes))], 1+t.Rng.Intn(3)
+	refusals := []codes.Code{codes.Unavailable, codes.Internal, codes.FailedPrecondition, codes.DeadlineExceeded}
+	code, n := refusals[t.Rng.Intn(len(refusals))], 1+t.Rng.Intn(3)
 	latency := t.between(200*time.Millisecond, 2*time.Second)
 	store := faults.NewStore(t.p.StateDir)
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Code: code, Count: n}); err != nil {
 		return nil, err
 	}
-	if err := store.Set("ControllerPublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
+	// The replacement's publish: slow (and refused, 1 or 2 times).
+	publish := faults.Fault{Latency: latency, Count: 1}
+	if pubErrs := t.Rng.Intn(3); pubErrs > 0 {
+		publish.Code, publish.Count = codes.Unavailable, pubErrs
+	}
+	if err := store.Set("ControllerPublishVolume", publish); err != nil {
 		return nil, err
 	}
-	return []string{fmt.Sprintf("unpublish fails %d times with %s; publish latency %.2fs", n, code, latency.Seconds())}, nil
+	return []string{fmt.Sprintf("unpublish fails %d times with %s; publish %s", n, code, publish)}, nil
 }
 
 // rebootDuringCleanup reboots the node that came back (its node agent
