@@ -47,6 +47,12 @@ type Schedule struct {
 	// SameNodeOK: the pod may end up running on the failed node again (it
 	// came back before its pod was moved).
 	SameNodeOK bool
+	// Victims is how many nodes fail in the same second, each with a
+	// replica of its own (0: one).
+	Victims int
+	// AttacherArgs: the controller role runs the trial with these flags
+	// (restored after).
+	AttacherArgs []string
 }
 
 // Schedules are the fault schedules, in the order a fixed run covers them.
@@ -60,6 +66,8 @@ var Schedules = []Schedule{
 	{Name: "power-off+driver-faults", During: driverFaults},
 	{Name: "power-off+reboot-during-cleanup", AfterReturn: rebootDuringCleanup},
 	{Name: "power-off+apiserver-restart", During: restartAPIServer},
+	{Name: "two-nodes", Victims: 2},
+	{Name: "two-nodes+storm-guard", Victims: 2, AttacherArgs: []string{"--max-fenced-nodes=1", "--max-fenced-node-percent=0"}},
 }
 
 // ByName returns the schedule called name.
@@ -79,13 +87,13 @@ type Trial struct {
 	Env      *scenario.Env
 	Victim   string
 	Volume   string
-	Rec      *timeline.Recorder
 
 	c *framework.Cluster
 	p *framework.Product
 
+	victims     []*victim
 	mu          sync.Mutex
-	transitions []transition
+	transitions map[string][]transition // by node
 }
 
 // Result is what a trial found.
@@ -122,52 +130,84 @@ func Run(ctx context.Context, c *framework.Cluster, p *framework.Product, log fr
 	return res
 }
 
+// victim is a node that fails in a trial, with the replica on it.
+type victim struct {
+	node, volume string
+	replica      int
+	rec          *timeline.Recorder
+	writer       *scenario.Writer
+	moved        bool
+}
+
 func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]string, error) {
-	prefix := fmt.Sprintf("t%d", t.Seed%100000)
-	env, err := scenario.Setup(ctx, t.c, t.p, log, prefix, 3, 1)
+	var steps []string
+	if args := t.Schedule.AttacherArgs; len(args) > 0 {
+		if err := t.p.RestartAttacher(ctx, args...); err != nil {
+			return nil, err
+		}
+		steps = append(steps, "controller with "+strings.Join(args, " "))
+		defer func() {
+			if err := t.p.RestartAttacher(ctx); err != nil {
+				res.Problems = append(res.Problems, "restoring the controller's flags: "+err.Error())
+			}
+		}()
+	}
+	n := max(t.Schedule.Victims, 1)
+	env, err := scenario.Setup(ctx, t.c, t.p, log, fmt.Sprintf("t%d", t.Seed%100000), n+2, n)
 	if err != nil {
-		return nil, err
+		return steps, err
 	}
-	t.Env, t.Volume = env, env.Volumes[0]
-	if t.Victim, err = env.WaitAttached(ctx, 0, "", 30*time.Second); err != nil {
-		return nil, err
-	}
-	t.Rec = timeline.New(timeline.Target{Node: t.Victim, Namespace: env.NS, Pod: env.PodName(0), PVName: t.Volume}, nil)
+	t.Env = env
 	stop := make(chan struct{})
 	defer close(stop)
-	if err := t.Rec.Watch(t.c.Client, t.c.Dynamic, stop); err != nil {
-		return nil, err
+	for i := 0; i < n; i++ {
+		node, err := env.WaitAttached(ctx, i, "", 30*time.Second)
+		if err != nil {
+			return steps, err
+		}
+		if slices.ContainsFunc(t.victims, func(v *victim) bool { return v.node == node }) {
+			return steps, fmt.Errorf("replicas %d and %d on the same node %s", t.victims[0].replica, i, node)
+		}
+		v := &victim{node: node, volume: env.Volumes[i], replica: i}
+		v.rec = timeline.New(timeline.Target{Node: node, Namespace: env.NS, Pod: env.PodName(i), PVName: v.volume}, nil)
+		if err := v.rec.Watch(t.c.Client, t.c.Dynamic, stop); err != nil {
+			return steps, err
+		}
+		if err := t.watchReady(node, stop); err != nil {
+			return steps, err
+		}
+		v.writer = scenario.StartWriter(ctx, t.p.Nodes[node], v.volume, 100*time.Millisecond)
+		defer v.writer.Stop()
+		if err := framework.WaitFor(ctx, 10*time.Second, "first write of the workload", func(context.Context) (bool, error) {
+			return v.writer.Accepted.Load() > 0, nil
+		}); err != nil {
+			return steps, err
+		}
+		t.victims = append(t.victims, v)
 	}
-	if err := t.watchReady(stop); err != nil {
-		return nil, err
-	}
-	inst := t.p.Nodes[t.Victim]
-	writer := scenario.StartWriter(ctx, inst, t.Volume, 100*time.Millisecond)
-	defer writer.Stop()
-	if err := framework.WaitFor(ctx, 10*time.Second, "first write of the workload", func(context.Context) (bool, error) {
-		return writer.Accepted.Load() > 0, nil
-	}); err != nil {
-		return nil, err
-	}
+	t.Victim, t.Volume = t.victims[0].node, t.victims[0].volume
 
-	var steps []string
 	how := "power-off"
 	if t.Schedule.Partition {
 		how = "partition (its workload keeps writing)"
 	}
-	t.Rec.Mark(timeline.NodeDown, t.Victim+" "+how)
-	steps = append(steps, how+" of "+t.Victim)
-	if err := t.c.ShutDown(ctx, t.Victim); err != nil {
-		return steps, err
+	for _, v := range t.victims {
+		v.rec.Mark(timeline.NodeDown, v.node+" "+how)
+		steps = append(steps, how+" of "+v.node)
+		if err := t.c.ShutDown(ctx, v.node); err != nil {
+			return steps, err
+		}
+		if t.Schedule.Partition {
+			t.p.Nodes[v.node].Partition()
+		} else {
+			v.writer.Stop()
+			t.p.Nodes[v.node].PowerOff()
+		}
 	}
-	if t.Schedule.Partition {
-		inst.Partition()
-	} else {
-		writer.Stop()
-		inst.PowerOff()
-	}
-	if err := t.c.WaitNodeReady(ctx, t.Victim, false, 60*time.Second); err != nil {
-		return steps, err
+	for _, v := range t.victims {
+		if err := t.c.WaitNodeReady(ctx, v.node, false, 60*time.Second); err != nil {
+			return steps, err
+		}
 	}
 	if t.Schedule.During != nil {
 		more, err := t.Schedule.During(ctx, t)
@@ -176,26 +216,45 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 			return steps, err
 		}
 	}
-	notOn := t.Victim
-	if t.Schedule.SameNodeOK {
-		notOn = ""
-	}
-	newNode, err := env.WaitAttached(ctx, 0, notOn, 180*time.Second)
+	// Each replica runs elsewhere (or, when its node came back first,
+	// anywhere), and then its node is powered on: under a storm guard, the
+	// next node is fenced only once the first is back and released.
+	err = framework.WaitFor(ctx, 300*time.Second, "every replica running elsewhere", func(ctx context.Context) (bool, error) {
+		for _, v := range t.victims {
+			if v.moved {
+				continue
+			}
+			notOn := v.node
+			if t.Schedule.SameNodeOK {
+				notOn = ""
+			}
+			newNode, err := env.WaitAttached(ctx, v.replica, notOn, time.Second)
+			if err != nil || newNode == "" {
+				continue
+			}
+			v.rec.Mark(timeline.AttachedElsewhere, "on "+newNode)
+			if err := t.p.Nodes[newNode].Write(ctx, v.volume); err != nil {
+				return false, fmt.Errorf("the replacement cannot write to its volume: %w", err)
+			}
+			v.moved = true
+			v.writer.Stop()
+			if d, ok := v.rec.Since(timeline.NodeDown, timeline.AttachedElsewhere); ok {
+				res.Recovery = max(res.Recovery, d)
+			}
+			if d, ok := v.rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere); ok {
+				res.Failover = max(res.Failover, d)
+			}
+			if !t.ready(v.node, time.Now()) {
+				steps = append(steps, "power on "+v.node)
+				if err := env.PowerOn(ctx, v.node); err != nil {
+					return false, err
+				}
+			}
+		}
+		return !slices.ContainsFunc(t.victims, func(v *victim) bool { return !v.moved }), nil
+	})
 	if err != nil {
 		return steps, err
-	}
-	t.Rec.Mark(timeline.AttachedElsewhere, "on "+newNode)
-	if err := t.p.Nodes[newNode].Write(ctx, t.Volume); err != nil {
-		return steps, fmt.Errorf("the replacement cannot write to its volume: %w", err)
-	}
-	res.Recovery, _ = t.Rec.Since(timeline.NodeDown, timeline.AttachedElsewhere)
-	res.Failover, _ = t.Rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere)
-	writer.Stop()
-	if !t.ready(time.Now()) {
-		steps = append(steps, "power on "+t.Victim)
-		if err := env.PowerOn(ctx, t.Victim); err != nil {
-			return steps, err
-		}
 	}
 	if t.Schedule.AfterReturn != nil {
 		more, err := t.Schedule.AfterReturn(ctx, t)
@@ -207,13 +266,13 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 	return steps, t.waitSettled(ctx)
 }
 
-// watchReady records the victim's Ready transitions as the API shows them.
-func (t *Trial) watchReady(stop <-chan struct{}) error {
-	lw := cache.NewListWatchFromClient(t.c.Client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", t.Victim))
+// watchReady records node's Ready transitions as the API shows them.
+func (t *Trial) watchReady(node string, stop <-chan struct{}) error {
+	lw := cache.NewListWatchFromClient(t.c.Client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", node))
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
 	on := func(o interface{}) {
 		if n, ok := o.(*corev1.Node); ok {
-			t.observe(framework.NodeReady(n))
+			t.observe(n.Name, framework.NodeReady(n))
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o interface{}) { on(o) }}); err != nil {
@@ -221,31 +280,35 @@ func (t *Trial) watchReady(stop <-chan struct{}) error {
 	}
 	go inf.Run(stop)
 	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
-		return fmt.Errorf("node %s: cache not synced", t.Victim)
+		return fmt.Errorf("node %s: cache not synced", node)
 	}
 	return nil
 }
 
-// transition is the victim seen Ready (or not) from At on.
+// transition is a node seen Ready (or not) from At on.
 type transition struct {
 	At    time.Time
 	Ready bool
 }
 
-func (t *Trial) observe(ready bool) {
+func (t *Trial) observe(node string, ready bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if n := len(t.transitions); n == 0 || t.transitions[n-1].Ready != ready {
-		t.transitions = append(t.transitions, transition{At: time.Now(), Ready: ready})
+	if t.transitions == nil {
+		t.transitions = map[string][]transition{}
+	}
+	trs := t.transitions[node]
+	if n := len(trs); n == 0 || trs[n-1].Ready != ready {
+		t.transitions[node] = append(trs, transition{At: time.Now(), Ready: ready})
 	}
 }
 
-// ready says whether the victim was seen Ready at the time at.
-func (t *Trial) ready(at time.Time) bool {
+// ready says whether node was seen Ready at the time at.
+func (t *Trial) ready(node string, at time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := true
-	for _, tr := range t.transitions {
+	for _, tr := range t.transitions[node] {
 		if tr.At.After(at) {
 			break
 		}
@@ -295,24 +358,27 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 	if err != nil {
 		return append(problems, err.Error())
 	}
-	for _, e := range events {
-		if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.Env.NS &&
-			e.Name == t.Env.PodName(0) && e.Received.After(started) && e.Code < 300 && t.ready(e.Received) {
-			problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Received.Format("15:04:05.000"), t.Victim))
+	for _, v := range t.victims {
+		for _, e := range events {
+			if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.Env.NS &&
+				e.Name == t.Env.PodName(v.replica) && e.Received.After(started) && e.Code < 300 && t.ready(v.node, e.Received) {
+				problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Received.Format("15:04:05.000"), v.node))
+			}
 		}
-	}
-	if t.Victim != "" {
-		problems = append(problems, t.leftovers(ctx)...)
+		problems = append(problems, t.leftovers(ctx, v.node)...)
 	}
 	return problems
 }
 
-// waitSettled waits until the node that came back holds nothing of the
+// waitSettled waits until the nodes that came back hold nothing of the
 // failover any more.
 func (t *Trial) waitSettled(ctx context.Context) error {
 	var left []string
-	err := framework.WaitFor(ctx, 120*time.Second, "node "+t.Victim+" released and clean", func(ctx context.Context) (bool, error) {
-		left = t.leftovers(ctx)
+	err := framework.WaitFor(ctx, 120*time.Second, "the failed nodes released and clean", func(ctx context.Context) (bool, error) {
+		left = nil
+		for _, v := range t.victims {
+			left = append(left, t.leftovers(ctx, v.node)...)
+		}
 		return len(left) == 0, nil
 	})
 	if err != nil {
@@ -321,40 +387,40 @@ func (t *Trial) waitSettled(ctx context.Context) error {
 	return nil
 }
 
-// leftovers lists what the failover of the victim left behind: taints,
+// leftovers lists what the failover of node left behind: taints,
 // conditions, an unfinished record, a storm-guard admission.
-func (t *Trial) leftovers(ctx context.Context) []string {
+func (t *Trial) leftovers(ctx context.Context, node string) []string {
 	var out []string
-	n, err := t.c.Client.CoreV1().Nodes().Get(ctx, t.Victim, metav1.GetOptions{})
+	n, err := t.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return []string{err.Error()}
 	}
 	for _, tt := range n.Spec.Taints {
 		if tt.Key == contract.QuarantineTaintKey || tt.Key == contract.FencingTriagedTaintKey || tt.Key == contract.FencingRequiredTaintKey {
-			out = append(out, "taint "+tt.Key)
+			out = append(out, node+": taint "+tt.Key)
 		}
 	}
 	for _, c := range n.Status.Conditions {
 		switch string(c.Type) {
 		case contract.ConditionFencingTriaged, contract.ConditionFencingRequired, contract.ConditionFencingComplete:
-			out = append(out, "condition "+string(c.Type))
+			out = append(out, node+": condition "+string(c.Type))
 		}
 	}
-	fr, err := fencingv1alpha1.NewClient(t.c.Dynamic).Get(ctx, t.Victim)
+	fr, err := fencingv1alpha1.NewClient(t.c.Dynamic).Get(ctx, node)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		out = append(out, err.Error())
 	case fencerecord.Pending(fr):
-		out = append(out, "record with volumes not cleaned")
+		out = append(out, node+": record with volumes not cleaned")
 	case len(fr.Finalizers) > 0:
-		out = append(out, "record finalizers "+strings.Join(fr.Finalizers, ","))
+		out = append(out, node+": record finalizers "+strings.Join(fr.Finalizers, ","))
 	case fr.Status.Phase != fencingv1alpha1.PhaseComplete && fr.Status.Phase != "":
-		out = append(out, "record phase "+string(fr.Status.Phase))
+		out = append(out, node+": record phase "+string(fr.Status.Phase))
 	}
 	lease, err := t.c.Client.CoordinationV1().Leases("default").Get(ctx, failover.StormGuardLeaseName, metav1.GetOptions{})
-	if err == nil && slices.Contains(strings.Split(lease.Annotations[contract.Prefix+"/fencing-nodes"], ","), t.Victim) {
-		out = append(out, "storm guard admission")
+	if err == nil && slices.Contains(strings.Split(lease.Annotations[contract.Prefix+"/fencing-nodes"], ","), node) {
+		out = append(out, node+": storm guard admission")
 	}
 	return out
 }
