@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // The apiserver writes an audit log of every request made by a
@@ -49,7 +50,8 @@ type AuditEvent struct {
 	Subresource string
 	Namespace   string
 	Name        string
-	Code        int // HTTP status of the answer
+	Code        int       // HTTP status of the answer
+	Time        time.Time // when the apiserver received it
 }
 
 // Permission is the RBAC rule part a request needs: "verb group/resource[/sub]".
@@ -66,9 +68,10 @@ func (e AuditEvent) Permission() string {
 }
 
 type rawAuditEvent struct {
-	Stage string `json:"stage"`
-	Verb  string `json:"verb"`
-	User  struct {
+	Stage    string    `json:"stage"`
+	Received time.Time `json:"requestReceivedTimestamp"`
+	Verb     string    `json:"verb"`
+	User     struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {
@@ -111,7 +114,7 @@ func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
 		out = append(out, AuditEvent{
 			User: r.User.Username, Verb: r.Verb, APIGroup: r.ObjectRef.APIGroup, Resource: r.ObjectRef.Resource,
 			Subresource: r.ObjectRef.Subresource, Namespace: r.ObjectRef.Namespace, Name: r.ObjectRef.Name,
-			Code: r.ResponseStatus.Code,
+			Code: r.ResponseStatus.Code, Time: r.Received,
 		})
 	}
 	return out, sc.Err()
