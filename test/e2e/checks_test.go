@@ -170,3 +170,11 @@ func expectReleased(ctx context.Context, t *testing.T, node string, vols ...fenc
 		t.Error(err)
 	}
 }
+
+// podSummary says which pod a Get found, for a failure message.
+func podSummary(p *corev1.Pod, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("UID %s on %s, phase %s, deletionTimestamp %v", p.UID, p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp)
+}

@@ -100,7 +100,7 @@ func TestTwoDriversOnOneNode(t *testing.T) {
 		t.Errorf("%s got FencingComplete=True at %s with %s of %s not fenced", victim, s.at.Format(time.StampMilli), vol2, d2.Name)
 	}
 	if now, err := cluster.Client.CoreV1().Pods(env.NS).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil || now.UID != pod.UID || now.DeletionTimestamp == nil {
-		t.Errorf("the pod must still be there, Terminating, while a volume of it is not fenced: %v, %v", now, err)
+		t.Errorf("the pod must still be there (UID %s), Terminating, while a volume of it is not fenced: %v", pod.UID, podSummary(now, err))
 	}
 	if reqs := forceDeletes(t, env.NS, pod.Name, down); len(reqs) > 0 {
 		t.Errorf("csi-fence-attacher force-deleted the pod with a volume not fenced: %+v", reqs)

@@ -37,7 +37,7 @@ func TestNodeFlapsDuringSlowFence(t *testing.T) {
 	env, victim, vol := failWithSlowFence(ctx, t, "fl", latency)
 	pod, err := cluster.Client.CoreV1().Pods(env.NS).Get(ctx, env.PodName(0), metav1.GetOptions{})
 	if err != nil || pod.Spec.NodeName != victim || pod.DeletionTimestamp == nil {
-		t.Fatalf("want the pod Terminating on %s while its volume is being fenced: %v, %v", victim, pod, err)
+		t.Fatalf("want the pod Terminating on %s while its volume is being fenced: %s", victim, podSummary(pod, err))
 	}
 	refusals := func(ctx context.Context) (float64, error) {
 		return framework.MetricSum(ctx, product.AttacherHTTP, "force_delete_pods_refused_total", map[string]string{"reason": podgc.ReasonSafeDetach})
