@@ -229,7 +229,10 @@ func (g *GC) NodeDown(ctx context.Context, nodeName string) error {
 // refuses (ErrNodeAlive) unless it is down; it then records why on the pod,
 // as the in-tree pod GC does (phase Failed and a DisruptionTarget condition,
 // by server-side apply, plus the termination reason), and deletes the pod it
-// decided about (UID precondition). A pod that is gone already is no error.
+// decided about. Each request names the pod's UID: a decision made from a
+// cache may be about a pod that is gone and replaced under the same name
+// (a StatefulSet's), on a healthy node, which must not be touched. A pod
+// that is gone already is no error.
 func (g *GC) ForceDelete(ctx context.Context, pod *v1.Pod, reason, terminationReason, message string) error {
 	logger := klog.FromContext(ctx)
 	if err := g.NodeDown(ctx, pod.Spec.NodeName); err != nil {
@@ -237,11 +240,11 @@ func (g *GC) ForceDelete(ctx context.Context, pod *v1.Pod, reason, terminationRe
 		return fmt.Errorf("not force-deleting pod %s: %w", klog.KObj(pod), err)
 	}
 	pods := g.Client.CoreV1().Pods(pod.Namespace)
-	ann := corev1apply.Pod(pod.Name, pod.Namespace).WithAnnotations(map[string]string{contract.TerminationReasonAnnotation: terminationReason})
+	ann := corev1apply.Pod(pod.Name, pod.Namespace).WithUID(pod.UID).WithAnnotations(map[string]string{contract.TerminationReasonAnnotation: terminationReason})
 	if _, err := pods.Apply(ctx, ann, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		return g.failed(pod, reason, fmt.Errorf("recording the termination reason: %w", err))
 	}
-	status := corev1apply.Pod(pod.Name, pod.Namespace).WithStatus(corev1apply.PodStatus().
+	status := corev1apply.Pod(pod.Name, pod.Namespace).WithUID(pod.UID).WithStatus(corev1apply.PodStatus().
 		WithPhase(v1.PodFailed).
 		WithConditions(corev1apply.PodCondition().
 			WithType(v1.DisruptionTarget).

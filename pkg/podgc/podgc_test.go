@@ -1,6 +1,7 @@
 package podgc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -188,5 +191,38 @@ func TestNodeDown(t *testing.T) {
 				t.Errorf("NodeDown = %v, want alive=%v", err, tc.alive)
 			}
 		})
+	}
+}
+
+// A decision made from a cache may be about a pod that is gone and replaced
+// under the same name: every write of ForceDelete names the pod's UID, so
+// that the apiserver refuses it for the replacement.
+func TestForceDeleteNamesThePodsUID(t *testing.T) {
+	p := pod()
+	p.UID, p.Spec.NodeName = "uid-1", "n1"
+	down := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown}}}}
+	client := fake.NewClientset(down, p)
+	g := &GC{Client: client, Recorder: record.NewFakeRecorder(10)}
+	if err := g.ForceDelete(context.Background(), p, ReasonSafeDetach, contract.TerminationEviction, "test"); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	for _, a := range client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.PatchAction:
+			writes++
+			if !bytes.Contains(a.GetPatch(), []byte(`"uid":"uid-1"`)) {
+				t.Errorf("%s %s/%s does not name the pod's UID: %s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), a.GetPatch())
+			}
+		case k8stesting.DeleteAction:
+			writes++
+			if pre := a.GetDeleteOptions().Preconditions; pre == nil || pre.UID == nil || *pre.UID != p.UID {
+				t.Errorf("the delete has no UID precondition: %+v", a.GetDeleteOptions())
+			}
+		}
+	}
+	if writes != 3 {
+		t.Errorf("want the termination reason, the status and the delete written; got %d writes: %v", writes, client.Actions())
 	}
 }

@@ -31,7 +31,6 @@ import (
 func TestControllerKilledMidFence(t *testing.T) {
 	ctx := context.Background()
 	env, victim, vol := failWithSlowFence(ctx, t, "km", 20*time.Second)
-	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
 	product.KillAttacher()
 	restarted := false
 	defer func() {
@@ -52,39 +51,9 @@ func TestControllerKilledMidFence(t *testing.T) {
 	}
 	restarted = true
 
-	if err := framework.WaitFor(ctx, 180*time.Second, "the volume cleaned on "+victim+" and the request complete", func(ctx context.Context) (bool, error) {
-		fr, err := frs.Get(ctx, victim)
-		if err != nil {
-			return false, nil
-		}
-		e := fencerecord.Find(fr, framework.DriverName, vol)
-		return e != nil && e.CleanedTime != nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	expectReleased(ctx, t, victim, fencedVolume{product.Driver, vol})
 	if _, err := env.WaitAttached(ctx, 0, "", 120*time.Second); err != nil {
 		t.Fatal(err)
-	}
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, taint := range n.Spec.Taints {
-		if taint.Key == contract.QuarantineTaintKey {
-			t.Errorf("quarantine taint left on %s", victim)
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if string(c.Type) == contract.ConditionFencingRequired || string(c.Type) == contract.ConditionFencingComplete {
-			t.Errorf("condition %s left on %s", c.Type, victim)
-		}
-	}
-	s, err := product.Array.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := s.Volumes[vol].Publications[victim]; p != nil && p.Access == array.AccessFenced {
-		t.Errorf("the array still holds %s quarantined on %s after the failover: %+v", vol, victim, p)
 	}
 	expectNoViolations(t)
 }
@@ -208,18 +177,7 @@ func TestRollingUpdateDuringFailover(t *testing.T) {
 	if err := env.PowerOn(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.WaitFor(ctx, 120*time.Second, "the node cleaned and released", func(ctx context.Context) (bool, error) {
-		fr, err := frs.Get(ctx, victim)
-		if err != nil {
-			return false, nil
-		}
-		return fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitTaint(ctx, victim, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule, false, 60*time.Second); err != nil {
-		t.Error(err)
-	}
+	expectReleased(ctx, t, victim, fencedVolume{product.Driver, vol})
 	expectNoViolations(t)
 }
 

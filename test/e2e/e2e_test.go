@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
@@ -61,15 +62,20 @@ type tLogger struct{ t *testing.T }
 
 func (l tLogger) Logf(format string, args ...interface{}) { l.t.Helper(); l.t.Logf(format, args...) }
 
+// expectNoViolations checks the array of every driver of the product: no
+// S1 or S2 carried out, and none refused either (the product must never
+// even ask for an unsafe publish).
 func expectNoViolations(t *testing.T) {
 	t.Helper()
-	v, err := product.Violations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v["S1"] != 0 || v["S2"] != 0 {
-		s, _ := product.Array.Snapshot()
-		t.Fatalf("safety violations on the array: %v: %+v", v, s.Violations)
+	for _, d := range product.Drivers {
+		s, err := d.Array.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, refused := s.CountViolations(), s.RefusedUnsafe()
+		if v["S1"] != 0 || v["S2"] != 0 || refused[array.RefusedPublishElsewhere] != 0 || refused[array.RefusedPublishQuarantined] != 0 {
+			t.Fatalf("safety violations on the array of %s: %v, unsafe requests refused: %v: %+v", d.Name, v, refused, s.Violations)
+		}
 	}
 }
 

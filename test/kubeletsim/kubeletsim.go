@@ -1,6 +1,7 @@
 // Package kubeletsim simulates the volume manager of a kubelet for one node
 // and one CSI driver, for KWOK nodes in the end-to-end tests and the demo,
-// which have no kubelet. It drives a real CSI node plugin over gRPC and lays
+// which have no kubelet; a node with several drivers runs one per driver, on
+// the same kubelet directory. It drives a real CSI node plugin over gRPC and lays
 // out the kubelet directory exactly as the kubelet does (pkg/kubeletlayout),
 // so that the node agent meets on a simulated node what it would meet on a
 // real one.
@@ -16,7 +17,9 @@
 //     directories and the orphaned pod directories;
 //   - on start, reconstructs what is mounted from the directory, as the
 //     kubelet does after a reboot, and tears down what no pod needs;
-//   - optionally reports node.status.volumesInUse.
+//   - optionally reports node.status.volumesInUse: its own driver's entries,
+//     written with optimistic concurrency so that the kubelets of a node's
+//     other drivers never lose theirs.
 //
 // PowerOff stops it at once and leaves every directory and every publish in
 // place, as a node that loses power would.
@@ -78,7 +81,7 @@ type Options struct {
 	// ReportVolumesInUse makes it maintain node.status.volumesInUse for its
 	// driver's volumes, as the kubelet does (the attach/detach controller
 	// waits for a volume to leave that list before it detaches from a
-	// healthy node).
+	// healthy node). Other drivers' entries are kept.
 	ReportVolumesInUse bool
 }
 
@@ -632,7 +635,11 @@ func UniqueVolumeName(driver, handle string) v1.UniqueVolumeName {
 }
 
 // reportVolumesInUse writes this driver's volumes that are wanted or still
-// mounted into node.status.volumesInUse, keeping other drivers' entries.
+// mounted into node.status.volumesInUse, keeping other drivers' entries. The
+// list is one field that the simulated kubelets of a node's other drivers
+// write too: the patch carries the resourceVersion it was computed from, so
+// that a write from a stale read fails (Conflict) instead of dropping theirs,
+// and the next pass writes again.
 func (k *Kubelet) reportVolumesInUse(ctx context.Context, want map[podVolume]desired) {
 	set := map[string]bool{}
 	for _, d := range want {
@@ -669,8 +676,15 @@ func (k *Kubelet) reportVolumesInUse(ctx context.Context, want map[podVolume]des
 	for _, n := range ours {
 		list = append(list, v1.UniqueVolumeName(n))
 	}
-	patch, _ := json.Marshal(map[string]interface{}{"status": map[string]interface{}{"volumesInUse": list}})
+	patch, _ := json.Marshal(map[string]interface{}{
+		"metadata": map[string]interface{}{"resourceVersion": node.ResourceVersion},
+		"status":   map[string]interface{}{"volumesInUse": list},
+	})
 	if _, err := k.opts.Client.CoreV1().Nodes().Patch(ctx, k.opts.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		if apierrors.IsConflict(err) {
+			klog.FromContext(ctx).V(4).Info("The node changed since it was read; reporting volumesInUse again on the next pass")
+			return
+		}
 		klog.FromContext(ctx).Error(err, "Reporting volumesInUse")
 		return
 	}

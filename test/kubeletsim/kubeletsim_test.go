@@ -2,9 +2,14 @@ package kubeletsim
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
@@ -330,6 +337,98 @@ func TestWaitsForAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor("published once attached", func() bool { return len(e.publication("vol-1").Published) == 1 })
+}
+
+// TestVolumesInUseKeepsOtherDrivers: a node with two drivers has a simulated
+// kubelet per driver, both writing node.status.volumesInUse. The other
+// driver's kubelet writes between this one's read of the node and its
+// write: its entry must survive (the write from the stale read is refused
+// as the apiserver refuses it, and made again from a fresh read).
+func TestVolumesInUseKeepsOtherDrivers(t *testing.T) {
+	e := newEnv(t, driver.Config{})
+	e.volume("vol-1", "pv-1", false)
+	e.pod("uid-1", "pv-1")
+	theirs := []v1.UniqueVolumeName{UniqueVolumeName("other.csi-fence.io", "a"), UniqueVolumeName("other.csi-fence.io", "b")}
+	e.optimisticNodes(
+		func(n *v1.Node) { n.Status.VolumesInUse = theirs[:1] },
+		func(n *v1.Node) { n.Status.VolumesInUse = theirs },
+	)
+	e.start()
+	want := append(theirs, UniqueVolumeName(drv, "vol-1"))
+	// Read past the reactors: the first read through the client is the
+	// kubelet's.
+	e.waitFor(fmt.Sprintf("volumesInUse %v", want), func() bool {
+		n, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("nodes"), "", nodeName)
+		return err == nil && slices.Equal(n.(*v1.Node).Status.VolumesInUse, want)
+	})
+}
+
+// optimisticNodes makes the fake clientset treat the node as the apiserver
+// does: a patch naming a resourceVersion other than the node's current one
+// fails with Conflict, and every write gets a new resourceVersion. The node
+// starts as initial makes it; right after the first read of it, another
+// writer changes it as between does.
+func (e *env) optimisticNodes(initial, between func(*v1.Node)) {
+	e.t.Helper()
+	tracker := e.client.Tracker()
+	gvr := v1.SchemeGroupVersion.WithResource("nodes")
+	rv := 0
+	write := func(n *v1.Node) error {
+		rv++
+		n.ResourceVersion = strconv.Itoa(rv)
+		return tracker.Update(gvr, n, "")
+	}
+	get := func(name string) (*v1.Node, error) {
+		obj, err := tracker.Get(gvr, "", name)
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*v1.Node).DeepCopy(), nil
+	}
+	n, err := get(nodeName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	initial(n)
+	if err := write(n); err != nil {
+		e.t.Fatal(err)
+	}
+	var mu sync.Mutex
+	read := false
+	e.client.PrependReactor("get", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		n, err := get(a.(k8stesting.GetAction).GetName())
+		if err != nil || read {
+			return true, n, err
+		}
+		read = true
+		other := n.DeepCopy()
+		between(other)
+		return true, n, write(other)
+	})
+	// The simulated kubelet patches nothing but volumesInUse.
+	e.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pa := a.(k8stesting.PatchAction)
+		var patch struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+			Status   v1.NodeStatus     `json:"status"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &patch); err != nil {
+			return true, nil, err
+		}
+		n, err := get(pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if patch.Metadata.ResourceVersion != "" && patch.Metadata.ResourceVersion != n.ResourceVersion {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), n.Name, errors.New("the object has been modified"))
+		}
+		n.Status.VolumesInUse = patch.Status.VolumesInUse
+		return true, n, write(n)
+	})
 }
 
 // TestPowerOffAndReturn plays the return path of a fenced node: power off

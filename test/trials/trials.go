@@ -361,8 +361,8 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 	for _, v := range t.victims {
 		for _, e := range events {
 			if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.Env.NS &&
-				e.Name == t.Env.PodName(v.replica) && e.Received.After(started) && e.Code < 300 && t.ready(v.node, e.Received) {
-				problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Received.Format("15:04:05.000"), v.node))
+				e.Name == t.Env.PodName(v.replica) && e.Time.After(started) && e.Code < 300 && t.ready(v.node, e.Time) {
+				problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Time.Format("15:04:05.000"), v.node))
 			}
 		}
 		problems = append(problems, t.leftovers(ctx, v.node)...)

@@ -51,7 +51,7 @@ type AuditEvent struct {
 	Namespace   string
 	Name        string
 	Code        int       // HTTP status of the answer
-	Received    time.Time // when the apiserver received the request
+	Time        time.Time // when the apiserver received it
 }
 
 // Permission is the RBAC rule part a request needs: "verb group/resource[/sub]".
@@ -114,7 +114,7 @@ func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
 		out = append(out, AuditEvent{
 			User: r.User.Username, Verb: r.Verb, APIGroup: r.ObjectRef.APIGroup, Resource: r.ObjectRef.Resource,
 			Subresource: r.ObjectRef.Subresource, Namespace: r.ObjectRef.Namespace, Name: r.ObjectRef.Name,
-			Code: r.ResponseStatus.Code, Received: r.Received,
+			Code: r.ResponseStatus.Code, Time: r.Received,
 		})
 	}
 	return out, sc.Err()

@@ -12,6 +12,8 @@
 //	p, err := c.StartProduct(ctx, framework.ProductOptions{}) // deploy/ applied, attacher up
 //	nodes, err := c.CreateNodes(ctx, "n", 3, framework.DriverName)
 //	_, err = p.StartNode(ctx, nodes[0])                      // mock node, kubelet sim, node agent
+//	d2, err := p.AddDriver(ctx, framework.DriverOptions{Name: "fence2.csi-fence.io"}) // a second driver
+//	_, err = p.StartNode(ctx, nodes[1], d2)                  // a node with both drivers
 //	err = c.ShutDown(ctx, nodes[0])                          // heartbeat stops -> NotReady after 10 s
 //
 // Binaries: $FENCE_E2E_BIN, else what hack/e2e-binaries.sh prints (it builds

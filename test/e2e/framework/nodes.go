@@ -30,8 +30,9 @@ const KwokLabelValue = "fake"
 // not the failure any test here means to simulate.
 
 // CreateNode creates a KWOK node and, since no kubelet or node-driver-registrar
-// runs, its CSINode with an entry for driver (node ID = node name).
-func (c *Cluster) CreateNode(ctx context.Context, name, driver string) error {
+// runs, its CSINode with an entry for each driver (node ID = node name);
+// no driver (or only "") creates no CSINode.
+func (c *Cluster) CreateNode(ctx context.Context, name string, drivers ...string) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
@@ -47,16 +48,17 @@ func (c *Cluster) CreateNode(ctx context.Context, name, driver string) error {
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	if driver != "" {
-		csiNode := &storagev1.CSINode{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driver, NodeID: name}}},
-		}
-		if _, err := c.Client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil {
-			return err
+	csiNode := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, d := range drivers {
+		if d != "" {
+			csiNode.Spec.Drivers = append(csiNode.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: name})
 		}
 	}
-	return nil
+	if len(csiNode.Spec.Drivers) == 0 {
+		return nil
+	}
+	_, err := c.Client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{})
+	return err
 }
 
 // CreateNodes creates n KWOK nodes named prefix-0 ... prefix-(n-1) (see

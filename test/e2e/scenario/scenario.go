@@ -34,24 +34,57 @@ type Env struct {
 	Nodes   []string
 	NS      string
 	App     string
-	Volumes []string // volume handles, one per replica
+	Volumes []string // volume handles of the first driver, one per replica
+	// DriverVolumes are the volume handles (also the PV names) of each
+	// driver, one per replica, by driver name; Volumes are the first's.
+	DriverVolumes map[string][]string
+
+	drivers []*framework.Driver
+}
+
+// Options say what SetupWith sets up.
+type Options struct {
+	// Prefix names the nodes, volumes and StatefulSet, and keeps the pods
+	// on these nodes (GroupLabel).
+	Prefix          string
+	Nodes, Replicas int
+	// Drivers give every replica one volume of each, in this order (its
+	// claim templates are data, data2, ...); every node runs them all. The
+	// product's first driver must be the first. Default: that driver only.
+	Drivers []*framework.Driver
 }
 
 // Setup creates nodes with their mock node instances, one pre-provisioned
 // volume (PV pre-bound to the StatefulSet's claim) per replica, and the
 // StatefulSet; it waits until every replica runs with its volume attached.
 func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log framework.Logger, prefix string, nodes, replicas int) (*Env, error) {
-	e := &Env{C: c, P: p, Log: log, NS: "default", App: prefix + "-db"}
-	for i := 0; i < nodes; i++ {
+	return SetupWith(ctx, c, p, log, Options{Prefix: prefix, Nodes: nodes, Replicas: replicas})
+}
+
+// SetupWith is Setup with a volume of each of opts.Drivers per replica.
+func SetupWith(ctx context.Context, c *framework.Cluster, p *framework.Product, log framework.Logger, opts Options) (*Env, error) {
+	prefix := opts.Prefix
+	e := &Env{C: c, P: p, Log: log, NS: "default", App: prefix + "-db", DriverVolumes: map[string][]string{}, drivers: opts.Drivers}
+	if len(e.drivers) == 0 {
+		e.drivers = []*framework.Driver{p.Driver}
+	}
+	if e.drivers[0] != p.Driver {
+		return nil, fmt.Errorf("the first driver of a scenario must be the product's first, %s", p.Driver.Name)
+	}
+	var driverNames []string
+	for _, d := range e.drivers {
+		driverNames = append(driverNames, d.Name)
+	}
+	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("%s-node-%d", prefix, i)
-		if err := c.CreateNode(ctx, name, framework.DriverName); err != nil {
+		if err := c.CreateNode(ctx, name, driverNames...); err != nil {
 			return nil, err
 		}
 		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, GroupLabel, prefix))
 		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return nil, err
 		}
-		if _, err := p.StartNode(ctx, name); err != nil {
+		if _, err := p.StartNode(ctx, name, e.drivers[1:]...); err != nil {
 			return nil, err
 		}
 		e.Nodes = append(e.Nodes, name)
@@ -61,42 +94,44 @@ func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log 
 			return nil, err
 		}
 	}
-	log.Logf("%d KWOK nodes Ready, each with a mock node instance", nodes)
-	for i := 0; i < replicas; i++ {
-		handle := fmt.Sprintf("%s-vol-%d", prefix, i)
-		if err := p.Array.AddVolume(handle, 1<<30); err != nil {
-			return nil, err
+	log.Logf("%d KWOK nodes Ready, each with a mock node instance of %v", opts.Nodes, driverNames)
+	var templates []corev1.PersistentVolumeClaim
+	var mounts []corev1.VolumeMount
+	for j, d := range e.drivers {
+		claim, vol := "data", "vol"
+		if j > 0 {
+			claim, vol = fmt.Sprintf("data%d", j+1), fmt.Sprintf("vol%d", j+1)
 		}
-		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: handle},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				StorageClassName:              "fence-static",
-				ClaimRef:                      &corev1.ObjectReference{Namespace: e.NS, Name: fmt.Sprintf("data-%s-%d", e.App, i)},
-				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-					Driver: framework.DriverName, VolumeHandle: handle, FSType: "ext4",
-				}},
+		for i := 0; i < opts.Replicas; i++ {
+			handle := fmt.Sprintf("%s-%s-%d", prefix, vol, i)
+			if err := e.createVolume(ctx, d, handle, fmt.Sprintf("%s-%s-%d", claim, e.App, i)); err != nil {
+				return nil, err
+			}
+			e.DriverVolumes[d.Name] = append(e.DriverVolumes[d.Name], handle)
+		}
+		templates = append(templates, corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: claim},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ptr.To(d.StorageClass),
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 			},
-		}
-		if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-			return nil, err
-		}
-		e.Volumes = append(e.Volumes, handle)
+		})
+		mounts = append(mounts, corev1.VolumeMount{Name: claim, MountPath: "/" + claim})
 	}
+	e.Volumes = e.DriverVolumes[p.Driver.Name]
 	labels := map[string]string{"app": e.App}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: e.App, Namespace: e.NS},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To(int32(replicas)),
+			Replicas:            ptr.To(int32(opts.Replicas)),
 			Selector:            &metav1.LabelSelector{MatchLabels: labels},
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					NodeSelector: map[string]string{GroupLabel: prefix},
-					Containers:   []corev1.Container{{Name: "db", Image: "postgres", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+					Containers:   []corev1.Container{{Name: "db", Image: "postgres", VolumeMounts: mounts}},
 					// One replica per node, and a workload that wants to fail
 					// over fast: it tolerates an unreachable node for 2 s only.
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
@@ -111,36 +146,53 @@ func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log 
 					},
 				},
 			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
-				ObjectMeta: metav1.ObjectMeta{Name: "data"},
-				Spec: corev1.PersistentVolumeClaimSpec{
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					StorageClassName: ptr.To("fence-static"),
-					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-				},
-			}},
+			VolumeClaimTemplates: templates,
 		},
 	}
 	if _, err := c.Client.AppsV1().StatefulSets(e.NS).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	for i := 0; i < replicas; i++ {
+	for i := 0; i < opts.Replicas; i++ {
 		if _, err := e.WaitAttached(ctx, i, "", 90*time.Second); err != nil {
 			return nil, err
 		}
 	}
-	log.Logf("StatefulSet %s: %d replicas Running, each volume published by csi-fence-attacher", e.App, replicas)
+	log.Logf("StatefulSet %s: %d replicas Running, each volume published by csi-fence-attacher", e.App, opts.Replicas)
 	return e, nil
+}
+
+// createVolume creates a volume of driver d on its array and its PV,
+// pre-bound to claim.
+func (e *Env) createVolume(ctx context.Context, d *framework.Driver, handle, claim string) error {
+	if err := d.Array.AddVolume(handle, 1<<30); err != nil {
+		return err
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: handle},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              d.StorageClass,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: e.NS, Name: claim},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: d.Name, VolumeHandle: handle, FSType: "ext4",
+			}},
+		},
+	}
+	_, err := e.C.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	return err
 }
 
 // PodName is the name of replica i.
 func (e *Env) PodName(i int) string { return fmt.Sprintf("%s-%d", e.App, i) }
 
 // WaitAttached waits until replica i runs on a node other than notOn with
-// its volume's VolumeAttachment attached there, and returns the node.
+// the VolumeAttachment of each of its volumes (one per driver) attached
+// there, and returns the node.
 func (e *Env) WaitAttached(ctx context.Context, i int, notOn string, timeout time.Duration) (string, error) {
 	var node string
-	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%s running with its volume attached", e.PodName(i)), func(ctx context.Context) (bool, error) {
+	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%s running with its volumes attached", e.PodName(i)), func(ctx context.Context) (bool, error) {
 		pod, err := e.C.Client.CoreV1().Pods(e.NS).Get(ctx, e.PodName(i), metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -148,9 +200,11 @@ func (e *Env) WaitAttached(ctx context.Context, i int, notOn string, timeout tim
 		if pod.DeletionTimestamp != nil || pod.Spec.NodeName == "" || pod.Spec.NodeName == notOn || pod.Status.Phase != corev1.PodRunning {
 			return false, nil
 		}
-		va, err := e.VA(ctx, e.Volumes[i], pod.Spec.NodeName)
-		if err != nil || va == nil || !va.Status.Attached {
-			return false, err
+		for _, d := range e.drivers {
+			va, err := e.VA(ctx, e.DriverVolumes[d.Name][i], pod.Spec.NodeName)
+			if err != nil || va == nil || !va.Status.Attached {
+				return false, err
+			}
 		}
 		node = pod.Spec.NodeName
 		return true, nil
