@@ -53,6 +53,12 @@ type Schedule struct {
 	// AttacherArgs: the controller role runs the trial with these flags
 	// (restored after).
 	AttacherArgs []string
+	// MaxQuarantined: the storm guard's limit the trial checks (S5): never
+	// more failed nodes quarantined at once (0: no check).
+	MaxQuarantined int
+	// SecondDriver: each replica also has a volume of a second driver (with
+	// a sidecar of its own), which refuses its first fences.
+	SecondDriver bool
 }
 
 // Schedules are the fault schedules, in the order a fixed run covers them.
@@ -67,8 +73,13 @@ var Schedules = []Schedule{
 	{Name: "power-off+reboot-during-cleanup", AfterReturn: rebootDuringCleanup},
 	{Name: "power-off+apiserver-restart", During: restartAPIServer},
 	{Name: "two-nodes", Victims: 2},
-	{Name: "two-nodes+storm-guard", Victims: 2, AttacherArgs: []string{"--max-fenced-nodes=1", "--max-fenced-node-percent=0"}},
+	{Name: "two-nodes+storm-guard", Victims: 2, MaxQuarantined: 1, AttacherArgs: []string{"--max-fenced-nodes=1", "--max-fenced-node-percent=0"}},
+	{Name: "power-off+two-drivers", SecondDriver: true},
 }
+
+// secondDriverName is the second driver of the two-drivers schedule; added
+// once per run, it stays (and may own node-level state from then on).
+const secondDriverName = "trial2.csi-fence.io"
 
 // ByName returns the schedule called name.
 func ByName(name string) (Schedule, bool) {
@@ -94,6 +105,10 @@ type Trial struct {
 	victims     []*victim
 	mu          sync.Mutex
 	transitions map[string][]transition // by node
+	// quarantined: the failed nodes quarantined now; mostQuarantined: the
+	// most at once.
+	quarantined     map[string]bool
+	mostQuarantined int
 }
 
 // Result is what a trial found.
@@ -153,7 +168,16 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		}()
 	}
 	n := max(t.Schedule.Victims, 1)
-	env, err := scenario.Setup(ctx, t.c, t.p, log, fmt.Sprintf("t%d", t.Seed%100000), n+2, n)
+	opts := scenario.Options{Prefix: fmt.Sprintf("t%d", t.Seed%100000), Nodes: n + 2, Replicas: n}
+	if t.Schedule.SecondDriver {
+		d2, more, err := t.secondDriver(ctx)
+		steps = append(steps, more...)
+		if err != nil {
+			return steps, err
+		}
+		opts.Drivers = []*framework.Driver{t.p.Driver, d2}
+	}
+	env, err := scenario.SetupWith(ctx, t.c, t.p, log, opts)
 	if err != nil {
 		return steps, err
 	}
@@ -272,7 +296,7 @@ func (t *Trial) watchReady(node string, stop <-chan struct{}) error {
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
 	on := func(o interface{}) {
 		if n, ok := o.(*corev1.Node); ok {
-			t.observe(n.Name, framework.NodeReady(n))
+			t.observe(n.Name, framework.NodeReady(n), framework.HasTaint(n, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule))
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o interface{}) { on(o) }}); err != nil {
@@ -291,12 +315,20 @@ type transition struct {
 	Ready bool
 }
 
-func (t *Trial) observe(node string, ready bool) {
+func (t *Trial) observe(node string, ready, quarantined bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.transitions == nil {
-		t.transitions = map[string][]transition{}
+		t.transitions, t.quarantined = map[string][]transition{}, map[string]bool{}
 	}
+	t.quarantined[node] = quarantined
+	now := 0
+	for _, q := range t.quarantined {
+		if q {
+			now++
+		}
+	}
+	t.mostQuarantined = max(t.mostQuarantined, now)
 	trs := t.transitions[node]
 	if n := len(trs); n == 0 || trs[n-1].Ready != ready {
 		t.transitions[node] = append(trs, transition{At: time.Now(), Ready: ready})
@@ -317,20 +349,45 @@ func (t *Trial) ready(node string, at time.Time) bool {
 	return r
 }
 
-// counts are the array's safety violations and refused unsafe requests.
+// counts are the safety violations and refused unsafe requests of every
+// driver's array.
 func counts(p *framework.Product) (map[string]int64, error) {
-	s, err := p.Array.Snapshot()
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]int64{}
-	for k, v := range s.CountViolations() {
-		out[k] = int64(v)
-	}
-	for k, v := range s.RefusedUnsafe() {
-		out["refused "+k] = v
+	for _, d := range p.Drivers {
+		s, err := d.Array.Snapshot()
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range s.CountViolations() {
+			out[d.Name+" "+k] += int64(v)
+		}
+		for k, v := range s.RefusedUnsafe() {
+			out[d.Name+" refused "+k] += v
+		}
 	}
 	return out, nil
+}
+
+// secondDriver returns the second driver, added on first use, set to refuse
+// its next fences a random number of times.
+func (t *Trial) secondDriver(ctx context.Context) (*framework.Driver, []string, error) {
+	var d *framework.Driver
+	for _, x := range t.p.Drivers {
+		if x.Name == secondDriverName {
+			d = x
+		}
+	}
+	if d == nil {
+		var err error
+		if d, err = t.p.AddDriver(ctx, framework.DriverOptions{Name: secondDriverName}); err != nil {
+			return nil, nil, err
+		}
+	}
+	n := 1 + t.Rng.Intn(3)
+	if err := faults.NewStore(d.StateDir).Set("ControllerUnpublishVolume", faults.Fault{Code: codes.FailedPrecondition, Count: n}); err != nil {
+		return nil, nil, err
+	}
+	return d, []string{fmt.Sprintf("second driver %s refuses its next %d fences", d.Name, n)}, nil
 }
 
 // productUser is the controller role's ServiceAccount in the harness.
@@ -357,6 +414,12 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 	events, err := t.c.AuditEvents()
 	if err != nil {
 		return append(problems, err.Error())
+	}
+	t.mu.Lock()
+	most := t.mostQuarantined
+	t.mu.Unlock()
+	if lim := t.Schedule.MaxQuarantined; lim > 0 && most > lim {
+		problems = append(problems, fmt.Sprintf("S5: %d nodes quarantined at once, limit %d", most, lim))
 	}
 	for _, v := range t.victims {
 		for _, e := range events {
