@@ -102,7 +102,11 @@ type Trial struct {
 	c *framework.Cluster
 	p *framework.Product
 
-	victims     []*victim
+	victims []*victim
+	// procMu serializes what the schedule and the supervisor do to the
+	// product's processes.
+	procMu      sync.Mutex
+	supervised  []string // what the supervisor did
 	mu          sync.Mutex
 	transitions map[string][]transition // by node
 	// quarantined: the failed nodes quarantined now; mostQuarantined: the
@@ -141,6 +145,9 @@ func Run(ctx context.Context, c *framework.Cluster, p *framework.Product, log fr
 	}
 	started := time.Now()
 	res.Steps, res.Err = t.run(ctx, log, &res)
+	t.mu.Lock()
+	res.Steps = append(res.Steps, t.supervised...)
+	t.mu.Unlock()
 	res.Problems = append(res.Problems, t.check(ctx, before, started)...)
 	return res
 }
@@ -162,6 +169,8 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		}
 		steps = append(steps, "controller with "+strings.Join(args, " "))
 		defer func() {
+			t.procMu.Lock()
+			defer t.procMu.Unlock()
 			if err := t.p.RestartAttacher(ctx); err != nil {
 				res.Problems = append(res.Problems, "restoring the controller's flags: "+err.Error())
 			}
@@ -184,6 +193,7 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 	t.Env = env
 	stop := make(chan struct{})
 	defer close(stop)
+	go t.supervise(ctx, stop)
 	for i := 0; i < n; i++ {
 		node, err := env.WaitAttached(ctx, i, "", 30*time.Second)
 		if err != nil {
@@ -288,6 +298,33 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		}
 	}
 	return steps, t.waitSettled(ctx)
+}
+
+// supervise restarts a controller that exited on its own, as its kubelet
+// restarts a container: external-attacher's leader election exits the
+// process when it cannot renew its Lease (an apiserver down longer than
+// --leader-election-renew-deadline).
+func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		t.procMu.Lock()
+		for _, d := range t.p.Drivers {
+			if d.Attacher == nil || !d.Attacher.Unexpected() {
+				continue
+			}
+			err := d.StartAttacher(ctx)
+			t.mu.Lock()
+			t.supervised = append(t.supervised, fmt.Sprintf("controller of %s exited on its own; restarted (err %v)", d.Name, err))
+			t.mu.Unlock()
+		}
+		t.procMu.Unlock()
+	}
 }
 
 // watchReady records node's Ready transitions as the API shows them.
@@ -510,6 +547,8 @@ func killController(ctx context.Context, t *Trial) ([]string, error) {
 	if err := sleep(ctx, d1); err != nil {
 		return nil, err
 	}
+	t.procMu.Lock()
+	defer t.procMu.Unlock()
 	t.p.KillAttacher()
 	if err := sleep(ctx, d2); err != nil {
 		return nil, err
@@ -546,7 +585,9 @@ func returnMidFence(ctx context.Context, t *Trial) ([]string, error) {
 // leaderLoss starts a second replica, as a rolling update does, and
 // terminates the leader (SIGTERM) at a random moment after NotReady.
 func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
+	t.procMu.Lock()
 	standby, _, err := t.p.StartStandbyAttacher(ctx)
+	t.procMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -554,6 +595,8 @@ func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
 	if err := sleep(ctx, d); err != nil {
 		return nil, err
 	}
+	t.procMu.Lock()
+	defer t.procMu.Unlock()
 	t.p.Attacher.Stop(30 * time.Second)
 	t.p.Attacher = standby
 	return []string{fmt.Sprintf("second replica started; leader terminated at NotReady+%.2fs", d.Seconds())}, nil
