@@ -454,9 +454,13 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 			return nil
 		}
 		// The Node Fencing KEP's timeline: triaged as soon as the node is
-		// seen NotReady, required once it stays so.
-		if err := c.triage(ctx, node); err != nil {
-			return err
+		// seen unreachable, required once it stays so. A kubelet that
+		// reports its node not Ready itself (a node registering, a
+		// runtime down) is alive: nothing to fence, nothing to signal.
+		if unreachable(node) {
+			if err := c.triage(ctx, node); err != nil {
+				return err
+			}
 		}
 		return c.releaseVolumesInUse(ctx, node.Name, fr)
 	}
@@ -551,6 +555,17 @@ func (c *Controller) candidates(ctx context.Context, pods []*v1.Pod) ([]candidat
 		c.eligible.seen(p)
 	}
 	return out, staying
+}
+
+// unreachable reports whether the node's Ready condition is Unknown: the
+// node lifecycle controller's verdict that the kubelet stopped reporting.
+func unreachable(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionUnknown
+		}
+	}
+	return true // never reported
 }
 
 // candidate is a Terminating pod that fails over once its volumes are fenced.

@@ -405,3 +405,26 @@ func TestManualFencingRequestFencesReadyNode(t *testing.T) {
 		})
 	}
 }
+
+// Only an unreachable node (Ready Unknown: its kubelet stopped reporting) is
+// triaged; a kubelet that reports its node not Ready itself, as a node
+// registering does, is alive.
+func TestTriageOnlyUnreachableNodes(t *testing.T) {
+	for _, tc := range []struct {
+		status  v1.ConditionStatus
+		triaged bool
+	}{
+		{status: v1.ConditionUnknown, triaged: true},
+		{status: v1.ConditionFalse},
+	} {
+		t.Run(string(tc.status), func(t *testing.T) {
+			e := newEnv(t, objects(tc.status, false), true)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if got := podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingTriaged); got != tc.triaged {
+				t.Errorf("FencingTriaged=%v, want %v", got, tc.triaged)
+			}
+		})
+	}
+}
