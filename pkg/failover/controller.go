@@ -90,6 +90,8 @@ type Controller struct {
 	// election runs for it (nil: always the owner).
 	owner    Owner
 	election *leaseOwner
+	// liveReadValidity: see defaultLiveReadValidity.
+	liveReadValidity time.Duration
 	// registry: what the other drivers can do.
 	registry   *registry
 	regFactory informers.SharedInformerFactory
@@ -498,6 +500,15 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	}
 	if !owner {
 		return fenceErr
+	}
+	if !manual && time.Since(aliveChecked) > c.liveReadValidity {
+		// The fence was slow: the node may be back. A node that is
+		// alive gets no pod deleted and no fencing signal; its next
+		// pass releases it.
+		if err := c.pgc.NodeDown(ctx, nodeName); err != nil {
+			logger.V(2).Info("The node came back during the fence", "why", err)
+			return fenceErr
+		}
 	}
 	// 3. The pod GC: each pod whose every volume is confirmed fenced goes,
 	//    if the node is still down by a live read (S3). A manual request on

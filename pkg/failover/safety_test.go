@@ -401,10 +401,14 @@ func TestFencedButNoPodDeletedOnReadyNode(t *testing.T) {
 		name  string
 		ready v1.ConditionStatus
 		setup func(t *testing.T, e *env)
+		// noSignals: no Node Fencing condition may be set (a node fenced
+		// by an admin's request may be marked FencingComplete).
+		noSignals bool
 	}{
 		{"node back during the fence", v1.ConditionUnknown, func(t *testing.T, e *env) {
+			e.c.liveReadValidity = 0 // every fence is "slow"
 			e.csi.hook = func() { e.setReady(t, "n1", v1.ConditionTrue) }
-		}},
+		}, true},
 		{"manual request on a Ready node", v1.ConditionTrue, func(t *testing.T, e *env) {
 			if _, err := e.fr.Create(context.Background(), &fencingv1alpha1.FencingRequest{
 				ObjectMeta: metav1.ObjectMeta{Name: "n1"},
@@ -413,7 +417,7 @@ func TestFencedButNoPodDeletedOnReadyNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.restart(t)
-		}},
+		}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -425,6 +429,10 @@ func TestFencedButNoPodDeletedOnReadyNode(t *testing.T) {
 			}
 			if e.steps.index("delete db-0") >= 0 {
 				t.Fatalf("pod force-deleted on a Ready node: %v", e.steps.log)
+			}
+			n := e.node(t, "n1")
+			if tc.noSignals && (podgc.ConditionTrue(n, contract.ConditionFencingRequired) || podgc.ConditionTrue(n, contract.ConditionFencingComplete)) {
+				t.Errorf("fencing signalled on a node that came back during the fence: %+v", n.Status.Conditions)
 			}
 		})
 	}

@@ -139,9 +139,10 @@ func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
 	return err
 }
 
-// liveReadValidity is how long a live read finding the node down stands for
-// the next fence RPC of a batch: longer batches read it again.
-const liveReadValidity = time.Second
+// defaultLiveReadValidity is how long a live read finding the node down
+// stands for the next step that needs it down (the next fence RPC of a
+// batch, the signals after a slow fence): later steps read it again.
+const defaultLiveReadValidity = time.Second
 
 // fenceNode fences the attachments of our driver on the node, write-ahead
 // through the record, except those of volumes a pod that stays on the node
@@ -189,7 +190,7 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 	}
 	if len(todo) > 0 {
 		errs, err := fencerecord.Fence(ctx, c.frClient, node.Name, "NodeUnreachable", todo, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
-			if !manual && time.Since(aliveChecked) > liveReadValidity {
+			if !manual && time.Since(aliveChecked) > c.liveReadValidity {
 				// A node not explicitly requested is fenced only while
 				// it is down by a live read.
 				if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
