@@ -315,12 +315,18 @@ func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 		}
 		t.procMu.Lock()
 		for _, d := range t.p.Drivers {
-			if d.Attacher == nil || !d.Attacher.Unexpected() {
+			// A process that failed to start (the apiserver still down)
+			// is retried at the next tick, as a crash loop is.
+			if d.Attacher != nil && !d.Attacher.Unexpected() {
 				continue
 			}
 			err := d.StartAttacher(ctx)
+			what := "restarted"
+			if err != nil {
+				what = "restart failed, will retry: " + err.Error()
+			}
 			t.mu.Lock()
-			t.supervised = append(t.supervised, fmt.Sprintf("controller of %s exited on its own; restarted (err %v)", d.Name, err))
+			t.supervised = append(t.supervised, fmt.Sprintf("controller of %s exited on its own; %s", d.Name, what))
 			t.mu.Unlock()
 		}
 		t.procMu.Unlock()
