@@ -323,7 +323,7 @@ func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 			err := d.StartAttacher(ctx)
 			what := "restarted"
 			if err != nil {
-				what = "restart failed, will retry: " + err.Error()
+				what = "restart failed (logged in " + t.c.WorkDir + "/logs), will retry"
 			}
 			t.mu.Lock()
 			t.supervised = append(t.supervised, fmt.Sprintf("controller of %s exited on its own; %s", d.Name, what))
