@@ -124,6 +124,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"storm-guard-namespace":   "",
 		"fencing-taints":          "",
 		"fencing-required-after":  "",
+		"failover-opt-in":         "",
 		"kubelet-dir":             `"/var/lib/kubelet"`,
 		"node-name":               "",
 	}

@@ -54,6 +54,20 @@ const (
 	FencingResource = "fencingrequests"
 )
 
+// FailoverLabel on a pod or its namespace opts it in ("enabled") or out
+// ("disabled") of automatic failover; the pod's label wins over its
+// namespace's. Without it, a pod fails over unless --failover-opt-in.
+const (
+	FailoverLabel    = Prefix + "/failover"
+	FailoverEnabled  = "enabled"
+	FailoverDisabled = "disabled"
+)
+
+// MaintenanceConditions are node conditions under which a node is never
+// fenced automatically: someone is working on it (KEP-5683's conditions,
+// alpha in Kubernetes 1.37).
+var MaintenanceConditions = []string{"MaintenanceInProgress", "DrainInProgress", "GracefulNodeShutdownInProgress"}
+
 // Feature gate that enables the SafeDetach pod GC.
 const NonGracefulFailoverGate = "NonGracefulFailover"
 

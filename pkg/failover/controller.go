@@ -59,6 +59,9 @@ type Options struct {
 	// node.kubernetes.io/fencingtriaged:PreferNoSchedule and
 	// node.kubernetes.io/fencingrequired:NoSchedule with the conditions.
 	FencingTaints bool
+	// FailoverOptIn: only pods (or namespaces) labelled
+	// contract.FailoverLabel=enabled fail over by SafeDetach.
+	FailoverOptIn bool
 	// Election is how this controller runs for ownership of node-level
 	// state; no Identity: it owns it alone (a single controller).
 	Election ElectionConfig
@@ -77,6 +80,7 @@ type Controller struct {
 	pvs      corelisters.PersistentVolumeLister
 	drivers  storagelisters.CSIDriverLister
 	csinodes storagelisters.CSINodeLister
+	ns       corelisters.NamespaceLister
 	frs      fencingv1alpha1.Lister
 	frCache  cache.GenericLister // for listing every request
 	synced   []cache.InformerSynced
@@ -166,6 +170,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		pvcs:  f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
 		drivers:  f.Storage().V1().CSIDrivers().Lister(),
 		csinodes: f.Storage().V1().CSINodes().Lister(),
+		ns:       f.Core().V1().Namespaces().Lister(),
 		factory:  f, dfactory: dyn,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
@@ -247,7 +252,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		}
 		c.synced = append(c.synced, h.inf.HasSynced)
 	}
-	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().PersistentVolumeClaims().Informer(), f.Core().V1().PersistentVolumes().Informer(), f.Storage().V1().CSIDrivers().Informer(), f.Storage().V1().CSINodes().Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().Namespaces().Informer(), f.Core().V1().PersistentVolumeClaims().Informer(), f.Core().V1().PersistentVolumes().Informer(), f.Storage().V1().CSIDrivers().Informer(), f.Storage().V1().CSINodes().Informer()} {
 		c.synced = append(c.synced, inf.HasSynced)
 	}
 	return c, nil
@@ -445,6 +450,15 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if !ready && IsControlPlane(node) && !manual {
 		return nil
 	}
+	if why := Maintenance(node); why != "" && !manual {
+		// Someone is working on the node: nothing is fenced or signalled
+		// automatically (an admin's FencingRequest still fences it).
+		logger.V(2).Info("Not fencing: the node is under maintenance", "why", why)
+		if owner && !ready {
+			c.recorder.Eventf(node, v1.EventTypeNormal, "FencingSkipped", "Not fencing node %s automatically: %s", node.Name, why)
+		}
+		return nil
+	}
 	candidates, staying := c.candidates(ctx, pods)
 	ours := slices.ContainsFunc(candidates, func(cand candidate) bool {
 		return slices.ContainsFunc(cand.vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName })
@@ -560,6 +574,15 @@ func (c *Controller) candidates(ctx context.Context, pods []*v1.Pod) ([]candidat
 		}
 		if ok, why := podgc.SafeDetach(p, vols, c.safeDetach, func(podgc.Volume) bool { return true }); !ok {
 			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
+			continue
+		}
+		var nsLabels map[string]string
+		if ns, err := c.ns.Get(p.Namespace); err == nil {
+			nsLabels = ns.Labels
+		}
+		if ok, why := podgc.FailoverAllowed(p, nsLabels, c.opts.FailoverOptIn); !ok {
+			logger.V(4).Info("Pod does not fail over", "pod", klog.KObj(p), "why", why)
+			c.recorder.Eventf(p, v1.EventTypeNormal, "FailoverDisabled", "Not failing over pod %s: %s", p.Name, why)
 			continue
 		}
 		out = append(out, candidate{pod: p, vols: vols})

@@ -25,6 +25,7 @@ package failover
 
 import (
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -39,6 +40,22 @@ import (
 func IsControlPlane(n *v1.Node) bool {
 	_, ok := n.Labels["node-role.kubernetes.io/control-plane"]
 	return ok
+}
+
+// Maintenance says why a node must not be fenced automatically ("" if it
+// may be): someone is working on it, with a maintenance condition set
+// (contract.MaintenanceConditions) or cordoned (spec.unschedulable, as a
+// drain starts). An admin's FencingRequest still fences it.
+func Maintenance(n *v1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Status == v1.ConditionTrue && slices.Contains(contract.MaintenanceConditions, string(c.Type)) {
+			return fmt.Sprintf("the node has condition %s=True", c.Type)
+		}
+	}
+	if n.Spec.Unschedulable {
+		return "the node is cordoned (being drained or under maintenance)"
+	}
+	return ""
 }
 
 // StormGuard says whether one more node may be fenced: at most max nodes

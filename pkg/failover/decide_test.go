@@ -79,3 +79,23 @@ func TestRelease(t *testing.T) {
 func pvcVol(claim string) v1.Volume {
 	return v1.Volume{Name: claim, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
 }
+
+func TestMaintenance(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node v1.Node
+		want bool
+	}{
+		{name: "in service"},
+		{name: "drain in progress", want: true, node: v1.Node{Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: "DrainInProgress", Status: v1.ConditionTrue}}}}},
+		{name: "maintenance over", node: v1.Node{Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: "MaintenanceInProgress", Status: v1.ConditionFalse}}}}},
+		{name: "graceful shutdown", want: true, node: v1.Node{Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: "GracefulNodeShutdownInProgress", Status: v1.ConditionTrue}}}}},
+		{name: "cordoned", want: true, node: v1.Node{Spec: v1.NodeSpec{Unschedulable: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Maintenance(&tc.node) != ""; got != tc.want {
+				t.Errorf("Maintenance = %q, want in maintenance: %v", Maintenance(&tc.node), tc.want)
+			}
+		})
+	}
+}

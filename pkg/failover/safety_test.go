@@ -20,6 +20,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -687,6 +688,52 @@ func TestFenceUsesPublishedNodeID(t *testing.T) {
 			}
 			if tc.want == "" && (err == nil || e.steps.index("delete db-0") >= 0) {
 				t.Errorf("no node ID: want an error and no pod deleted; err %v, steps %v", err, e.steps.log)
+			}
+		})
+	}
+}
+
+// Policy: the pause switch, a workload's opt-out and a node under
+// maintenance each stop automatic fencing before anything is written; the
+// same node without them fails over.
+func TestPolicyStopsAutomaticFencing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tweak  func(objs []runtime.Object) []runtime.Object
+		fenced bool
+	}{
+		{name: "no policy", tweak: func(o []runtime.Object) []runtime.Object { return o }, fenced: true},
+		{name: "paused", tweak: func(o []runtime.Object) []runtime.Object {
+			return append(o, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+				Annotations: map[string]string{PausedAnnotation: "storage maintenance"}}})
+		}},
+		{name: "pod opted out", tweak: func(o []runtime.Object) []runtime.Object {
+			for _, x := range o {
+				if p, ok := x.(*v1.Pod); ok {
+					p.Labels = map[string]string{contract.FailoverLabel: contract.FailoverDisabled}
+				}
+			}
+			return o
+		}},
+		{name: "namespace opted out", tweak: func(o []runtime.Object) []runtime.Object {
+			return append(o, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{contract.FailoverLabel: contract.FailoverDisabled}}})
+		}},
+		{name: "cordoned", tweak: func(o []runtime.Object) []runtime.Object {
+			o[0].(*v1.Node).Spec.Unschedulable = true
+			return o
+		}},
+		{name: "drain in progress", tweak: func(o []runtime.Object) []runtime.Object {
+			n := o[0].(*v1.Node)
+			n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: "DrainInProgress", Status: v1.ConditionTrue})
+			return o
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.tweak(objects(v1.ConditionUnknown, true)), true)
+			_ = e.sync(t)
+			quarantined := e.steps.index("quarantine") >= 0
+			if quarantined != tc.fenced || (e.csi.fenced("h1") > 0) != tc.fenced || (e.steps.index("delete db-0") >= 0) != tc.fenced {
+				t.Errorf("quarantined %v, fenced %d, steps %v; want failed over: %v", quarantined, e.csi.fenced("h1"), e.steps.log, tc.fenced)
 			}
 		})
 	}

@@ -22,6 +22,13 @@ const StormGuardLeaseName = "csi-fence-storm-guard"
 // to fencing and not released yet.
 const stormGuardAnnotation = contract.Prefix + "/fencing-nodes"
 
+// PausedAnnotation on the storm guard's Lease is the pause switch: while it
+// is set (its value says why), no new node is admitted to fencing, by any
+// driver or backend; nodes under fencing already go on to the end.
+//
+//	kubectl annotate lease csi-fence-storm-guard csi-fence.io/paused="storage maintenance"
+const PausedAnnotation = contract.Prefix + "/paused"
+
 // stormGuard is the storm guard's admission (S5): before a node is
 // quarantined it is added to the list of nodes under fencing on one shared
 // Lease, by an update that carries the Lease's resourceVersion. Two workers,
@@ -38,9 +45,12 @@ type stormGuard struct {
 // already, or force (a node quarantined already, whose fencing only
 // continues), is admitted whatever the count.
 func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit func(admitted int) (bool, string)) error {
-	return g.update(ctx, func(nodes []string) ([]string, error) {
+	return g.update(ctx, func(nodes []string, paused string) ([]string, error) {
 		if slices.Contains(nodes, node) {
 			return nodes, nil
+		}
+		if paused != "" && !force {
+			return nil, fmt.Errorf("fencing is paused (%s=%q on Lease %s)", PausedAnnotation, paused, StormGuardLeaseName)
 		}
 		if !force {
 			if ok, why := limit(len(nodes)); !ok {
@@ -53,14 +63,15 @@ func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit f
 
 // release removes node from the list: its fencing is over.
 func (g *stormGuard) release(ctx context.Context, node string) error {
-	return g.update(ctx, func(nodes []string) ([]string, error) {
+	return g.update(ctx, func(nodes []string, _ string) ([]string, error) {
 		return slices.DeleteFunc(nodes, func(n string) bool { return n == node }), nil
 	})
 }
 
 // update applies change to the list on a fresh read of the Lease (created if
-// missing) and writes it back with optimistic concurrency.
-func (g *stormGuard) update(ctx context.Context, change func([]string) ([]string, error)) error {
+// missing), which also tells whether fencing is paused, and writes it back
+// with optimistic concurrency.
+func (g *stormGuard) update(ctx context.Context, change func(nodes []string, paused string) ([]string, error)) error {
 	leases := g.client.CoordinationV1().Leases(g.namespace)
 	return retry.OnError(retry.DefaultBackoff, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
@@ -77,7 +88,7 @@ func (g *stormGuard) update(ctx context.Context, change func([]string) ([]string
 			nodes = strings.Split(s, ",")
 		}
 		before := strings.Join(nodes, ",")
-		nodes, err = change(slices.Clone(nodes))
+		nodes, err = change(slices.Clone(nodes), lease.Annotations[PausedAnnotation])
 		if err != nil {
 			return err
 		}

@@ -129,6 +129,32 @@ func SafeDetach(pod *v1.Pod, vols []Volume, safeDetach func(driver string) bool,
 	return true, ""
 }
 
+// FailoverAllowed decides the per-workload policy of the SafeDetach path:
+// the pod's label, else its namespace's (FailoverLabel), else the default
+// (allowed unless optIn). It does not apply to taints and conditions that
+// others set (KEP-2268, the Node Fencing KEP): those are their decisions.
+func FailoverAllowed(pod *v1.Pod, nsLabels map[string]string, optIn bool) (bool, string) {
+	for _, l := range []struct {
+		labels map[string]string
+		whose  string
+	}{{pod.Labels, "pod"}, {nsLabels, "namespace"}} {
+		switch v := l.labels[contract.FailoverLabel]; v {
+		case contract.FailoverEnabled:
+			return true, ""
+		case contract.FailoverDisabled:
+			return false, fmt.Sprintf("failover disabled by the %s's label %s=%s", l.whose, contract.FailoverLabel, v)
+		case "":
+		default:
+			// A typo must not fence a workload its owner meant to keep.
+			return false, fmt.Sprintf("the %s's label %s=%q is neither %q nor %q", l.whose, contract.FailoverLabel, v, contract.FailoverEnabled, contract.FailoverDisabled)
+		}
+	}
+	if optIn {
+		return false, fmt.Sprintf("failover is opt-in (--failover-opt-in) and neither the pod nor its namespace has %s=%s", contract.FailoverLabel, contract.FailoverEnabled)
+	}
+	return true, ""
+}
+
 // OutOfService decides KEP-2268's rule: a Terminating pod on a node that is
 // not Ready and carries the out-of-service taint, which the pod does not
 // tolerate.

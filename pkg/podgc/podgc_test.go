@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +225,44 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 	}
 	if writes != 3 {
 		t.Errorf("want the termination reason, the status and the delete written; got %d writes: %v", writes, client.Actions())
+	}
+}
+
+func TestFailoverAllowed(t *testing.T) {
+	pod := func(v string) *v1.Pod {
+		p := &v1.Pod{}
+		if v != "" {
+			p.Labels = map[string]string{contract.FailoverLabel: v}
+		}
+		return p
+	}
+	ns := func(v string) map[string]string {
+		if v == "" {
+			return nil
+		}
+		return map[string]string{contract.FailoverLabel: v}
+	}
+	for _, tc := range []struct {
+		name       string
+		pod, ns    string
+		optIn      bool
+		allowed    bool
+		whyMention string
+	}{
+		{name: "default", allowed: true},
+		{name: "default opt-in", optIn: true, whyMention: "opt-in"},
+		{name: "pod disabled", pod: "disabled", whyMention: "pod's label"},
+		{name: "namespace disabled", ns: "disabled", whyMention: "namespace's label"},
+		{name: "pod enabled wins over namespace disabled", pod: "enabled", ns: "disabled", allowed: true},
+		{name: "pod disabled wins over namespace enabled", pod: "disabled", ns: "enabled", whyMention: "pod's label"},
+		{name: "namespace enabled under opt-in", ns: "enabled", optIn: true, allowed: true},
+		{name: "typo refuses", pod: "Enabled", whyMention: "neither"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := FailoverAllowed(pod(tc.pod), ns(tc.ns), tc.optIn)
+			if ok != tc.allowed || (!ok && !strings.Contains(why, tc.whyMention)) {
+				t.Errorf("FailoverAllowed = %v, %q; want %v mentioning %q", ok, why, tc.allowed, tc.whyMention)
+			}
+		})
 	}
 }

@@ -33,6 +33,7 @@ type FailoverOptions struct {
 	StormGuardNamespace  string
 	FencingTaints        bool
 	FencingRequiredAfter time.Duration
+	FailoverOptIn        bool
 }
 
 // AddFlags registers the failover flags on fs.
@@ -41,6 +42,7 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxFencedNodePercent, "max-fenced-node-percent", 50, "Storm guard: never fence more than this share of all nodes at once, in percent (0: no limit).")
 	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", "", "Namespace of the storm guard's admission Lease ("+failover.StormGuardLeaseName+"): every sidecar pointing at the same one counts against the same limits, whatever its driver. Default: --leader-election-namespace, else the pod's namespace.")
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
+	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
 	fs.DurationVar(&o.FencingRequiredAfter, "fencing-required-after", 0, "Mark a node FencingRequired once it has been NotReady this long, even before a pod qualifies for failover (0: only when a pod qualifies).")
 }
 
@@ -106,6 +108,7 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		Resync:               failoverResync(d.Options),
 		FencingTaints:        d.Failover.FencingTaints,
 		FencingRequiredAfter: d.Failover.FencingRequiredAfter,
+		FailoverOptIn:        d.Failover.FailoverOptIn,
 		Election:             electionConfig(d.ElectionClient, d.DriverName, stormGuardNamespace(d.Failover.StormGuardNamespace)),
 	}, d.Client, factory, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
