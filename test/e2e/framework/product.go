@@ -34,8 +34,10 @@ type Product struct {
 	StateDir string
 	Array    *array.Array
 	Attacher *Process
-	Mock     *Process
-	Nodes    map[string]*NodeInstance
+	// AttacherHTTP is the address of csi-fence-attacher's metrics endpoint.
+	AttacherHTTP string
+	Mock         *Process
+	Nodes        map[string]*NodeInstance
 
 	// attacherArgs are csi-fence-attacher's flags for an HTTP address, kept
 	// to start it again after a crash.
@@ -128,7 +130,7 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 // may still be held by the killed one: it acts once it has taken it.
 func (p *Product) StartAttacher(ctx context.Context) error {
 	var err error
-	p.Attacher, _, err = p.c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second, p.attacherArgs)
+	p.Attacher, p.AttacherHTTP, err = p.c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second, p.attacherArgs)
 	return err
 }
 
@@ -150,25 +152,71 @@ func (p *Product) StartStandbyAttacher(ctx context.Context) (proc *Process, http
 // Leading reports whether the csi-fence-attacher serving metrics at
 // httpAddr says it holds its leader-election Lease.
 func Leading(ctx context.Context, httpAddr string) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	lines, err := Metrics(ctx, httpAddr)
 	if err != nil {
 		return false, err
 	}
-	rsp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false, err
-	}
-	defer rsp.Body.Close()
-	b, err := io.ReadAll(rsp.Body)
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range lines {
 		if strings.HasPrefix(line, "leader_election_master_status{") && strings.HasSuffix(line, " 1") {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// Metrics returns the lines of the Prometheus text exposition served at
+// http://httpAddr/metrics.
+func Metrics(ctx context.Context, httpAddr string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer rsp.Body.Close()
+	b, err := io.ReadAll(rsp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(b), "\n"), nil
+}
+
+// MetricSum adds up the samples of the metric name (a counter, or a
+// histogram's name_count) served at httpAddr whose labels contain every
+// one of labels (each as `key="value"`).
+func MetricSum(ctx context.Context, httpAddr, name string, labels ...string) (float64, error) {
+	lines, err := Metrics(ctx, httpAddr)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range lines {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		i := strings.LastIndexByte(rest, ' ')
+		if i < 0 || !containsAll(rest[:i], labels) {
+			continue
+		}
+		v, err := strconv.ParseFloat(rest[i+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric %s: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 // RestartAttacher kills csi-fence-attacher (controller role) and starts it
@@ -177,7 +225,7 @@ func Leading(ctx context.Context, httpAddr string) (bool, error) {
 func (p *Product) RestartAttacher(ctx context.Context, extra ...string) error {
 	p.KillAttacher()
 	var err error
-	p.Attacher, _, err = p.c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second,
+	p.Attacher, p.AttacherHTTP, err = p.c.startServer(ctx, "csi-fence-attacher", filepath.Join(p.BinDir, "csi-fence-attacher"), "/metrics", 60*time.Second,
 		func(addr string) []string { return append(p.attacherArgs(addr), extra...) })
 	return err
 }

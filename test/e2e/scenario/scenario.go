@@ -64,23 +64,8 @@ func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log 
 	log.Logf("%d KWOK nodes Ready, each with a mock node instance", nodes)
 	for i := 0; i < replicas; i++ {
 		handle := fmt.Sprintf("%s-vol-%d", prefix, i)
-		if err := p.Array.AddVolume(handle, 1<<30); err != nil {
-			return nil, err
-		}
-		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: handle},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				StorageClassName:              "fence-static",
-				ClaimRef:                      &corev1.ObjectReference{Namespace: e.NS, Name: fmt.Sprintf("data-%s-%d", e.App, i)},
-				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-					Driver: framework.DriverName, VolumeHandle: handle, FSType: "ext4",
-				}},
-			},
-		}
-		if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		claim := &corev1.ObjectReference{Namespace: e.NS, Name: fmt.Sprintf("data-%s-%d", e.App, i)}
+		if err := CreateVolume(ctx, c, p, handle, claim); err != nil {
 			return nil, err
 		}
 		e.Volumes = append(e.Volumes, handle)
@@ -131,6 +116,30 @@ func Setup(ctx context.Context, c *framework.Cluster, p *framework.Product, log 
 	}
 	log.Logf("StatefulSet %s: %d replicas Running, each volume published by csi-fence-attacher", e.App, replicas)
 	return e, nil
+}
+
+// CreateVolume creates a single-node volume of the mock driver on the array
+// and its PV, named handle, statically provisioned (pre-bound to claim when
+// claim is not nil).
+func CreateVolume(ctx context.Context, c *framework.Cluster, p *framework.Product, handle string, claim *corev1.ObjectReference) error {
+	if err := p.Array.AddVolume(handle, 1<<30); err != nil {
+		return err
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: handle},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "fence-static",
+			ClaimRef:                      claim,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: framework.DriverName, VolumeHandle: handle, FSType: "ext4",
+			}},
+		},
+	}
+	_, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	return err
 }
 
 // PodName is the name of replica i.
