@@ -4,6 +4,13 @@
 // repeated trials, for each failover path, and prints p50/p95.
 //
 //	go run ./cmd/fence-bench --trials=5 --paths=out-of-service,automatic
+//
+// With --mode=burst it measures instead what a burst of detaches from one
+// node costs, fenced (the node NotReady) against plain: the time until all
+// are detached, and the attacher's API requests from the apiserver's audit
+// log (FencingRequest writes, conflicts, reads), see burst.go.
+//
+//	go run ./cmd/fence-bench --mode=burst --volumes=200
 package main
 
 import (
@@ -33,10 +40,21 @@ func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n",
 func main() {
 	trials := flag.Int("trials", 5, "Trials per path")
 	paths := flag.String("paths", "automatic,out-of-service", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible) and automatic (SafeDetach pod GC)")
+	mode := flag.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes)")
+	volumes := flag.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, *trials, strings.Split(*paths, ",")); err != nil {
+	var err error
+	switch *mode {
+	case "failover":
+		err = run(ctx, *trials, strings.Split(*paths, ","))
+	case "burst":
+		err = runBurst(ctx, *volumes)
+	default:
+		err = fmt.Errorf("unknown --mode %q: want failover or burst", *mode)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence-bench:", err)
 		os.Exit(1)
 	}

@@ -26,6 +26,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
 func TestShouldEnqueueVAChange(t *testing.T) {
@@ -201,7 +202,7 @@ func TestControllerRun(t *testing.T) {
 	h, err := NewCSIHandler(CSIHandlerConfig{
 		DriverName: drv, Timeout: timeout, Capabilities: Capabilities{Fence: true},
 		Client: client, Attacher: csiFake, Recorder: recorder,
-		FencingRequests: trackerFRLister{dyn}, FenceRecord: fencingv1alpha1.NewClient(dyn),
+		FencingRequests: trackerFRLister{dyn}, FenceRecord: fencerecord.NewRecorder(fencingv1alpha1.NewClient(dyn)),
 		PVLister: factory.Core().V1().PersistentVolumes().Lister(), NodeLister: factory.Core().V1().Nodes().Lister(),
 		CSINodeLister: factory.Storage().V1().CSINodes().Lister(), VALister: factory.Storage().V1().VolumeAttachments().Lister(),
 	})

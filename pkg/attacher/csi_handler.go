@@ -62,9 +62,10 @@ type CSIHandlerConfig struct {
 	VALister      storagelisters.VolumeAttachmentLister
 	// FencingRequests and FenceRecord are nil when the FencingRequest CRD is
 	// not installed: quarantine is then read from the node taint only and
-	// fences are not recorded.
+	// fences are not recorded. The workers' fences share FenceRecord, so
+	// that those of one node share their record writes.
 	FencingRequests FencingRequestLister
-	FenceRecord     fencerecord.Client
+	FenceRecord     *fencerecord.Recorder
 
 	Recorder record.EventRecorder
 }
@@ -323,7 +324,7 @@ func (h *CSIHandler) csiDetach(ctx context.Context, va *storagev1.VolumeAttachme
 
 	if fence {
 		target := fencedVolume{va: va, handle: handle, nodeID: nodeID, reason: reason}
-		errs, err := fencerecord.Fence(ctx, h.FenceRecord, va.Spec.NodeName, reason, []fencingv1alpha1.FencedVolume{target.record(h.DriverName)},
+		errs, err := h.FenceRecord.Fence(ctx, va.Spec.NodeName, reason, []fencingv1alpha1.FencedVolume{target.record(h.DriverName)},
 			func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
 				cctx, cancel := context.WithTimeout(ctx, h.Timeout)
 				defer cancel()
@@ -367,7 +368,7 @@ func (f fencedVolume) record(driver string) fencingv1alpha1.FencedVolume {
 }
 
 // afterFence makes a fenced unpublish visible: its result goes to the
-// metrics and an Event on the VA. fencerecord.Fence recorded the intent
+// metrics and an Event on the VA. The FenceRecord recorded the intent
 // before the call and the outcome after it, so a fence that returns nil here
 // is recorded before the caller removes the VA finalizer. A fence that failed
 // is returned as the detach error with the driver's reason; its entry stays

@@ -41,6 +41,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
 const (
@@ -432,7 +433,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		}
 		if !cfg.noFencingAPI {
 			hc.FencingRequests = trackerFRLister{e.dyn}
-			hc.FenceRecord = fencingv1alpha1.NewClient(e.dyn)
+			hc.FenceRecord = fencerecord.NewRecorder(fencingv1alpha1.NewClient(e.dyn))
 		}
 		h, err := NewCSIHandler(hc)
 		if err != nil {

@@ -72,6 +72,9 @@ type Controller struct {
 	opts     Options
 	client   kubernetes.Interface
 	frClient *fencingv1alpha1.Client
+	// records writes the fence record through frClient; the workers
+	// fencing one node at the same time share its writes.
+	records  *fencerecord.Recorder
 	csi      csiclient.Attacher
 	recorder record.EventRecorder
 
@@ -165,7 +168,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		return nil, err
 	}
 	c := &Controller{
-		opts: opts, client: client, frClient: frClient, csi: csi, recorder: recorder,
+		opts: opts, client: client, frClient: frClient, records: fencerecord.NewRecorder(frClient), csi: csi, recorder: recorder,
 		nodes: f.Core().V1().Nodes().Lister(),
 		pvcs:  f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
 		drivers:  f.Storage().V1().CSIDrivers().Lister(),

@@ -189,7 +189,7 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 		pvs[handle], vaOf[handle] = pv, va
 	}
 	if len(todo) > 0 {
-		errs, err := fencerecord.Fence(ctx, c.frClient, node.Name, "NodeUnreachable", todo, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
+		errs, err := c.records.Fence(ctx, node.Name, "NodeUnreachable", todo, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
 			if !manual && time.Since(aliveChecked) > c.liveReadValidity {
 				// A node not explicitly requested is fenced only while
 				// it is down by a live read.

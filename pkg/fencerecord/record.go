@@ -15,7 +15,10 @@
 //
 // Every writer goes through update, which re-reads the request and retries on
 // conflicts, so the failover controller, the attachers of several drivers and
-// the node agent never lose each other's entries.
+// the node agent never lose each other's entries. Concurrent fences on one
+// node share their writes through a Recorder (group commit, recorder.go):
+// one request per node, written by every worker of a burst, would otherwise
+// cost each fence two writes and a storm of conflicts.
 package fencerecord
 
 import (
@@ -28,7 +31,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -100,34 +102,11 @@ func Pending(fr *fencingv1alpha1.FencingRequest) bool {
 	return false
 }
 
-// Fence fences vols on nodeName, write-ahead: one write records the intent
-// for all of them, then fence is called for each, then one write records the
-// outcomes. It returns each volume's fence error (nil: fenced and recorded),
-// or an error alone when the intent could not be recorded, in which case
-// nothing was called. An error recording the outcomes is returned for every
-// volume that was fenced: the caller must not act on an unrecorded fence
-// (its retry fences again, which is idempotent).
-//
-// fence returns an error wrapping ErrNotSent when it decided, before sending
-// anything to the driver, not to fence after all: an entry this call started
-// is then removed again, as no fence of it can have happened.
+// Fence is Recorder.Fence for a caller on its own: its record writes are
+// shared with no other call. Callers that fence concurrently on one node
+// share a Recorder instead.
 func Fence(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fence func(context.Context, fencingv1alpha1.FencedVolume) error) ([]error, error) {
-	fresh, err := recordIntent(ctx, c, nodeName, reason, vols)
-	if err != nil {
-		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
-	}
-	errs := make([]error, len(vols))
-	for i, v := range vols {
-		errs[i] = fence(ctx, v)
-	}
-	if err := recordOutcomes(ctx, c, nodeName, reason, vols, fresh, errs); err != nil {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = fmt.Errorf("volume %s was fenced but the fence could not be recorded: %w", vols[i].VolumeHandle, err)
-			}
-		}
-	}
-	return errs, nil
+	return NewRecorder(c).Fence(ctx, nodeName, reason, vols, fence)
 }
 
 // RecordIntent records, before any fence RPC, that vols are about to be
@@ -135,15 +114,15 @@ func Fence(ctx context.Context, c Client, nodeName, reason string, vols []fencin
 // whose previous quarantine was cleaned starts a new one; a volume still
 // possibly quarantined keeps what it has (and its confirmed fence).
 func RecordIntent(ctx context.Context, c Client, nodeName, reason string, vols ...fencingv1alpha1.FencedVolume) error {
-	_, err := recordIntent(ctx, c, nodeName, reason, vols)
-	return err
+	return update(ctx, c, nodeName, reason, intent(vols, make([]bool, len(vols))))
 }
 
-// recordIntent is RecordIntent; it reports which of vols it started afresh
-// (no possible quarantine of them was recorded before).
-func recordIntent(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume) ([]bool, error) {
-	fresh := make([]bool, len(vols))
-	err := update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+// intent is the mutation of RecordIntent; it sets fresh[i] when it started
+// vols[i] afresh (no possible quarantine of it was recorded before). It
+// can run again on a newer copy of the request (a retry after a conflict),
+// and then decides fresh again.
+func intent(vols []fencingv1alpha1.FencedVolume, fresh []bool) mutation {
+	return func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
 		for i, vol := range vols {
 			e, ch := upsert(fr, vol)
@@ -162,8 +141,7 @@ func recordIntent(ctx context.Context, c Client, nodeName, reason string, vols [
 			started(fr, now)
 		}
 		return changed
-	})
-	return fresh, err
+	}
 }
 
 // ErrNotSent tells Fence that no fence was sent for a volume.
@@ -176,10 +154,13 @@ func started(fr *fencingv1alpha1.FencingRequest, now metav1.Time) {
 	}
 }
 
-// recordOutcomes records the result of each fence of vols, in one write. A
-// fresh entry whose fence was not sent goes again.
-func recordOutcomes(ctx context.Context, c Client, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fresh []bool, errs []error) error {
-	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+// outcomes is the mutation that records the result of each fence of vols
+// (errs[i] of vols[i]). A fresh entry whose fence was not sent goes again.
+func outcomes(vols []fencingv1alpha1.FencedVolume, fresh []bool, errs []error) mutation {
+	// A write still retrying for other callers may apply this again after
+	// its caller gave up and went on with errs.
+	errs = slices.Clone(errs)
+	return func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
 		for i, vol := range vols {
 			if errors.Is(errs[i], ErrNotSent) {
@@ -195,7 +176,7 @@ func recordOutcomes(ctx context.Context, c Client, nodeName, reason string, vols
 			}
 		}
 		return changed
-	})
+	}
 }
 
 // unstarted removes the entry of vol that an intent just started, when no
@@ -324,7 +305,7 @@ type mutation func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool
 // written to it. A request that was complete goes back to Fencing: something
 // on the node is fenced again.
 func update(ctx context.Context, c Client, nodeName, reason string, mutate mutation) error {
-	return retryOnConflict(func() error {
+	return retryOnConflict(ctx, func() error {
 		fr, err := c.Get(ctx, nodeName)
 		if apierrors.IsNotFound(err) {
 			fr, err = c.Create(ctx, &fencingv1alpha1.FencingRequest{
@@ -406,7 +387,7 @@ func updateExisting(ctx context.Context, c Client, nodeName string, mutate mutat
 // writes it with write, retrying on conflicts; a request that is gone (or
 // goes meanwhile) is left gone.
 func modifyExisting(ctx context.Context, c Client, nodeName string, mutate mutation, write func(*fencingv1alpha1.FencingRequest) error) error {
-	return retryOnConflict(func() error {
+	return retryOnConflict(ctx, func() error {
 		fr, err := c.Get(ctx, nodeName)
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -433,9 +414,25 @@ func updateStatus(ctx context.Context, c Client, fr *fencingv1alpha1.FencingRequ
 }
 
 // retryOnConflict retries fn while it fails with a conflict (a concurrent
-// writer) or AlreadyExists (a concurrent creator), a bounded number of times.
-func retryOnConflict(fn func() error) error {
-	return retry.OnError(conflictBackoff, func(err error) bool {
-		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
-	}, fn)
+// writer) or AlreadyExists (a concurrent creator), a bounded number of
+// times with backoff; once ctx is done it neither waits nor tries again.
+// Steps exhausted, it returns the last conflict.
+func retryOnConflict(ctx context.Context, fn func() error) error {
+	var conflict error
+	err := wait.ExponentialBackoffWithContext(ctx, conflictBackoff, func(context.Context) (bool, error) {
+		err := fn()
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+			conflict = err
+			return false, nil
+		default:
+			return false, err
+		}
+	})
+	if ctx.Err() == nil && wait.Interrupted(err) && conflict != nil {
+		return conflict
+	}
+	return err
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
 // EventComponent is the source component of the Events the attacher emits.
@@ -139,7 +140,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, o.Resync)
 			frInformer := dynFactory.ForResource(fencingv1alpha1.Resource)
 			hc.FencingRequests = fencingv1alpha1.NewLister(frInformer.Lister())
-			hc.FenceRecord = fencingv1alpha1.NewClient(d.Dynamic)
+			hc.FenceRecord = fencerecord.NewRecorder(fencingv1alpha1.NewClient(d.Dynamic))
 			ctrlCfg.FencingRequestInformer = frInformer.Informer()
 		default:
 			logger.Info("The FencingRequest API is not served: fences are not recorded, and quarantine is read from the node taint only",

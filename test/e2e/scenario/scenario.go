@@ -104,7 +104,8 @@ func SetupWith(ctx context.Context, c *framework.Cluster, p *framework.Product, 
 		}
 		for i := 0; i < opts.Replicas; i++ {
 			handle := fmt.Sprintf("%s-%s-%d", prefix, vol, i)
-			if err := e.createVolume(ctx, d, handle, fmt.Sprintf("%s-%s-%d", claim, e.App, i)); err != nil {
+			ref := &corev1.ObjectReference{Namespace: e.NS, Name: fmt.Sprintf("%s-%s-%d", claim, e.App, i)}
+			if err := CreateVolume(ctx, c, d, handle, ref); err != nil {
 				return nil, err
 			}
 			e.DriverVolumes[d.Name] = append(e.DriverVolumes[d.Name], handle)
@@ -161,9 +162,10 @@ func SetupWith(ctx context.Context, c *framework.Cluster, p *framework.Product, 
 	return e, nil
 }
 
-// createVolume creates a volume of driver d on its array and its PV,
-// pre-bound to claim.
-func (e *Env) createVolume(ctx context.Context, d *framework.Driver, handle, claim string) error {
+// CreateVolume creates a single-node volume of driver d on its array and
+// its PV, named handle, statically provisioned (pre-bound to claim when
+// claim is not nil).
+func CreateVolume(ctx context.Context, c *framework.Cluster, d *framework.Driver, handle string, claim *corev1.ObjectReference) error {
 	if err := d.Array.AddVolume(handle, 1<<30); err != nil {
 		return err
 	}
@@ -174,13 +176,13 @@ func (e *Env) createVolume(ctx context.Context, d *framework.Driver, handle, cla
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              d.StorageClass,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: e.NS, Name: claim},
+			ClaimRef:                      claim,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: d.Name, VolumeHandle: handle, FSType: "ext4",
 			}},
 		},
 	}
-	_, err := e.C.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	_, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	return err
 }
 

@@ -1,0 +1,190 @@
+package fencerecord
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+)
+
+// Recorder writes the record of concurrent fences on one node together
+// (group commit). Each node has one FencingRequest, so the attacher's
+// workers, each fencing one VolumeAttachment of a failed node, would
+// otherwise all read-modify-write the same object: every fence two writes,
+// most of them conflicts, some giving up (and their volumes fenced again).
+//
+// A caller's change (its intent, later its outcome) joins the node's queue;
+// one writer per node applies every queued change to a fresh copy of the
+// request in one update, retried as a whole on conflicts, and tells each
+// caller the result of the write that carried its change. Changes queued
+// while a write is under way go in the next one, so the more callers
+// compete, the more each write carries. Write-ahead holds for every caller
+// alone: none proceeds before the write carrying its intent succeeded, and
+// a failed write fails every caller it carried.
+//
+// A Recorder is safe for concurrent use; its zero value is not usable.
+type Recorder struct {
+	c Client
+
+	mu sync.Mutex
+	// queues holds the changes waiting for the next write of each node
+	// that has a writer running; a node without one has no entry.
+	queues map[string][]*change
+}
+
+// change is one caller's mutation of a node's record, waiting for the write
+// that carries it.
+type change struct {
+	ctx    context.Context
+	reason string
+	mutate mutation
+	done   chan struct{} // closed once err is the write's result
+	err    error
+}
+
+// NewRecorder returns a Recorder writing through c.
+func NewRecorder(c Client) *Recorder {
+	return &Recorder{c: c, queues: map[string][]*change{}}
+}
+
+// Fence fences vols on nodeName, write-ahead: one write records the intent
+// for all of them, then fence is called for each, then one write records the
+// outcomes; both writes are shared with the other callers fencing on the
+// node at the time. It returns each volume's fence error (nil: fenced and
+// recorded), or an error alone when the intent could not be recorded, in
+// which case nothing was called. An error recording the outcomes is returned
+// for every volume that was fenced: the caller must not act on an unrecorded
+// fence (its retry fences again, which is idempotent).
+//
+// fence returns an error wrapping ErrNotSent when it decided, before sending
+// anything to the driver, not to fence after all: an entry this call started
+// is then removed again, as no fence of it can have happened.
+func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fence func(context.Context, fencingv1alpha1.FencedVolume) error) ([]error, error) {
+	fresh := make([]bool, len(vols))
+	if err := r.write(ctx, nodeName, reason, intent(vols, fresh)); err != nil {
+		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
+	}
+	errs := make([]error, len(vols))
+	for i, v := range vols {
+		errs[i] = fence(ctx, v)
+	}
+	if err := r.write(ctx, nodeName, reason, outcomes(vols, fresh, errs)); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("volume %s was fenced but the fence could not be recorded: %w", vols[i].VolumeHandle, err)
+			}
+		}
+	}
+	return errs, nil
+}
+
+// write queues mutate for the node's next record write and waits for the
+// result of the write that carries it, or until ctx is done. A change still
+// queued when its caller gives up is withdrawn; one already being written
+// may land all the same, as any request in flight may.
+func (r *Recorder) write(ctx context.Context, nodeName, reason string, mutate mutation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch := &change{ctx: ctx, reason: reason, mutate: mutate, done: make(chan struct{})}
+	r.mu.Lock()
+	queue, writing := r.queues[nodeName]
+	r.queues[nodeName] = append(queue, ch)
+	r.mu.Unlock()
+	if !writing {
+		go r.writeQueued(nodeName)
+	}
+	select {
+	case <-ch.done:
+		return ch.err
+	case <-ctx.Done():
+		r.withdraw(nodeName, ch)
+		return ctx.Err()
+	}
+}
+
+// withdraw removes ch from the node's queue if no write has taken it yet.
+func (r *Recorder) withdraw(nodeName string, ch *change) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	queue := r.queues[nodeName]
+	for i, c := range queue {
+		if c == ch {
+			r.queues[nodeName] = append(queue[:i:i], queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// writeQueued is the node's writer: it writes what is queued, one write at
+// a time, until the queue is empty, and then ends. A change queued after
+// that starts a new writer.
+func (r *Recorder) writeQueued(nodeName string) {
+	for {
+		r.mu.Lock()
+		batch := r.queues[nodeName]
+		if len(batch) == 0 {
+			delete(r.queues, nodeName)
+			r.mu.Unlock()
+			return
+		}
+		r.queues[nodeName] = nil
+		r.mu.Unlock()
+		// A caller that gave up meanwhile acts on nothing this write could
+		// record: leave its change out.
+		batch = slices.DeleteFunc(batch, func(ch *change) bool {
+			if ch.ctx.Err() == nil {
+				return false
+			}
+			ch.err = ch.ctx.Err()
+			close(ch.done)
+			return true
+		})
+		if len(batch) == 0 {
+			continue
+		}
+		err := r.commit(nodeName, batch)
+		for _, ch := range batch {
+			ch.err = err
+			close(ch.done)
+		}
+	}
+}
+
+// commit applies every change of batch, in order, in one update of the
+// node's request, retried as a whole on conflicts (each retry applies them
+// all again, to the fresh copy). The request is created with the first
+// change's reason when there is none. The write goes on while any caller
+// of the batch still waits for it and stops when all have given up.
+func (r *Recorder) commit(nodeName string, batch []*change) error {
+	// The first caller's context gives the write its logger and values,
+	// not its lifetime.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	defer cancel()
+	var waiting atomic.Int64
+	waiting.Store(int64(len(batch)))
+	for _, ch := range batch {
+		stop := context.AfterFunc(ch.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	if len(batch) > 1 {
+		klog.FromContext(ctx).V(5).Info("Writing the fence record changes of several callers at once", "node", nodeName, "changes", len(batch))
+	}
+	return update(ctx, r.c, nodeName, batch[0].reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		changed := false
+		for _, ch := range batch {
+			changed = ch.mutate(fr, now) || changed
+		}
+		return changed
+	})
+}
