@@ -518,15 +518,6 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if !owner {
 		return fenceErr
 	}
-	if !manual && time.Since(aliveChecked) > c.liveReadValidity {
-		// The fence was slow: the node may be back. A node that is
-		// alive gets no pod deleted and no fencing signal; its next
-		// pass releases it.
-		if err := c.pgc.NodeDown(ctx, nodeName); err != nil {
-			logger.V(2).Info("The node came back during the fence", "why", err)
-			return fenceErr
-		}
-	}
 	// 3. The pod GC: each pod whose every volume is confirmed fenced goes,
 	//    if the node is still down by a live read (S3). A manual request on
 	//    a Ready node fences storage and deletes nothing.
@@ -545,6 +536,15 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		// 4. Let the attach/detach controller detach the fenced volumes now.
 		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
 			return err
+		}
+	}
+	if !manual && time.Since(aliveChecked) > c.liveReadValidity {
+		// The fence was slow: the node may be back (the pod GC read it
+		// live for each pod already). A node that is alive gets no
+		// fencing signal; its next pass releases it.
+		if err := c.pgc.NodeDown(ctx, nodeName); err != nil {
+			logger.V(2).Info("The node came back during the fence", "why", err)
+			return fenceErr
 		}
 	}
 	// 5. The Node Fencing KEP's signals, off the failover's critical path:
