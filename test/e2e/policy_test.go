@@ -114,15 +114,21 @@ func TestFailoverPolicy(t *testing.T) {
 	}
 }
 
+// metadataPatch is a JSON merge patch that sets metadata.<field>[key] to
+// value, or removes it when value is "".
+func metadataPatch(field, key, value string) ([]byte, error) {
+	var v interface{}
+	if value != "" {
+		v = value
+	}
+	return json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{field: map[string]interface{}{key: v}}})
+}
+
 // setPaused sets (or, with "", removes) the pause switch on the storm
 // guard's Lease, creating the Lease if no node was admitted yet.
 func setPaused(ctx context.Context, why string) error {
 	leases := cluster.Client.CoordinationV1().Leases("default")
-	var value interface{}
-	if why != "" {
-		value = why
-	}
-	patch, err := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": map[string]interface{}{failover.PausedAnnotation: value}}})
+	patch, err := metadataPatch("annotations", failover.PausedAnnotation, why)
 	if err != nil {
 		return err
 	}
@@ -136,11 +142,7 @@ func setPaused(ctx context.Context, why string) error {
 
 // labelPod sets (or, with "", removes) the failover label of replica 0.
 func labelPod(ctx context.Context, env *scenario.Env, value string) error {
-	var v interface{}
-	if value != "" {
-		v = value
-	}
-	patch, err := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{contract.FailoverLabel: v}}})
+	patch, err := metadataPatch("labels", contract.FailoverLabel, value)
 	if err != nil {
 		return err
 	}
