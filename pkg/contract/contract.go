@@ -54,6 +54,13 @@ const (
 	FencingResource = "fencingrequests"
 )
 
+// FenceAgentConfig custom resource (same group and version): how to power-fence
+// nodes through a ClusterLabs fence agent (pkg/powerfence).
+const (
+	FenceAgentConfigKind     = "FenceAgentConfig"
+	FenceAgentConfigResource = "fenceagentconfigs"
+)
+
 // Feature gate that enables the SafeDetach pod GC.
 const NonGracefulFailoverGate = "NonGracefulFailover"
 
