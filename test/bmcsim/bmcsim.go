@@ -5,8 +5,9 @@
 // node's writes; powering it on starts it again.
 //
 // How ipmi_sim (2.0.33, Debian bookworm) powers its machine, read from its
-// source (lanserv/bmc.c, bmc_chassis.c, serial_ipmi.c, ipmi_sim.c) and
-// checked here:
+// source (lanserv/bmc.c, bmc_chassis.c, serial_ipmi.c, ipmi_sim.c) and,
+// except for the connected-VM case, seen here with fence_ipmilan and
+// ipmitool:
 //
 //   - startcmd is run as /bin/sh -c "exec <startcmd>", so it must be one
 //     simple command: in a compound command only the first part runs (the
@@ -22,10 +23,11 @@
 //     after its power_timeout with the machine still running.
 //   - With no VM connected, power off skips the graceful shutdown request and
 //     sends SIGTERM at the simulator's next one-second tick, then SIGKILL
-//     kill_wait seconds later if the machine is still there. poweroff_wait
-//     (the grace a connected VM gets) must not be 0 all the same: 0 disables
-//     both kills for a connected VM. A machine that ignores SIGTERM (a hung
-//     node) is therefore still powered off, kill_wait seconds later.
+//     kill_wait seconds later if the machine is still there (kill_wait 0
+//     would send none). A machine that ignores SIGTERM (a hung node) is
+//     therefore still powered off, kill_wait seconds later. poweroff_wait is
+//     the grace a connected VM gets before the SIGTERM; 0 there disables both
+//     kills (source only: no VM connects here), hence 1.
 //   - ipmi_sim does not stop its machine when it exits itself: Stop kills the
 //     process group, and a machine run by RunMachine exits when it is
 //     orphaned.
