@@ -38,7 +38,8 @@ type Result struct {
 	// State is the power state the agent last reported.
 	State PowerState `json:"state"`
 	// Confirmed is true when the agent's status reported the state the
-	// action asked for (Off for a fence). Only a confirmed fence lets
+	// action asked for: Off for a fence, On for a power on (a status read
+	// asks for none; State is its answer). Only a confirmed fence lets
 	// volumes move.
 	Confirmed bool `json:"confirmed"`
 	// ActionError is the redacted error of the off (or on) itself, kept when
@@ -142,7 +143,8 @@ func (t *Target) PowerOn(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// Status reads the node's power state ("status", retried).
+// Status reads the node's power state ("status", retried) into
+// Result.State.
 func (t *Target) Status(ctx context.Context) (Result, error) {
 	res := t.result(ActionStatus)
 	steps, err := t.Agent.Run(ctx, ActionStatus)
@@ -152,7 +154,6 @@ func (t *Target) Status(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("power status of node %s: %w", t.Node, err)
 	}
 	res.State = stateOf(steps[len(steps)-1].ExitCode)
-	res.Confirmed = true
 	return res, nil
 }
 
