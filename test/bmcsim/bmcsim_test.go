@@ -54,9 +54,14 @@ func TestLanConf(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Whole lines: a commented-out line must not count.
+			lines := map[string]bool{}
+			for _, l := range strings.Split(got, "\n") {
+				lines[strings.TrimSpace(l)] = true
+			}
 			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("lan.conf lacks %q:\n%s", w, got)
+				if !lines[strings.TrimSpace(w)] {
+					t.Errorf("lan.conf lacks the line %q:\n%s", w, got)
 				}
 			}
 		})
