@@ -41,7 +41,8 @@ func TestMockExampleRenders(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"CustomResourceDefinition/fencingrequests.fencing.csi-fence.io", "ClusterRole/csi-fence-attacher-runner",
+		"CustomResourceDefinition/fencingrequests.fencing.csi-fence.io", "CustomResourceDefinition/fenceagentconfigs.fencing.csi-fence.io",
+		"ClusterRole/csi-fence-attacher-runner",
 		"ClusterRole/csi-fence-attacher-node", "CSIDriver/fence.csi-fence.io",
 		"Deployment/csi-driver-controller", "DaemonSet/csi-driver-node",
 	} {

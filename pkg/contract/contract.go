@@ -68,6 +68,13 @@ const (
 // alpha in Kubernetes 1.37).
 var MaintenanceConditions = []string{"MaintenanceInProgress", "DrainInProgress", "GracefulNodeShutdownInProgress"}
 
+// FenceAgentConfig custom resource (same group and version): how to power-fence
+// nodes through a ClusterLabs fence agent (pkg/powerfence).
+const (
+	FenceAgentConfigKind     = "FenceAgentConfig"
+	FenceAgentConfigResource = "fenceagentconfigs"
+)
+
 // Feature gate that enables the SafeDetach pod GC.
 const NonGracefulFailoverGate = "NonGracefulFailover"
 

@@ -1,0 +1,236 @@
+package powerfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+)
+
+// ErrNodeNotConfigured: no FenceAgentConfig lists the node, so it cannot be
+// power-fenced (a caller escalating from storage fencing stops there).
+var ErrNodeNotConfigured = errors.New("no FenceAgentConfig lists the node")
+
+// agentNamePattern is the CRD's pattern, checked again here: the CRD may be
+// an older version, and this is the gate on what program runs.
+var agentNamePattern = regexp.MustCompile(`^fence_[a-z0-9_]+$`)
+
+// Resolver builds a node's Target from the FenceAgentConfigs and the Secrets
+// they name, read live at the moment of the fence: a fence is rare, and one
+// that acts on a stale BMC address or an old password fails at the worst
+// moment. Secret values are held only in the Target's options, in memory.
+type Resolver struct {
+	Dynamic dynamic.Interface
+	Kube    kubernetes.Interface
+	// AgentDirs are where agent executables are looked up, in order. Empty
+	// means this process' PATH plus /usr/sbin and /sbin.
+	AgentDirs []string
+	// AllowedAgents, if not empty, are the only agent names that may run
+	// (an admin's allow-list, e.g. from a flag); otherwise any fence_*
+	// executable in AgentDirs may.
+	AllowedAgents []string
+	// Env is the agents' environment (nil: PATH and proxy variables only).
+	Env []string
+}
+
+// Resolve returns the Target that fences node.
+func (r *Resolver) Resolve(ctx context.Context, node string) (*Target, error) {
+	list, err := fencingv1alpha1.ListFenceAgentConfigs(ctx, r.Dynamic)
+	if err != nil {
+		return nil, fmt.Errorf("listing FenceAgentConfigs: %w", err)
+	}
+	cfg, err := configFor(list.Items, node)
+	if err != nil {
+		return nil, err
+	}
+	path, err := r.lookAgent(cfg.Spec.Agent)
+	if err != nil {
+		return nil, fmt.Errorf("FenceAgentConfig %s: %w", cfg.Name, err)
+	}
+	readSecret := func(namespace, name string) (map[string][]byte, error) {
+		s, err := r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return s.Data, nil
+	}
+	t, err := targetFor(cfg, node, path, readSecret)
+	if err != nil {
+		return nil, err
+	}
+	t.Agent.Env = r.Env
+	return t, nil
+}
+
+// configFor picks the one config that lists node.
+func configFor(configs []fencingv1alpha1.FenceAgentConfig, node string) (*fencingv1alpha1.FenceAgentConfig, error) {
+	var found []*fencingv1alpha1.FenceAgentConfig
+	for i := range configs {
+		for _, n := range configs[i].Spec.Nodes {
+			if n.Name == node {
+				found = append(found, &configs[i])
+				break
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("node %s: %w", node, ErrNodeNotConfigured)
+	case 1:
+		return found[0], nil
+	}
+	names := make([]string, len(found))
+	for i, c := range found {
+		names[i] = c.Name
+	}
+	sort.Strings(names)
+	// Two descriptions of one node's power switch: at most one is right, and
+	// powering off the wrong machine is the worst a fence can do.
+	return nil, fmt.Errorf("node %s is listed by several FenceAgentConfigs (%s): refusing to guess which switch is its own",
+		node, strings.Join(names, ", "))
+}
+
+// lookAgent finds the agent's executable.
+func (r *Resolver) lookAgent(name string) (string, error) {
+	if !agentNamePattern.MatchString(name) {
+		return "", fmt.Errorf("agent %q is not a fence agent name (fence_*)", name)
+	}
+	if len(r.AllowedAgents) > 0 && !slices.Contains(r.AllowedAgents, name) {
+		return "", fmt.Errorf("agent %s is not allowed here (allowed: %s)", name, strings.Join(r.AllowedAgents, ", "))
+	}
+	dirs := r.AgentDirs
+	if len(dirs) == 0 {
+		dirs = filepath.SplitList(agentPath())
+	}
+	for _, d := range dirs {
+		if d == "" || !filepath.IsAbs(d) {
+			continue // never the working directory
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("agent %s: %w in %s", name, exec.ErrNotFound, strings.Join(dirs, ":"))
+}
+
+// targetFor builds node's Target from its config: shared parameters, then
+// the node's own over them, then the credentials from the Secret, then the
+// node's name (nodename, which the fence agent API passes to every agent and
+// the agents that do not use it ignore). Errors name options and Secret
+// keys, never values.
+func targetFor(cfg *fencingv1alpha1.FenceAgentConfig, node, agentPath string,
+	readSecret func(namespace, name string) (map[string][]byte, error)) (*Target, error) {
+	var n *fencingv1alpha1.FenceAgentNode
+	for i := range cfg.Spec.Nodes {
+		if cfg.Spec.Nodes[i].Name == node {
+			n = &cfg.Spec.Nodes[i]
+		}
+	}
+	if n == nil {
+		return nil, fmt.Errorf("node %s: %w", node, ErrNodeNotConfigured)
+	}
+	errorf := func(format string, args ...interface{}) error {
+		return fmt.Errorf("FenceAgentConfig %s, node %s: %s", cfg.Name, node, fmt.Sprintf(format, args...))
+	}
+
+	var opts []Option
+	index := map[string]int{} // normalized name -> position in opts
+	set := func(o Option) {
+		if i, ok := index[normalizeName(o.Name)]; ok {
+			opts[i] = o
+			return
+		}
+		index[normalizeName(o.Name)] = len(opts)
+		opts = append(opts, o)
+	}
+	for _, params := range []map[string]string{cfg.Spec.SharedParameters, n.Parameters} {
+		for _, name := range sortedKeys(params) {
+			if looksLikeCredential(name) {
+				return nil, errorf("parameter %q looks like a credential: put it in the Secret of credentials, not in the FenceAgentConfig", name)
+			}
+			set(Option{Name: name, Value: params[name]})
+		}
+	}
+
+	creds := cfg.Spec.Credentials
+	if n.Credentials != nil {
+		creds = n.Credentials
+	}
+	if creds != nil {
+		data, err := readSecret(creds.SecretNamespace, creds.SecretName)
+		if err != nil {
+			return nil, errorf("reading Secret %s/%s: %v", creds.SecretNamespace, creds.SecretName, err)
+		}
+		for _, name := range sortedKeys(creds.Parameters) {
+			key := creds.Parameters[name]
+			v, ok := data[key]
+			if !ok {
+				return nil, errorf("Secret %s/%s has no key %q (for option %s)", creds.SecretNamespace, creds.SecretName, key, name)
+			}
+			if _, dup := index[normalizeName(name)]; dup {
+				return nil, errorf("option %s is both a parameter and a credential", name)
+			}
+			set(Option{Name: name, Value: string(v), Secret: true})
+		}
+	}
+	if _, ok := index["nodename"]; !ok {
+		set(Option{Name: "nodename", Value: node})
+	}
+	for _, o := range opts {
+		if err := validateOption(o); err != nil {
+			return nil, errorf("%v", err)
+		}
+	}
+
+	to := cfg.Spec.Timeouts
+	if to == nil {
+		to = &fencingv1alpha1.FenceAgentTimeouts{}
+	}
+	retries := DefaultRetries
+	if to.Retries != nil {
+		retries = int(*to.Retries)
+	}
+	return &Target{
+		Node:   node,
+		Config: cfg.Name,
+		Agent: &Agent{
+			Path:          agentPath,
+			Options:       opts,
+			CallTimeout:   seconds(to.CallTimeoutSeconds, DefaultCallTimeout),
+			Retries:       retries,
+			RetryInterval: seconds(to.RetryIntervalSeconds, DefaultRetryInterval),
+		},
+		ConfirmTimeout: seconds(to.ConfirmTimeoutSeconds, DefaultConfirmTimeout),
+		StatusInterval: seconds(to.StatusIntervalSeconds, DefaultStatusInterval),
+	}, nil
+}
+
+func seconds(s int32, def time.Duration) time.Duration {
+	if s <= 0 {
+		return def
+	}
+	return time.Duration(s) * time.Second
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
