@@ -307,6 +307,7 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
+	failed := map[string]int{} // failed restarts since the last success, by driver
 	for {
 		select {
 		case <-stop:
@@ -320,14 +321,14 @@ func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 			if d.Attacher != nil && !d.Attacher.Unexpected() {
 				continue
 			}
-			err := d.StartAttacher(ctx)
-			what := "restarted"
-			if err != nil {
-				what = "restart failed (logged in " + t.c.WorkDir + "/logs), will retry"
+			if err := d.StartAttacher(ctx); err != nil {
+				failed[d.Name]++
+				continue
 			}
 			t.mu.Lock()
-			t.supervised = append(t.supervised, fmt.Sprintf("controller of %s exited on its own; %s", d.Name, what))
+			t.supervised = append(t.supervised, fmt.Sprintf("controller of %s exited on its own; restarted (%d failed attempts before, logs in %s/logs)", d.Name, failed[d.Name], t.c.WorkDir))
 			t.mu.Unlock()
+			failed[d.Name] = 0
 		}
 		t.procMu.Unlock()
 	}
