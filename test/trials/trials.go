@@ -654,5 +654,22 @@ func restartAPIServer(ctx context.Context, t *Trial) ([]string, error) {
 	if err := t.c.RestartAPIServer(ctx); err != nil {
 		return nil, err
 	}
-	return []string{fmt.Sprintf("kube-apiserver restarted at NotReady+%.2fs (down %.2fs)", d.Seconds(), time.Since(begin).Seconds())}, nil
+	steps := []string{fmt.Sprintf("kube-apiserver restarted at NotReady+%.2fs (down %.2fs)", d.Seconds(), time.Since(begin).Seconds())}
+	// The taint eviction controller gives up a pod deletion that fails
+	// while the apiserver is down, and never tries again: the pod is not
+	// Terminating and nothing fails it over (seed 5020). An operator
+	// deletes it then, as for any pod stuck on a dead node.
+	pods := t.c.Client.CoreV1().Pods(t.Env.NS)
+	name := t.Env.PodName(t.victims[0].replica)
+	err := framework.WaitFor(ctx, 60*time.Second, "pod "+name+" evicted", func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		return err == nil && (p.DeletionTimestamp != nil || p.Spec.NodeName != t.Victim), nil
+	})
+	if err != nil {
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return steps, err
+		}
+		steps = append(steps, "the taint manager's eviction was lost with the apiserver: pod deleted by the operator")
+	}
+	return steps, nil
 }
