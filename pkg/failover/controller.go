@@ -477,7 +477,14 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		// reports its node not Ready itself (a node registering, a
 		// runtime down) is alive: nothing to fence, nothing to signal.
 		if unreachable(node) {
-			if err := c.triage(ctx, node); err != nil {
+			// With volumes fenced on it, the node's signals are derived
+			// from the record here too: the pass that force-deleted the
+			// last pod may have ended before it set them.
+			signal := c.triage
+			if fencerecord.Pending(fr) {
+				signal = func(ctx context.Context, node *v1.Node) error { return c.signalFencing(ctx, node, fr) }
+			}
+			if err := signal(ctx, node); err != nil {
 				return err
 			}
 		}

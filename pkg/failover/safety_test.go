@@ -738,3 +738,32 @@ func TestPolicyStopsAutomaticFencing(t *testing.T) {
 		})
 	}
 }
+
+// FencingComplete is derived from the record, not from the pass that
+// force-deleted the pod: if that pass ends before the signals (here, the
+// condition patch fails) and the attachment is detached since, a later pass
+// still marks the node whole-fenced.
+func TestFencingCompleteAfterThePodIsGone(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	e.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), contract.ConditionFencingComplete) {
+			return true, nil, errors.New("apiserver unavailable")
+		}
+		return false, nil, nil
+	})
+	_ = e.sync(t)
+	if e.steps.index("delete db-0") < 0 {
+		t.Fatalf("no failover: %v", e.steps.log)
+	}
+	e.client.ReactionChain = e.client.ReactionChain[1:]
+	if err := e.client.StorageV1().VolumeAttachments().Delete(context.Background(), "va1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+		t.Errorf("FencingComplete never set once the pod and its attachment were gone: %+v", e.node(t, "n1").Status.Conditions)
+	}
+}

@@ -254,12 +254,13 @@ func (c *Controller) nodeID(va *storagev1.VolumeAttachment, nodeName string) (st
 }
 
 // wholeNodeFenced reports whether every attachment on the node, of every
-// driver, is recorded fenced: what FencingComplete means (S9). An
+// driver, is recorded fenced: what FencingComplete means (S9). Attachments
+// detached since their fence count as fenced (they are in the record). An
 // attachment the record cannot name (an inline volume) is not fenced, and
 // neither is a node with a fence intended and not confirmed.
 func wholeNodeFenced(fr *fencingv1alpha1.FencingRequest, vas []*storagev1.VolumeAttachment, pvHandle func(pv string) (driver, handle string)) bool {
-	if len(vas) == 0 {
-		return false
+	if len(vas) == 0 && len(fr.Status.Volumes) == 0 {
+		return false // nothing was attached, nothing fenced
 	}
 	for _, v := range fr.Status.Volumes {
 		if v.CleanedTime == nil && v.FencedTime == nil {
