@@ -19,10 +19,12 @@ import (
 	"go.uber.org/mock/gomock"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -337,5 +339,63 @@ func TestNewAttacherRejectsIncompleteDeps(t *testing.T) {
 		if _, err := NewAttacher(ctx, d); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// With nothing but external-attacher's RBAC (Access{}: Nodes,
+// FencingRequests and Events forbidden), the attacher attaches and detaches
+// as external-attacher does, a detach from a NotReady node included, and
+// starts no informer it may not list: its caches sync.
+func TestNewAttacherWithStockRBAC(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	objects := testObjects("node-1-id")
+	objects[0].(*v1.Node).Status.Conditions[0].Status = v1.ConditionFalse
+	client := fake.NewSimpleClientset(objects...)
+	client.Resources = frAPI()
+	forbidden := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("stock RBAC"))
+	}
+	for _, verb := range []string{"get", "list", "watch", "create", "patch", "update"} {
+		client.PrependReactor(verb, "nodes", forbidden)
+		client.PrependReactor(verb, "events", forbidden)
+	}
+	client.PrependWatchReactor("nodes", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		_, _, err := forbidden(a)
+		return true, nil, err
+	})
+	d := &fakeDriver{}
+	health := NewSyncHealth()
+	opts, _ := parse(t, "--retry-interval-start=10ms", "--retry-interval-max=100ms", "--worker-threads=2")
+	run, err := NewAttacher(ctx, AttacherDeps{
+		DriverName: drv, Options: opts, Client: client, CSI: d.clients(), Access: Access{}, Health: health,
+		Mode: AttacherMode{CSIHandler: true, Reconcile: true, Fence: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { run(ctx); close(done) }()
+
+	waitVA(t, ctx, client, "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached })
+	va, _ := client.StorageV1().VolumeAttachments().Get(ctx, "va1", metav1.GetOptions{})
+	now := metav1.Now()
+	va.DeletionTimestamp = &now
+	if _, err := client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVA(t, ctx, client, "detached", func(va *storagev1.VolumeAttachment) bool { return len(va.Finalizers) == 0 })
+	if calls := d.seen(); !slices.Equal(calls, []string{"attach vol-1 node-1-id", "detach vol-1 node-1-id"}) {
+		t.Errorf("driver calls %q, want a publish and a plain unpublish", calls)
+	}
+	if unsynced, leading := health.status(); len(unsynced) > 0 || leading == 0 {
+		t.Errorf("health: unsynced %q, leading for %v", unsynced, leading)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the attacher did not stop")
 	}
 }
