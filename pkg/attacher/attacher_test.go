@@ -189,16 +189,19 @@ func TestDetach(t *testing.T) {
 // the record says fenced before Detach does.
 func TestDetachRecordsTheIntentBeforeTheFence(t *testing.T) {
 	var e *env
-	var atRPC *fencingv1alpha1.FencedVolume
+	var atRPC []*fencingv1alpha1.FencedVolume // the entry at each call
 	e = newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionUnknown))),
 		unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
-			atRPC = fencerecord.Find(e.getFR("node-1"), drv, "vol-1")
+			atRPC = append(atRPC, fencerecord.Find(e.getFR("node-1"), drv, "vol-1"))
 			return nil
 		}})
 	if err := e.detach(); err != nil {
 		t.Fatal(err)
 	}
-	switch {
+	if len(atRPC) != 1 {
+		t.Fatalf("the driver was called %d times, want once", len(atRPC))
+	}
+	switch atRPC := atRPC[0]; {
 	case atRPC == nil:
 		t.Fatal("the driver was called before the intent was recorded")
 	case atRPC.StartedTime == nil || atRPC.FencedTime != nil:

@@ -85,6 +85,7 @@ func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 					t.Errorf("a refused fence must keep the finalizer, save the error and back off: finalizers %v, detachError %v, requeues %d",
 						va.Finalizers, va.Status.DetachError, queue.NumRequeues("va1"))
 				}
+				checkEvents(t, e.events(), []string{"Warning FenceFailed"})
 				return
 			}
 			if hasFinalizer || queue.NumRequeues("va1") != 0 {
@@ -93,6 +94,11 @@ func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 			if !recordedAtFinalizerRemoval {
 				t.Error("the finalizer was removed before the fence was recorded")
 			}
+			// The Attacher knew the VolumeAttachment external-attacher synced.
+			if v := fencerecord.Find(e.getFR("node-1"), drv, "vol-1"); v == nil || v.PersistentVolumeName != "pv1" {
+				t.Errorf("the record does not name the PV: %+v", v)
+			}
+			checkEvents(t, e.events(), []string{"Normal FencedUnpublish"})
 		})
 	}
 }
