@@ -160,15 +160,21 @@ func TestMigratedInTreePV(t *testing.T) {
 	expectNoViolations(t)
 
 	// This driver has no node agent here: record the cleanup as its agent
-	// would, and let the record go, so that nothing is left behind.
+	// would; the node comes back and the failover releases it (the request
+	// completes, its finalizer and the storm guard's admission go), so that
+	// nothing is left behind for the next tests.
 	if err := fencerecord.RecordCleaned(ctx, frs, node, driver, handle); err != nil {
 		t.Fatal(err)
 	}
-	if err := fencerecord.RemoveFinalizer(ctx, frs, node); err != nil {
+	if err := cluster.BringBack(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	_ = frs.Delete(ctx, node)
-	_ = cluster.Client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
+	if err := framework.WaitFor(ctx, 90*time.Second, node+" released", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, node)
+		return err == nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // migratedVA returns the VolumeAttachment of the PV on node, nil if none.
