@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -21,9 +22,11 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
+	"github.com/kubernetes-csi/external-attacher/v4/pkg/features"
 	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/featuregate"
@@ -38,7 +41,6 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/attacher"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
-	"github.com/csi-fence/fence-attacher/pkg/fence"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 )
 
@@ -78,20 +80,20 @@ func main() {
 		logger.Error(err, "Invalid flags")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
-
-	ctx := klog.NewContext(context.Background(), logger)
-	if fg.Enabled(sidecar.ReleaseLeaderElectionOnExit) {
-		// SIGTERM stops the workers; the Lease is then released instead of
-		// left to expire, so that the next leader starts at once.
-		var stop context.CancelFunc
-		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
-		defer stop()
+	for _, w := range opts.Warnings() {
+		logger.Info("Warning: accepted as external-attacher accepts it", "flag", w)
 	}
 
+	ctx := klog.NewContext(context.Background(), logger)
 	switch opts.Role {
 	case sidecar.RoleController:
 		err = runController(ctx, opts, failoverOpts, fg)
 	case sidecar.RoleNode:
+		if fg.Enabled(features.ReleaseLeaderElectionOnExit) {
+			var stop context.CancelFunc
+			ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+			defer stop()
+		}
 		err = runNode(ctx, opts, nodeOpts)
 	}
 	if err != nil {
@@ -116,67 +118,73 @@ type controllerEnv struct {
 }
 
 // runController runs the controller role next to the driver's controller
-// plugin: the attacher, under external-attacher's Lease so that an old and
-// a new replica never act at once.
+// plugin: external-attacher's controller with the fencing Attacher, and the
+// failover controller, under external-attacher's Lease so that an old and a
+// new replica never act at once.
 func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate) error {
 	env, err := connectController(ctx, opts)
 	if err != nil {
 		return err
 	}
+	mode := sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps)
+	access := sidecar.Access{}
+	if mode.CSIHandler {
+		served, err := sidecar.FencingRequestsServed(env.client.Discovery())
+		if err != nil {
+			return err
+		}
+		access = sidecar.CheckAccess(ctx, env.client, sidecar.StormGuardNamespace(failoverOpts.StormGuardNamespace), served)
+		access.Report(klog.FromContext(ctx), served)
+	}
 	// One informer factory for the controller role: the attacher and the
 	// failover watch and cache each kind once.
 	factory := sidecar.NewInformerFactory(env.client, opts.Resync)
+	health := sidecar.NewSyncHealth()
+	health.Install(env.mux)
 	runAttacher, err := sidecar.NewAttacher(ctx, sidecar.AttacherDeps{
 		Informers:  factory,
 		DriverName: env.driverName,
-		Mode:       sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps),
+		Mode:       mode,
 		Options:    opts,
 		Client:     env.client,
 		Dynamic:    env.dynamic,
-		CSI:        csiclient.New(env.conn, int32(opts.MaxEntries)),
+		CSI:        sidecar.NewCSIClients(env.conn, opts.MaxEntries),
+		Access:     access,
+		Health:     health,
 	})
 	if err != nil {
 		return err
 	}
-	mode := sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps)
-	if mode.CSIHandler {
-		// The failover talks to the API on clients of its own, with the
-		// same --kube-api-qps and --kube-api-burst: its fences and
-		// force-deletes never wait behind the attacher's requests, nor the
-		// attaches of the replacements behind a burst of fences.
-		failoverClient, err := kubernetes.NewForConfig(env.restConfig)
+	run := runAttacher
+	if access.Failover {
+		runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory)
 		if err != nil {
 			return err
 		}
-		failoverDynamic, err := dynamic.NewForConfig(env.dynamicConfig)
-		if err != nil {
-			return err
+		run = func(ctx context.Context) {
+			var wg sync.WaitGroup
+			wg.Go(func() { runFailover(ctx) })
+			runAttacher(ctx)
+			wg.Wait()
 		}
-		electionClient, err := kubernetes.NewForConfig(env.restConfig)
-		if err != nil {
-			return err
-		}
-		runFailover, err := sidecar.NewFailover(ctx, sidecar.FailoverDeps{
-			DriverName:     env.driverName,
-			CanFence:       fence.ControllerCanFence(env.controllerCaps),
-			SafeDetach:     fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
-			Options:        opts,
-			Failover:       failoverOpts,
-			Client:         failoverClient,
-			Dynamic:        failoverDynamic,
-			ElectionClient: electionClient,
-			Informers:      factory,
-			CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
-		})
-		if err != nil {
-			return err
-		}
-		if runFailover != nil {
-			attach := runAttacher
-			runAttacher = func(ctx context.Context) {
-				go runFailover(ctx)
-				attach(ctx)
-			}
+	}
+
+	releaseOnExit := fg.Enabled(features.ReleaseLeaderElectionOnExit)
+	leaderCtx := ctx
+	if releaseOnExit {
+		// As external-attacher: SIGTERM stops the controllers; once their
+		// workers have returned, the leader-election context ends and the
+		// Lease is released instead of left to expire, so that the next
+		// leader starts at once and never beside a worker of this one.
+		var terminate context.CancelFunc
+		leaderCtx, terminate = context.WithCancel(ctx)
+		defer terminate()
+		controllerCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		inner := run
+		run = func(context.Context) {
+			inner(controllerCtx)
+			terminate()
 		}
 	}
 	// One Lease (external-attacher's) for everything the controller role
@@ -184,11 +192,42 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	// so their calls reach the same driver instance, and a replica that
 	// still attaches is never beside another one that fences. csi-lib-utils
 	// renews it on a client of its own (never starved by the workers'
-	// throttled one) and releases it on SIGTERM with
-	// ReleaseLeaderElectionOnExit.
-	leaderelection.RunWithLeaderElection(ctx, env.restConfig, standardflags.Configuration, runAttacher,
-		contract.AttacherLeaseName(env.driverName), env.mux, fg.Enabled(sidecar.ReleaseLeaderElectionOnExit))
+	// throttled one).
+	leaderelection.RunWithLeaderElection(leaderCtx, env.restConfig, standardflags.Configuration, run,
+		contract.AttacherLeaseName(env.driverName), env.mux, releaseOnExit)
 	return nil
+}
+
+// newFailover builds the failover controller on API clients of its own,
+// with the same --kube-api-qps and --kube-api-burst: its fences and
+// force-deletes never wait behind the attacher's requests, nor the attaches
+// of the replacements behind a burst of fences.
+func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherMode, opts *sidecar.Options,
+	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory) (func(context.Context), error) {
+	failoverClient, err := kubernetes.NewForConfig(env.restConfig)
+	if err != nil {
+		return nil, err
+	}
+	failoverDynamic, err := dynamic.NewForConfig(env.dynamicConfig)
+	if err != nil {
+		return nil, err
+	}
+	electionClient, err := kubernetes.NewForConfig(env.restConfig)
+	if err != nil {
+		return nil, err
+	}
+	return sidecar.NewFailover(ctx, sidecar.FailoverDeps{
+		DriverName:     env.driverName,
+		CanFence:       mode.Fence,
+		SafeDetach:     fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
+		Options:        opts,
+		Failover:       failoverOpts,
+		Client:         failoverClient,
+		Dynamic:        failoverDynamic,
+		ElectionClient: electionClient,
+		Informers:      factory,
+		CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
+	})
 }
 
 // connectController builds the API clients, connects to and probes the

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -161,7 +162,6 @@ func TestCommandLineErrors(t *testing.T) {
 		{"storm guard out of range", []string{"--max-fenced-node-percent=101"}, 1, "--max-fenced-node-percent between 0 and 100"},
 		{"unknown role", []string{"--role=both"}, 1, "--role must be"},
 		{"no workers", []string{"--worker-threads=0"}, 1, "--worker-threads must be greater than zero"},
-		{"no timeout", []string{"--timeout=0"}, 1, "--timeout must be positive"},
 		{"both HTTP flags", []string{"--http-endpoint=:8080", "--metrics-address=:8081"}, 1, "only one of --metrics-address and --http-endpoint can be set"},
 		{"unknown feature gate", []string{"--feature-gates=NoSuchGate=true"}, 2, "unrecognized feature gate"},
 		{"known feature gate accepted", []string{"--feature-gates=ReleaseLeaderElectionOnExit=true,NonGracefulFailover=true", "--version"}, 0, "csi-fence-attacher"},
@@ -174,5 +174,112 @@ func TestCommandLineErrors(t *testing.T) {
 				t.Errorf("exit %d, want %d; output:\n%s\nwant it to contain %q", code, tc.wantCode, out, tc.wantOut)
 			}
 		})
+	}
+}
+
+// externalAttacherGates is every gate external-attacher v4.13.0's binary
+// accepts (its own, the apiserver's and component-base metrics'; read from
+// its process-wide gate), with its default and whether it is locked to it.
+var externalAttacherGates = []struct {
+	name   string
+	def    bool
+	locked bool
+}{
+	{"APIResponseCompression", true, false},
+	{"APIServerIdentity", true, false},
+	{"APIServerWebhookAuthenticationToken", false, false},
+	{"APIServingWithRoutine", false, false},
+	{"AggregatedDiscoveryRemoveBetaType", true, true},
+	{"AllAlpha", false, false},
+	{"AllBeta", false, false},
+	{"AllowParsingUserUIDFromCertAuth", true, false},
+	{"AllowUnsafeMalformedObjectDeletion", true, false},
+	{"CBORServingAndStorage", false, false},
+	{"ComponentFlagz", true, false},
+	{"ComponentStatusz", true, false},
+	{"ConcurrentWatchObjectDecode", true, false},
+	{"ConsistentListFromCacheSkipTimeoutFallback", false, false},
+	{"ConstrainedImpersonation", true, false},
+	{"CoordinatedLeaderElection", false, false},
+	{"DeclarativeValidation", true, true},
+	{"DeclarativeValidationBeta", true, false},
+	{"DeclarativeValidationTakeover", false, true},
+	{"DetectCacheInconsistency", true, false},
+	{"EtcdRangeStream", true, false},
+	{"ExcludeAdmissionWebhookVirtualResources", true, false},
+	{"KMSv1", false, false},
+	{"ListFromCacheSnapshot", true, false},
+	{"ManifestBasedAdmissionControlConfig", true, false},
+	{"MutableCSINodeAllocatableCount", true, false},
+	{"MutatingAdmissionPolicy", true, false},
+	{"NativeHistograms", true, false},
+	{"OpenAPIEnums", true, false},
+	{"ReleaseLeaderElectionOnExit", false, false},
+	{"RemoteRequestHeaderUID", true, false},
+	{"SeparateCacheWatchRPC", false, true},
+	{"ShardedListAndWatch", false, false},
+	{"SizeBasedListCostEstimate", true, false},
+	{"StorageVersionAPI", false, false},
+	{"StorageVersionHash", true, false},
+	{"StructuredAuthenticationConfigurationEgressSelector", true, false},
+	{"StructuredAuthenticationConfigurationJWKSMetrics", true, false},
+	{"TokenRequestServiceAccountUIDValidation", true, false},
+	{"UnauthenticatedHTTP2DOSMitigation", true, false},
+	{"UnknownVersionInteroperabilityProxy", true, false},
+	{"WatchCacheInitializationPostStartHook", true, true},
+	{"WatchList", true, false},
+	{"WatchListCompression", true, false},
+	{"WebhookRoundTripLoadBalancing", true, false},
+}
+
+// Every feature gate external-attacher accepts is accepted, at its default
+// and (unless locked) at the other value, beside ours: a Deployment's
+// --feature-gates keeps working when the image is swapped.
+func TestExternalAttacherFeatureGatesAccepted(t *testing.T) {
+	ours := []string{"NonGracefulFailover", "ContextualLogging", "LoggingAlphaOptions", "LoggingBetaOptions"}
+	for _, flip := range []bool{false, true} {
+		var kv []string
+		for _, g := range externalAttacherGates {
+			v := g.def
+			if flip && !g.locked {
+				v = !v
+			}
+			kv = append(kv, fmt.Sprintf("%s=%v", g.name, v))
+		}
+		for _, g := range ours {
+			kv = append(kv, g+"=true")
+		}
+		out, code := run(t, "--feature-gates="+strings.Join(kv, ","), "--version")
+		if code != 0 {
+			t.Errorf("flipped=%v: exit %d:\n%s", flip, code, out)
+		}
+	}
+}
+
+// Every value external-attacher accepts for its own flags is accepted: the
+// run gets past validation to building the API client (which fails here on
+// purpose, on a kubeconfig that does not exist).
+func TestExternalAttacherFlagValuesAccepted(t *testing.T) {
+	const pastValidation = "building the Kubernetes client config"
+	tests := [][]string{
+		{"--timeout=0"},
+		{"--timeout=-1s"},
+		{"--reconcile-sync=0"},
+		{"--retry-interval-start=0"},
+		{"--retry-interval-max=0"},
+		{"--max-entries=-1"},
+		{"--max-entries=4294967296"},
+		{"--resync=0"},
+		{"--resync=-1s"},
+		{"--worker-threads=1"},
+		{"--default-fstype=xfs"},
+		{"--max-grpc-log-length=0"},
+		{"--kube-api-qps=0", "--kube-api-burst=0"},
+	}
+	for _, args := range tests {
+		out, code := run(t, append([]string{"--kubeconfig=" + t.TempDir() + "/none"}, args...)...)
+		if code != 1 || !strings.Contains(out, pastValidation) {
+			t.Errorf("%v: exit %d, want 1 after validation (%q); output:\n%s", args, code, pastValidation, out)
+		}
 	}
 }

@@ -2,6 +2,10 @@ package attacher
 
 import (
 	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -32,9 +36,10 @@ const (
 // node's FencingRequest, nil when it has none.
 //
 // A detach is graceful only from a node that exists, is Ready, carries
-// neither the quarantine nor the out-of-service taint, has no active
-// FencingRequest (of any origin; a Complete one is history) and on which the
-// record holds no uncleaned entry of the volume. Anything else
+// neither the quarantine nor the out-of-service taint, has no active manual
+// FencingRequest (an automatic one is the failover's record of a node it
+// found NotReady; a Complete one is history) and on which the record holds no
+// uncleaned entry of the volume. Anything else
 // means the kubelet may not have unmounted the volume, or someone decided the
 // node must be cut off, so the volume must be fenced before it can move.
 //
@@ -42,9 +47,8 @@ const (
 // the most explicit to the inferred: the node is gone; an admin declared it
 // out of service; this system quarantined it; it is not Ready. A
 // FencingRequest is named only when nothing about the node itself explains
-// the fence, i.e. for a Ready node fenced on explicit request (S4); this also
-// keeps the reason stable when the record of an earlier fence on the node
-// (which creates a FencingRequest) is in place by the time of a retry.
+// the fence, i.e. for a Ready node fenced on an admin's explicit request
+// (S4). The caller decides on live reads of node and fr when it acts.
 //
 // canFence is whether the driver advertises UNPUBLISH_FENCE: without it the
 // answer is never fence (the field must not be sent to a driver that does not
@@ -60,7 +64,7 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 		reason = FenceReasonQuarantined
 	case !isReady(node):
 		reason = FenceReasonNodeNotReady
-	case fencingRequestActive(fr):
+	case fr.ManualActive():
 		reason = FenceReasonFencingRequest
 	case fencerecord.MayBeQuarantined(fr, driver, handle):
 		// Sticky (S8): once a fence of the volume was intended on the node,
@@ -72,28 +76,13 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 	return canFence, reason
 }
 
-// fencingRequestActive: the node has a FencingRequest that is not Complete.
-func fencingRequestActive(fr *fencingv1alpha1.FencingRequest) bool {
-	return fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
-}
-
-// PublishRefusal says why publishing a volume to a node must not happen
-// now, or returns nil. It guards two safety invariants of DESIGN.md:
-//
-//   - S2: no publish to a node on which the volume is quarantined (the
-//     record says fenced and not cleaned up), nor to a node carrying the
-//     quarantine taint, until the node agent has cleaned up;
-//   - S1, defensively: a single-node volume (no RWX/ROX access mode) is not
-//     published to a second node while another VolumeAttachment of this
-//     driver for the same PV, on another node, still carries our finalizer,
-//     i.e. is attached or not yet confirmed detached (or fenced).
-//
-// node is nil when the Node is gone; fr is the node's FencingRequest or nil;
-// vas is every VolumeAttachment the caller knows.
-func PublishRefusal(driver, finalizer string, va *storagev1.VolumeAttachment, spec *v1.PersistentVolumeSpec,
-	node *v1.Node, fr *fencingv1alpha1.FencingRequest, vas []*storagev1.VolumeAttachment) error {
-	nodeName := va.Spec.NodeName
-	handle := spec.CSI.VolumeHandle
+// QuarantineRefusal says why the volume (driver, handle) must not be
+// published to the node now, or returns nil (S2): the node carries the
+// quarantine taint, or the record says the volume may be quarantined there
+// (a fence of it was intended and the node agent has not cleaned it since).
+// node is nil when the Node is gone or cannot be read; fr is the node's
+// FencingRequest or nil.
+func QuarantineRefusal(driver, handle, nodeName string, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
 	if node != nil && hasTaint(node, contract.QuarantineTaintKey) {
 		return fmt.Errorf("node %s is quarantined (taint %s): nothing is published to it until the volumes fenced there are cleaned up",
 			nodeName, contract.QuarantineTaintKey)
@@ -102,19 +91,27 @@ func PublishRefusal(driver, finalizer string, va *storagev1.VolumeAttachment, sp
 		return fmt.Errorf("volume %s is quarantined on node %s (fenced, not yet cleaned up per FencingRequest %s): refusing to publish it there",
 			handle, nodeName, fr.Name)
 	}
+	return nil
+}
+
+// SecondNodeRefusal guards S1 defensively, beside the attach/detach
+// controller's own multi-attach check: a single-node volume (no RWX/ROX
+// access mode) is not published to a second node while another
+// VolumeAttachment of this driver for the same PV, on another node, still
+// carries the attacher's finalizer, i.e. is attached or not yet confirmed
+// detached (or fenced). vas is every VolumeAttachment the caller knows.
+func SecondNodeRefusal(driver, finalizer string, va *storagev1.VolumeAttachment, modes []v1.PersistentVolumeAccessMode, vas []*storagev1.VolumeAttachment) error {
 	pv := pvName(va)
-	if pv == "" || !singleNode(spec) {
+	if pv == "" || !singleNode(modes) {
 		return nil
 	}
 	for _, other := range vas {
-		if other.Name == va.Name || other.Spec.Attacher != driver || other.Spec.NodeName == nodeName || pvName(other) != pv {
+		if other.Name == va.Name || other.Spec.Attacher != driver || other.Spec.NodeName == va.Spec.NodeName || pvName(other) != pv {
 			continue
 		}
-		for _, f := range other.Finalizers {
-			if f == finalizer {
-				return fmt.Errorf("volume %s is single-node and still attached to node %s (VolumeAttachment %s): it must be detached or fenced there first",
-					handle, other.Spec.NodeName, other.Name)
-			}
+		if slices.Contains(other.Finalizers, finalizer) {
+			return fmt.Errorf("volume %s is single-node and still attached to node %s (VolumeAttachment %s): it must be detached or fenced there first",
+				pv, other.Spec.NodeName, other.Name)
 		}
 	}
 	return nil
@@ -123,11 +120,43 @@ func PublishRefusal(driver, finalizer string, va *storagev1.VolumeAttachment, sp
 // singleNode reports whether the volume may be used by one node at a time,
 // the way the attach/detach controller decides whether to allow a
 // multi-attach: no ReadWriteMany or ReadOnlyMany access mode.
-func singleNode(spec *v1.PersistentVolumeSpec) bool {
-	for _, m := range spec.AccessModes {
+func singleNode(modes []v1.PersistentVolumeAccessMode) bool {
+	for _, m := range modes {
 		if m == v1.ReadWriteMany || m == v1.ReadOnlyMany {
 			return false
 		}
 	}
 	return true
+}
+
+// refused tells a driver's answer (FAILED_PRECONDITION: it cannot prove the
+// node stopped using the volume, or any other final error) from a transient
+// failure (timeout, unavailable, aborted...). Both are retried with backoff;
+// the difference is what the detachError tells the user.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.OK, codes.Unknown, codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return false
+	}
+	return true
+}
+
+func hasTaint(node *v1.Node, key string) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// isReady reports the node's Ready condition; a node without one is not
+// ready (the node lifecycle controller would say Unknown).
+func isReady(node *v1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }

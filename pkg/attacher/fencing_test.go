@@ -35,7 +35,9 @@ func TestDecideFence(t *testing.T) {
 		{name: "out-of-service taint", node: node("node-1", notReady, outOfServiceTaint), wantReason: FenceReasonOutOfService},
 		{name: "out-of-service and quarantined", node: node("node-1", notReady, quarantineTaint, outOfServiceTaint), wantReason: FenceReasonOutOfService},
 		{name: "manual FencingRequest on a Ready node", node: node("node-1"), fr: active, wantReason: FenceReasonFencingRequest},
-		{name: "automatic FencingRequest without a phase yet", node: node("node-1"), fr: automatic, wantReason: FenceReasonFencingRequest},
+		{name: "manual FencingRequest without an origin (the default) on a Ready node", node: node("node-1"), fr: fencingRequest("node-1", "", ""), wantReason: FenceReasonFencingRequest},
+		{name: "S4: automatic FencingRequest on a Ready node (the failover's record of an earlier failure): graceful", node: node("node-1"), fr: automatic},
+		{name: "S4: manual FencingRequest being deleted (withdrawn): graceful", node: node("node-1"), fr: withdrawn(active)},
 		{name: "FencingRequest on a NotReady node: the node's state is the reason", node: node("node-1", notReady), fr: active, wantReason: FenceReasonNodeNotReady},
 		{name: "healthy, completed request still holding an uncleaned entry of the volume: sticky (S8)", node: node("node-1"),
 			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}}), wantReason: FenceReasonQuarantined},
@@ -59,51 +61,82 @@ func TestDecideFence(t *testing.T) {
 	}
 }
 
-func TestPublishRefusal(t *testing.T) {
-	spec := func(mods ...func(*v1.PersistentVolume)) *v1.PersistentVolumeSpec {
-		return &pv("pv1", "vol-1", mods...).Spec
+func TestQuarantineRefusal(t *testing.T) {
+	quarantinedFR := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced, fencedEntry("vol-1"))
+	intentFR := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
+		fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0})
+	tests := []struct {
+		name    string
+		node    *v1.Node
+		fr      *fencingv1alpha1.FencingRequest
+		wantErr string
+	}{
+		{name: "nothing in the way", node: node("node-1")},
+		{name: "node gone or unreadable: not our call", node: nil},
+		{name: "taint", node: node("node-1", quarantineTaint), wantErr: "is quarantined"},
+		{name: "record: fenced", node: node("node-1"), fr: quarantinedFR, wantErr: "volume vol-1 is quarantined on node node-1"},
+		{name: "record: fence intended, outcome unknown (S8)", node: node("node-1"), fr: intentFR, wantErr: "volume vol-1 is quarantined on node node-1"},
+		{name: "record: cleaned", node: node("node-1"), fr: fencingRequest("node-1", "", "", cleanedEntry("vol-1"))},
+		{name: "record: another volume", node: node("node-1"), fr: fencingRequest("node-1", "", "", fencedEntry("vol-2"))},
+		{name: "record: another driver's volume of the same handle", node: node("node-1"),
+			fr: fencingRequest("node-1", "", "", fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "vol-1", FencedTime: &t0})},
 	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			checkErr(t, QuarantineRefusal(drv, "vol-1", "node-1", tc.node, tc.fr), tc.wantErr)
+		})
+	}
+}
+
+func TestSecondNodeRefusal(t *testing.T) {
 	target := va("va1", "pv1", "node-1")
 	other := func(mods ...func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
 		return va("va0", "pv1", "node-0", mods...)
 	}
-	quarantinedFR := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced, fencedEntry("vol-1"))
+	rwo := []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
 	tests := []struct {
 		name    string
-		spec    *v1.PersistentVolumeSpec
-		node    *v1.Node
-		fr      *fencingv1alpha1.FencingRequest
+		modes   []v1.PersistentVolumeAccessMode
 		vas     []*storagev1.VolumeAttachment
 		wantErr string
 	}{
-		{name: "nothing in the way", spec: spec(), node: node("node-1"), vas: []*storagev1.VolumeAttachment{target}},
-		{name: "node gone: not our call", spec: spec()},
-		{name: "S2 taint", spec: spec(), node: node("node-1", quarantineTaint), wantErr: "is quarantined"},
-		{name: "S2 record", spec: spec(), node: node("node-1"), fr: quarantinedFR, wantErr: "volume vol-1 is quarantined on node node-1"},
-		{name: "S2 record cleaned", spec: spec(), node: node("node-1"), fr: fencingRequest("node-1", "", "", cleanedEntry("vol-1"))},
-		{name: "S2 record for another driver", spec: spec(), node: node("node-1"), fr: fencingRequest("node-1", "", "", fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "vol-1", FencedTime: &t0})},
-		{name: "S1 RWO attached elsewhere", spec: spec(), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached), target}, wantErr: "still attached to node node-0"},
-		{name: "S1 RWO attaching elsewhere (finalizer, not attached yet)", spec: spec(), vas: []*storagev1.VolumeAttachment{other(withFinalizer)}, wantErr: "still attached to node node-0"},
-		{name: "S1 RWOP detach pending elsewhere", spec: spec(withModes(v1.ReadWriteOncePod)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, deleted)}, wantErr: "node-0"},
-		{name: "S1 detached elsewhere", spec: spec(), vas: []*storagev1.VolumeAttachment{other(deleted)}},
-		{name: "S1 same node (another VA name)", spec: spec(), vas: []*storagev1.VolumeAttachment{va("va0", "pv1", "node-1", withFinalizer)}},
-		{name: "S1 another PV", spec: spec(), vas: []*storagev1.VolumeAttachment{va("va0", "pv2", "node-0", withFinalizer)}},
-		{name: "S1 another driver", spec: spec(), vas: []*storagev1.VolumeAttachment{other(withFinalizer, func(v *storagev1.VolumeAttachment) { v.Spec.Attacher = "x" })}},
-		{name: "S1 not for RWX", spec: spec(withModes(v1.ReadWriteMany)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
-		{name: "S1 not for ROX", spec: spec(withModes(v1.ReadOnlyMany)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
-		{name: "S1 RWO+ROX is multi-node, as for the attach/detach controller", spec: spec(withModes(v1.ReadWriteOnce, v1.ReadOnlyMany)), vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
+		{name: "alone", modes: rwo, vas: []*storagev1.VolumeAttachment{target}},
+		{name: "RWO attached elsewhere", modes: rwo, vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached), target}, wantErr: "still attached to node node-0"},
+		{name: "RWO attaching elsewhere (finalizer, not attached yet)", modes: rwo, vas: []*storagev1.VolumeAttachment{other(withFinalizer)}, wantErr: "still attached to node node-0"},
+		{name: "RWOP detach pending elsewhere", modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}, vas: []*storagev1.VolumeAttachment{other(withFinalizer, deleted)}, wantErr: "node-0"},
+		{name: "detached elsewhere", modes: rwo, vas: []*storagev1.VolumeAttachment{other(deleted)}},
+		{name: "same node (another VA name)", modes: rwo, vas: []*storagev1.VolumeAttachment{va("va0", "pv1", "node-1", withFinalizer)}},
+		{name: "another PV", modes: rwo, vas: []*storagev1.VolumeAttachment{va("va0", "pv2", "node-0", withFinalizer)}},
+		{name: "another driver", modes: rwo, vas: []*storagev1.VolumeAttachment{other(withFinalizer, func(v *storagev1.VolumeAttachment) { v.Spec.Attacher = "x" })}},
+		{name: "not for RWX", modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}, vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
+		{name: "not for ROX", modes: []v1.PersistentVolumeAccessMode{v1.ReadOnlyMany}, vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
+		{name: "RWO+ROX is multi-node, as for the attach/detach controller", modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce, v1.ReadOnlyMany},
+			vas: []*storagev1.VolumeAttachment{other(withFinalizer, attached)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := PublishRefusal(drv, fin, target, tc.spec, tc.node, tc.fr, tc.vas)
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Errorf("refused: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Errorf("err = %v, want %q", err, tc.wantErr)
-			}
+			checkErr(t, SecondNodeRefusal(drv, fin, target, tc.modes, tc.vas), tc.wantErr)
 		})
 	}
+}
+
+// checkErr fails unless err is nil when wantErr is empty, or contains it.
+func checkErr(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	switch {
+	case wantErr == "" && err != nil:
+		t.Errorf("refused: %v", err)
+	case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+		t.Errorf("err = %v, want %q", err, wantErr)
+	}
+}
+
+// withdrawn returns a copy of fr that is being deleted.
+func withdrawn(fr *fencingv1alpha1.FencingRequest) *fencingv1alpha1.FencingRequest {
+	out := fr.DeepCopy()
+	now := metav1.Now()
+	out.DeletionTimestamp = &now
+	return out
 }
 
 // withEntry returns a copy of fr that records vol.

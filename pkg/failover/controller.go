@@ -637,8 +637,8 @@ func unsettled(fr *fencingv1alpha1.FencingRequest, driver string) bool {
 // fence the node. Fencing a Ready node needs the request to exist now, not
 // just in a cache that may lag its withdrawal (S4).
 func (c *Controller) manualRequest(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest, ready bool) (bool, error) {
-	if !manualActive(fr) || !ready {
-		return manualActive(fr), nil
+	if !fr.ManualActive() || !ready {
+		return fr.ManualActive(), nil
 	}
 	live, err := c.frClient.Get(ctx, nodeName)
 	if apierrors.IsNotFound(err) {
@@ -647,13 +647,7 @@ func (c *Controller) manualRequest(ctx context.Context, nodeName string, fr *fen
 	if err != nil {
 		return false, err
 	}
-	return manualActive(live), nil
-}
-
-// manualActive: an admin's request that is not withdrawn (deleted) nor done.
-func manualActive(fr *fencingv1alpha1.FencingRequest) bool {
-	return fr != nil && fr.Spec.Origin != fencingv1alpha1.OriginAutomatic &&
-		fr.Status.Phase != fencingv1alpha1.PhaseComplete && fr.DeletionTimestamp == nil
+	return live.ManualActive(), nil
 }
 
 // nodeGone handles a deleted Node. Its record stays while anything in it is

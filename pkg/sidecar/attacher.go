@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
+	upstreamattacher "github.com/kubernetes-csi/external-attacher/v4/pkg/attacher"
+	"github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
@@ -18,6 +22,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -25,22 +30,25 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
-	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
 // EventComponent is the source component of the Events the attacher emits.
 const EventComponent = "csi-fence-attacher"
 
-// AttacherMode is what the driver's capabilities make of the attacher.
+// AttacherMode is what the driver's capabilities make of the attacher, as
+// external-attacher's main decides it, plus UNPUBLISH_FENCE.
 type AttacherMode struct {
 	// CSIHandler: the driver has a controller service with
-	// PUBLISH_UNPUBLISH_VOLUME; otherwise the trivial handler marks
-	// VolumeAttachments attached without calling the driver.
+	// PUBLISH_UNPUBLISH_VOLUME; otherwise external-attacher's trivial
+	// handler marks VolumeAttachments attached without calling the driver.
 	CSIHandler bool
 	// Reconcile: LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES, so that
-	// ReconcileVA can run.
-	Reconcile    bool
-	Capabilities attacher.Capabilities
+	// the VolumeAttachment reconciler runs.
+	Reconcile             bool
+	PublishReadOnly       bool
+	SingleNodeMultiWriter bool
+	// Fence: UNPUBLISH_FENCE (fence.ControllerCanFence).
+	Fence bool
 }
 
 // AttacherModeFrom decides the attacher's mode from the capability sets
@@ -55,19 +63,31 @@ func AttacherModeFrom(plugin rpc.PluginCapabilitySet, controller rpc.ControllerC
 		CSIHandler: true,
 		Reconcile: controller[csi.ControllerServiceCapability_RPC_LIST_VOLUMES] &&
 			controller[csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES],
-		Capabilities: attacher.Capabilities{
-			PublishReadOnly:       controller[csi.ControllerServiceCapability_RPC_PUBLISH_READONLY],
-			SingleNodeMultiWriter: controller[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER],
-			Fence:                 fence.ControllerCanFence(controller),
-		},
+		PublishReadOnly:       controller[csi.ControllerServiceCapability_RPC_PUBLISH_READONLY],
+		SingleNodeMultiWriter: controller[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER],
+		Fence:                 fence.ControllerCanFence(controller),
 	}
 }
 
-// CSIClient is what the attacher needs of the driver connection
-// (csiclient.Client; tests substitute a fake).
-type CSIClient interface {
-	csiclient.Attacher
-	csiclient.Lister
+// CSIClients are the attacher's clients of the driver; NewCSIClients
+// builds them on one connection, tests substitute fakes.
+type CSIClients struct {
+	// Attacher and Lister are external-attacher's own (publish, plain
+	// unpublish, ListVolumes), so that those requests are its requests.
+	Attacher upstreamattacher.Attacher
+	Lister   controller.VolumeLister
+	// Fence sends the fenced unpublish, which external-attacher cannot.
+	Fence csiclient.Attacher
+}
+
+// NewCSIClients returns the clients of the driver on conn; maxEntries is
+// the ListVolumes page size (--max-entries).
+func NewCSIClients(conn *grpc.ClientConn, maxEntries int) CSIClients {
+	return CSIClients{
+		Attacher: upstreamattacher.NewAttacher(conn),
+		Lister:   upstreamattacher.NewVolumeLister(conn, maxEntries),
+		Fence:    csiclient.New(conn, int32(maxEntries)),
+	}
 }
 
 // AttacherDeps are the clients and facts the attacher is built from.
@@ -76,100 +96,122 @@ type AttacherDeps struct {
 	Mode       AttacherMode
 	Options    *Options
 	Client     kubernetes.Interface
-	// Dynamic serves FencingRequests; it is used only when discovery says
-	// the FencingRequest CRD is installed.
+	// Dynamic serves FencingRequests, when Access says they may be used.
 	Dynamic dynamic.Interface
-	CSI     CSIClient
+	CSI     CSIClients
+	// Access is what the ServiceAccount may do (CheckAccess).
+	Access Access
 	// Informers is the controller role's shared factory (NewInformerFactory);
 	// nil: one of its own.
 	Informers informers.SharedInformerFactory
+	// Health is told when the attacher leads and which caches it waits
+	// for; nil: none.
+	Health *SyncHealth
 }
 
-// NewAttacher builds the attacher (informers, handler, controller) and
-// returns the function that runs it until its context is done: the
-// leader-election callback. Building does not talk to the driver; it asks
-// discovery once whether FencingRequests are served.
+// NewAttacher builds external-attacher's controller with the fencing
+// Attacher and returns the function that runs it until its context is done
+// and its workers have stopped: the leader-election callback. Building does
+// not talk to the driver nor to the API.
 func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), error) {
 	logger := klog.FromContext(ctx)
-	if d.Options == nil || d.Client == nil || d.DriverName == "" || (d.Mode.CSIHandler && d.CSI == nil) {
-		return nil, errors.New("attacher: options, client, driver name and (for a publishing driver) the CSI client are required")
+	if d.Options == nil || d.Client == nil || d.DriverName == "" ||
+		(d.Mode.CSIHandler && (d.CSI.Attacher == nil || d.CSI.Lister == nil || d.CSI.Fence == nil)) {
+		return nil, errors.New("attacher: options, client, driver name and (for a publishing driver) the CSI clients are required")
 	}
 	o := d.Options
 	factory := d.Informers
 	if factory == nil {
 		factory = NewInformerFactory(d.Client, o.Resync)
 	}
-	ctrlCfg := attacher.ControllerConfig{
-		DriverName:    d.DriverName,
-		VAInformer:    factory.Storage().V1().VolumeAttachments(),
-		PVInformer:    factory.Core().V1().PersistentVolumes(),
-		VARateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryIntervalStart, o.RetryIntervalMax),
-		PVRateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryIntervalStart, o.RetryIntervalMax),
-	}
+	vaInformer := factory.Storage().V1().VolumeAttachments()
+	pvInformer := factory.Core().V1().PersistentVolumes()
 	var dynFactory dynamicinformer.DynamicSharedInformerFactory
 	var broadcaster record.EventBroadcaster
 
+	var handler controller.Handler
 	if !d.Mode.CSIHandler {
 		logger.Info("The driver does not publish volumes: VolumeAttachments are marked attached without calling it")
-		ctrlCfg.Handler = attacher.NewTrivialHandler(d.Client)
+		handler = controller.NewTrivialHandler(d.Client)
 	} else {
-		hc := attacher.CSIHandlerConfig{
-			DriverName:    d.DriverName,
-			Timeout:       o.Timeout,
-			DefaultFSType: o.DefaultFSType,
-			Capabilities:  d.Mode.Capabilities,
-			Client:        d.Client,
-			Attacher:      d.CSI,
-			PVLister:      ctrlCfg.PVInformer.Lister(),
-			NodeLister:    factory.Core().V1().Nodes().Lister(),
-			CSINodeLister: factory.Storage().V1().CSINodes().Lister(),
-			VALister:      ctrlCfg.VAInformer.Lister(),
-		}
-		ctrlCfg.NodeInformer = factory.Core().V1().Nodes()
-		ctrlCfg.CSINodeInformer = factory.Storage().V1().CSINodes()
-		if d.Mode.Reconcile {
-			hc.Lister = d.CSI
-			ctrlCfg.ReconcileSync = o.ReconcileSync
-		}
-		served, err := FencingRequestsServed(d.Client.Discovery())
+		csiNodeInformer := factory.Storage().V1().CSINodes()
+		nodeIDs, err := attacher.NewNodeIDs(d.DriverName, csiNodeInformer.Informer())
 		if err != nil {
 			return nil, err
-		}
-		switch {
-		case served && d.Dynamic != nil:
-			dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, o.Resync)
-			frInformer := dynFactory.ForResource(fencingv1alpha1.Resource)
-			hc.FencingRequests = fencingv1alpha1.NewLister(frInformer.Lister())
-			hc.FenceRecord = fencerecord.NewRecorder(fencingv1alpha1.NewClient(d.Dynamic))
-			ctrlCfg.FencingRequestInformer = frInformer.Informer()
-		default:
-			logger.Info("The FencingRequest API is not served: fences are not recorded, and quarantine is read from the node taint only",
-				"resource", fencingv1alpha1.Resource.String())
 		}
 		broadcaster = record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events(v1.NamespaceAll)})
-		hc.Recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent})
-		h, err := attacher.NewCSIHandler(hc)
+		if d.Access.Events {
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events(v1.NamespaceAll)})
+		} else {
+			broadcaster.StartStructuredLogging(0)
+		}
+		cfg := attacher.Config{
+			DriverName: d.DriverName,
+			CanFence:   d.Mode.Fence,
+			CSI:        d.CSI.Attacher,
+			FenceCSI:   d.CSI.Fence,
+			NodeIDs:    nodeIDs,
+			PVs:        pvInformer.Lister(),
+			VAs:        vaInformer.Lister(),
+			Recorder:   broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}),
+		}
+		if d.Access.Nodes {
+			cfg.Nodes = factory.Core().V1().Nodes().Lister()
+			cfg.Client = d.Client
+		}
+		if d.Access.Record {
+			dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, o.Resync)
+			frInformer := dynFactory.ForResource(fencingv1alpha1.Resource)
+			cfg.FencingRequests = fencingv1alpha1.NewLister(frInformer.Lister())
+			cfg.FenceRecord = fencingv1alpha1.NewClient(d.Dynamic)
+		}
+		fencing, err := attacher.NewAttacher(cfg)
 		if err != nil {
 			return nil, err
 		}
-		ctrlCfg.Handler = h
-		logger.Info("The driver publishes volumes", "reconcile", d.Mode.Reconcile, "fence", d.Mode.Capabilities.Fence,
-			"publishReadOnly", d.Mode.Capabilities.PublishReadOnly, "singleNodeMultiWriter", d.Mode.Capabilities.SingleNodeMultiWriter)
-		if !d.Mode.Capabilities.Fence {
+		csiHandler := controller.NewCSIHandler(d.Client, d.DriverName, fencing, d.CSI.Lister,
+			pvInformer.Lister(), csiNodeInformer.Lister(), vaInformer.Lister(), &o.Timeout,
+			d.Mode.PublishReadOnly, d.Mode.SingleNodeMultiWriter, csitrans.New(), o.DefaultFSType)
+		h, err := attacher.NewHandler(csiHandler, d.DriverName, vaInformer.Informer())
+		if err != nil {
+			return nil, err
+		}
+		if d.Access.Nodes {
+			if err := h.WatchNodes(factory.Core().V1().Nodes().Informer()); err != nil {
+				return nil, err
+			}
+		}
+		if dynFactory != nil {
+			if err := h.WatchFencingRequests(dynFactory.ForResource(fencingv1alpha1.Resource).Informer()); err != nil {
+				return nil, err
+			}
+		}
+		handler = h
+		logger.Info("The driver publishes volumes", "reconcile", d.Mode.Reconcile, "fence", d.Mode.Fence,
+			"publishReadOnly", d.Mode.PublishReadOnly, "singleNodeMultiWriter", d.Mode.SingleNodeMultiWriter)
+		if !d.Mode.Fence {
 			logger.Info("The driver does not advertise UNPUBLISH_FENCE: detaches are never fenced")
 		}
 	}
-	ctrl, err := attacher.NewController(logger, ctrlCfg)
-	if err != nil {
-		return nil, err
-	}
+	ctrl := controller.NewCSIAttachController(logger, d.Client, d.DriverName, handler, vaInformer, pvInformer,
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryIntervalStart, o.RetryIntervalMax),
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryIntervalStart, o.RetryIntervalMax),
+		d.Mode.CSIHandler && d.Mode.Reconcile, o.ReconcileSync)
 	return func(ctx context.Context) {
 		factory.Start(ctx.Done())
 		if dynFactory != nil {
 			dynFactory.Start(ctx.Done())
 		}
-		ctrl.Run(ctx, int(o.WorkerThreads))
+		if d.Health != nil {
+			d.Health.Leading(factorySynced(factory), dynamicFactorySynced(dynFactory))
+			defer d.Health.Standby()
+		}
+		// external-attacher's Run waits for its workers through wg only
+		// with its ReleaseLeaderElectionOnExit gate; without it, they stop
+		// with ctx as it returns.
+		var wg sync.WaitGroup
+		ctrl.Run(ctx, int(o.WorkerThreads), &wg)
+		wg.Wait()
 		factory.Shutdown()
 		if dynFactory != nil {
 			dynFactory.Shutdown()
@@ -181,8 +223,8 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 }
 
 // FencingRequestsServed reports whether the FencingRequest CRD is
-// installed. Without it the attacher still works as external-attacher does,
-// and still fences, but keeps no record.
+// installed. Without it the attacher works as external-attacher does and
+// never fences: nothing could record a fence nor lift its quarantine.
 func FencingRequestsServed(d discovery.DiscoveryInterface) (bool, error) {
 	list, err := d.ServerResourcesForGroupVersion(fencingv1alpha1.SchemeGroupVersion.String())
 	if apierrors.IsNotFound(err) {

@@ -14,20 +14,23 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"github.com/kubernetes-csi/csi-test/v5/driver"
+	upstreamattacher "github.com/kubernetes-csi/external-attacher/v4/pkg/attacher"
+	"github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
 	"go.uber.org/mock/gomock"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
-	"github.com/csi-fence/fence-attacher/pkg/attacher"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
@@ -60,7 +63,7 @@ func TestAttacherModeFrom(t *testing.T) {
 		{name: "everything", plugin: withController, ctrl: ctrl(publish, csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 			csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER, csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 			csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES, fence.ControllerUnpublishFence),
-			want: AttacherMode{CSIHandler: true, Reconcile: true, Capabilities: attacher.Capabilities{PublishReadOnly: true, SingleNodeMultiWriter: true, Fence: true}}},
+			want: AttacherMode{CSIHandler: true, Reconcile: true, PublishReadOnly: true, SingleNodeMultiWriter: true, Fence: true}},
 		{name: "LIST_VOLUMES alone does not enable the reconciler", plugin: withController, ctrl: ctrl(publish, csi.ControllerServiceCapability_RPC_LIST_VOLUMES), want: AttacherMode{CSIHandler: true}},
 		{name: "PR 477's own numbers are not the fence (14 is MODIFY_VOLUME, 7 GET_VOLUME)", plugin: withController, ctrl: ctrl(publish, 14, 7), want: AttacherMode{CSIHandler: true}},
 		{name: "garbage values are ignored", plugin: withController, ctrl: ctrl(publish, 999, -1, 0), want: AttacherMode{CSIHandler: true}},
@@ -113,7 +116,7 @@ func TestAttacherModeFromGarbageDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := AttacherMode{CSIHandler: true, Capabilities: attacher.Capabilities{Fence: true}}
+	want := AttacherMode{CSIHandler: true, Fence: true}
 	if got := AttacherModeFrom(plugin, ctrlCaps); got != want {
 		t.Errorf("%+v, want %+v", got, want)
 	}
@@ -152,44 +155,50 @@ func TestFencingRequestsServed(t *testing.T) {
 	}
 }
 
-// fakeDriver records the calls NewAttacher's handler makes and lists what
-// it published, as a driver would.
+// fakeDriver records the calls NewAttacher's controller makes and lists
+// what it published, as a driver would. It serves external-attacher's
+// attacher and lister, and (fenceDriver) the fenced unpublish.
 type fakeDriver struct {
 	mu        sync.Mutex
 	calls     []string
 	published map[string][]string
 }
 
-var _ CSIClient = &fakeDriver{}
+var (
+	_ upstreamattacher.Attacher = &fakeDriver{}
+	_ controller.VolumeLister   = &fakeDriver{}
+	_ csiclient.Attacher        = fenceDriver{}
+)
 
-func (f *fakeDriver) record(s string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, s)
+func (f *fakeDriver) clients() CSIClients {
+	return CSIClients{Attacher: f, Lister: f, Fence: fenceDriver{f}}
 }
-func (f *fakeDriver) Attach(_ context.Context, r csiclient.AttachRequest) (map[string]string, error) {
-	f.record("attach " + r.VolumeID + " " + r.NodeID)
+
+func (f *fakeDriver) Attach(_ context.Context, vol string, _ bool, node string, _ *csi.VolumeCapability, _, _ map[string]string) (map[string]string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls = append(f.calls, "attach "+vol+" "+node)
 	if f.published == nil {
 		f.published = map[string][]string{}
 	}
-	if !slices.Contains(f.published[r.VolumeID], r.NodeID) {
-		f.published[r.VolumeID] = append(f.published[r.VolumeID], r.NodeID)
+	if !slices.Contains(f.published[vol], node) {
+		f.published[vol] = append(f.published[vol], node)
 	}
-	return nil, nil
+	return nil, false, nil
 }
-func (f *fakeDriver) Detach(_ context.Context, vol, node string, _ map[string]string, fenced bool) error {
-	s := "detach " + vol + " " + node
-	if fenced {
-		s += " fence"
-	}
-	f.record(s)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.published[vol] = slices.DeleteFunc(f.published[vol], func(n string) bool { return n == node })
+
+func (f *fakeDriver) Detach(_ context.Context, vol, node string, _ map[string]string) error {
+	f.unpublish("detach "+vol+" "+node, vol, node)
 	return nil
 }
+
+func (f *fakeDriver) unpublish(call, vol, node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+	f.published[vol] = slices.DeleteFunc(f.published[vol], func(n string) bool { return n == node })
+}
+
 func (f *fakeDriver) ListVolumes(context.Context) (map[string][]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -199,10 +208,29 @@ func (f *fakeDriver) ListVolumes(context.Context) (map[string][]string, error) {
 	}
 	return out, nil
 }
+
+// seen returns the calls made, a call repeated at once counted once:
+// external-attacher may publish again when its cache has not caught up
+// with its own status write yet (publish is idempotent).
 func (f *fakeDriver) seen() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.calls)
+	return slices.Compact(slices.Clone(f.calls))
+}
+
+type fenceDriver struct{ *fakeDriver }
+
+func (f fenceDriver) Attach(context.Context, csiclient.AttachRequest) (map[string]string, error) {
+	return nil, errors.New("the fence client publishes nothing")
+}
+
+func (f fenceDriver) Detach(_ context.Context, vol, node string, _ map[string]string, fenced bool) error {
+	s := "detach " + vol + " " + node
+	if fenced {
+		s += " fence"
+	}
+	f.unpublish(s, vol, node)
+	return nil
 }
 
 func testObjects(nodeID string) []runtime.Object {
@@ -247,8 +275,8 @@ func TestNewAttacherFencesAndRecords(t *testing.T) {
 	d := &fakeDriver{}
 	opts, _ := parse(t, "--retry-interval-start=10ms", "--retry-interval-max=100ms", "--worker-threads=2")
 	run, err := NewAttacher(ctx, AttacherDeps{
-		DriverName: drv, Options: opts, Client: client, Dynamic: dyn, CSI: d,
-		Mode: AttacherMode{CSIHandler: true, Reconcile: true, Capabilities: attacher.Capabilities{Fence: true}},
+		DriverName: drv, Options: opts, Client: client, Dynamic: dyn, CSI: d.clients(), Access: FullAccess,
+		Mode: AttacherMode{CSIHandler: true, Reconcile: true, Fence: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -311,5 +339,63 @@ func TestNewAttacherRejectsIncompleteDeps(t *testing.T) {
 		if _, err := NewAttacher(ctx, d); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// With nothing but external-attacher's RBAC (Access{}: Nodes,
+// FencingRequests and Events forbidden), the attacher attaches and detaches
+// as external-attacher does, a detach from a NotReady node included, and
+// starts no informer it may not list: its caches sync.
+func TestNewAttacherWithStockRBAC(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	objects := testObjects("node-1-id")
+	objects[0].(*v1.Node).Status.Conditions[0].Status = v1.ConditionFalse
+	client := fake.NewSimpleClientset(objects...)
+	client.Resources = frAPI()
+	forbidden := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("stock RBAC"))
+	}
+	for _, verb := range []string{"get", "list", "watch", "create", "patch", "update"} {
+		client.PrependReactor(verb, "nodes", forbidden)
+		client.PrependReactor(verb, "events", forbidden)
+	}
+	client.PrependWatchReactor("nodes", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		_, _, err := forbidden(a)
+		return true, nil, err
+	})
+	d := &fakeDriver{}
+	health := NewSyncHealth()
+	opts, _ := parse(t, "--retry-interval-start=10ms", "--retry-interval-max=100ms", "--worker-threads=2")
+	run, err := NewAttacher(ctx, AttacherDeps{
+		DriverName: drv, Options: opts, Client: client, CSI: d.clients(), Access: Access{}, Health: health,
+		Mode: AttacherMode{CSIHandler: true, Reconcile: true, Fence: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { run(ctx); close(done) }()
+
+	waitVA(t, ctx, client, "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached })
+	va, _ := client.StorageV1().VolumeAttachments().Get(ctx, "va1", metav1.GetOptions{})
+	now := metav1.Now()
+	va.DeletionTimestamp = &now
+	if _, err := client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVA(t, ctx, client, "detached", func(va *storagev1.VolumeAttachment) bool { return len(va.Finalizers) == 0 })
+	if calls := d.seen(); !slices.Equal(calls, []string{"attach vol-1 node-1-id", "detach vol-1 node-1-id"}) {
+		t.Errorf("driver calls %q, want a publish and a plain unpublish", calls)
+	}
+	if unsynced, leading := health.status(); len(unsynced) > 0 || leading == 0 {
+		t.Errorf("health: unsynced %q, leading for %v", unsynced, leading)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the attacher did not stop")
 	}
 }

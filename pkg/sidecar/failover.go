@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -76,17 +75,9 @@ type FailoverDeps struct {
 }
 
 // NewFailover builds the failover controller and returns the function that
-// runs it, or nil when the FencingRequest CRD is not installed (the failover
-// keeps its record there and cannot work without it).
+// runs it. The caller runs it only where CheckAccess says it may: it keeps
+// its record in FencingRequests and cannot work without them.
 func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), error) {
-	served, err := FencingRequestsServed(d.Client.Discovery())
-	if err != nil {
-		return nil, err
-	}
-	if !served {
-		klog.FromContext(ctx).Info("The FencingRequest CRD is not installed: automatic failover is off")
-		return nil, nil
-	}
 	failover.RegisterMetrics()
 	factory := d.Informers
 	if factory == nil {
@@ -102,14 +93,14 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		Timeout:              d.Options.Timeout,
 		MaxFencedNodes:       d.Failover.MaxFencedNodes,
 		MaxFencedNodePercent: d.Failover.MaxFencedNodePercent,
-		StormGuardNamespace:  stormGuardNamespace(d.Failover.StormGuardNamespace),
+		StormGuardNamespace:  StormGuardNamespace(d.Failover.StormGuardNamespace),
 		RetryIntervalStart:   d.Options.RetryIntervalStart,
 		RetryIntervalMax:     d.Options.RetryIntervalMax,
 		Resync:               failoverResync(d.Options),
 		FencingTaints:        d.Failover.FencingTaints,
 		FencingRequiredAfter: d.Failover.FencingRequiredAfter,
 		FailoverOptIn:        d.Failover.FailoverOptIn,
-		Election:             electionConfig(d.ElectionClient, d.DriverName, stormGuardNamespace(d.Failover.StormGuardNamespace)),
+		Election:             electionConfig(d.ElectionClient, d.DriverName, StormGuardNamespace(d.Failover.StormGuardNamespace)),
 	}, d.Client, factory, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
@@ -148,10 +139,10 @@ func failoverResync(o *Options) (d time.Duration) {
 	return d
 }
 
-// stormGuardNamespace is where the storm guard's Lease lives: the flag, else
+// StormGuardNamespace is where the storm guard's Lease lives: the flag, else
 // the leader-election namespace, else the pod's own (as csi-lib-utils
 // decides for the leader-election Lease), else "default".
-func stormGuardNamespace(flagValue string) string {
+func StormGuardNamespace(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
 	}

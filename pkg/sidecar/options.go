@@ -8,12 +8,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
+	_ "github.com/kubernetes-csi/external-attacher/v4/pkg/features" // external-attacher's gates
+	_ "k8s.io/apiserver/pkg/features"                               // the apiserver's gates, which external-attacher accepts
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	metricsfeatures "k8s.io/component-base/metrics/features"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
@@ -55,28 +60,15 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Role, "role", RoleController, "Which part to run: '"+RoleController+"' next to the driver's controller plugin (the attacher), or '"+RoleNode+"' next to its node plugin (the cleanup of fenced volumes).")
 }
 
-// Validate rejects values the attacher cannot run with (external-attacher
-// checks only --worker-threads; the others would make it spin or hang, so
-// they get a clear error instead).
+// Validate rejects what external-attacher rejects (--worker-threads=0) and
+// an unknown --role. Every other value external-attacher accepts is
+// accepted and means what it means there, however odd (a zero --timeout
+// fails every CSI call at once, a zero --retry-interval-start retries at
+// once): Warnings names those.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("--timeout must be positive, got %v", o.Timeout))
-	}
 	if o.WorkerThreads == 0 {
 		errs = append(errs, errors.New("--worker-threads must be greater than zero"))
-	}
-	if o.RetryIntervalStart <= 0 || o.RetryIntervalMax <= 0 {
-		errs = append(errs, fmt.Errorf("--retry-interval-start (%v) and --retry-interval-max (%v) must be positive", o.RetryIntervalStart, o.RetryIntervalMax))
-	}
-	if o.MaxEntries < 0 || o.MaxEntries > 1<<31-1 {
-		errs = append(errs, fmt.Errorf("--max-entries must be between 0 and 2^31-1, got %d", o.MaxEntries))
-	}
-	if o.ReconcileSync <= 0 {
-		errs = append(errs, fmt.Errorf("--reconcile-sync must be positive, got %v", o.ReconcileSync))
-	}
-	if o.Resync < 0 {
-		errs = append(errs, fmt.Errorf("--resync must not be negative, got %v", o.Resync))
 	}
 	if o.Role != RoleController && o.Role != RoleNode {
 		errs = append(errs, fmt.Errorf("--role must be %q or %q, got %q", RoleController, RoleNode, o.Role))
@@ -84,20 +76,43 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ReleaseLeaderElectionOnExit is external-attacher's feature gate: on
-// SIGTERM, stop the workers and release the Lease instead of letting it
-// expire.
-const ReleaseLeaderElectionOnExit featuregate.Feature = "ReleaseLeaderElectionOnExit"
+// Warnings describes the accepted values that make the attacher fail or
+// spin, as they make external-attacher fail or spin.
+func (o *Options) Warnings() []string {
+	var w []string
+	if o.Timeout <= 0 {
+		w = append(w, fmt.Sprintf("--timeout=%v: every call to the CSI driver times out at once (the driver probe retries forever)", o.Timeout))
+	}
+	if o.RetryIntervalStart <= 0 {
+		w = append(w, fmt.Sprintf("--retry-interval-start=%v: failed attaches and detaches are retried without any delay", o.RetryIntervalStart))
+	}
+	if o.ReconcileSync <= 0 {
+		w = append(w, fmt.Sprintf("--reconcile-sync=%v: the VolumeAttachment reconciler runs without pause", o.ReconcileSync))
+	}
+	if o.MaxEntries < 0 || o.MaxEntries > math.MaxInt32 {
+		w = append(w, fmt.Sprintf("--max-entries=%d: sent to the driver as ListVolumes max_entries %d, which it should reject", o.MaxEntries, int32(o.MaxEntries)))
+	}
+	return w
+}
 
-// NewFeatureGate returns the binary's feature gates: external-attacher's
-// ReleaseLeaderElectionOnExit, our NonGracefulFailover (read by the failover
-// controller), and the logging gates of component-base. All alpha, off.
-func NewFeatureGate() (featuregate.MutableFeatureGate, error) {
-	fg := featuregate.NewFeatureGate()
+// NewFeatureGate returns the binary's feature gates. They live in the
+// process-wide gate external-attacher's controller reads
+// (k8s.io/apiserver's DefaultMutableFeatureGate), which holds every gate
+// external-attacher's binary accepts: its own (ReleaseLeaderElectionOnExit,
+// MutableCSINodeAllocatableCount, registered by importing its features
+// package), the apiserver's (registered by importing
+// k8s.io/apiserver/pkg/features) and component-base metrics' (registered by
+// its server package there, here). Ours, NonGracefulFailover, and the
+// logging gates of component-base are added to it. It may be called again
+// (tests): adding the same gates twice is not an error.
+func NewFeatureGate() (featuregate.MutableVersionedFeatureGate, error) {
+	fg := utilfeature.DefaultMutableFeatureGate
 	if err := fg.Add(map[featuregate.Feature]featuregate.FeatureSpec{
-		ReleaseLeaderElectionOnExit:                           {Default: false, PreRelease: featuregate.Alpha},
 		featuregate.Feature(contract.NonGracefulFailoverGate): {Default: false, PreRelease: featuregate.Alpha},
 	}); err != nil {
+		return nil, err
+	}
+	if err := metricsfeatures.AddFeatureGates(fg); err != nil {
 		return nil, err
 	}
 	if err := logsapi.AddFeatureGates(fg); err != nil {

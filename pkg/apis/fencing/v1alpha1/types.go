@@ -39,6 +39,14 @@ const (
 	OriginAutomatic Origin = "Automatic"
 )
 
+// ManualActive reports whether fr is an admin's request (Manual, the
+// default) that is neither done nor withdrawn (being deleted): the only
+// thing that may fence a node that is Ready (S4). fr may be nil.
+func (fr *FencingRequest) ManualActive() bool {
+	return fr != nil && fr.Spec.Origin != OriginAutomatic &&
+		fr.Status.Phase != PhaseComplete && fr.DeletionTimestamp == nil
+}
+
 // FencingRequestSpec is what is asked.
 type FencingRequestSpec struct {
 	// NodeName is the node to fence.

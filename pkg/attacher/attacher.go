@@ -1,0 +1,359 @@
+// Package attacher is what csi-fence-attacher adds to external-attacher.
+//
+// external-attacher's own controller runs unmodified (module
+// github.com/kubernetes-csi/external-attacher/v4, pkg/controller): its
+// informers and queues, its CSI handler with the finalizers, secrets, node
+// IDs, CSI migration through csi-translation-lib and ListVolumes
+// reconciliation, its trivial handler. The fence is added at the two seams it
+// offers:
+//
+//   - Attacher implements its attacher.Attacher. Detach decides whether the
+//     unpublish must fence (DecideFence), records the fence write-ahead and
+//     sends ControllerUnpublishVolume with fence=true; Attach refuses to
+//     publish where the volume may be quarantined (S2) or while a single-node
+//     volume is still attached elsewhere (S1). An error from either keeps
+//     external-attacher's finalizer and backoff, so nothing is detached
+//     before its fence is recorded.
+//   - Handler decorates its controller.Handler: it gives Attacher the
+//     VolumeAttachment being synced (through the context) and requeues a
+//     node's VolumeAttachments when the node's health or FencingRequest
+//     changes, so that a detach waiting in backoff is fenced at once.
+package attacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	upstream "github.com/kubernetes-csi/external-attacher/v4/pkg/attacher"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+)
+
+// Config configures NewAttacher.
+type Config struct {
+	DriverName string
+	// CanFence: the driver advertises UNPUBLISH_FENCE. Without it the fence
+	// field is never sent.
+	CanFence bool
+
+	// CSI publishes and plainly unpublishes: external-attacher's own
+	// attacher, so that those requests are byte for byte its requests.
+	CSI upstream.Attacher
+	// FenceCSI sends the fenced unpublish (csiclient.Client), which
+	// external-attacher's attacher cannot express.
+	FenceCSI csiclient.Attacher
+
+	// NodeIDs maps the driver's node IDs to Nodes (NewNodeIDs).
+	NodeIDs *NodeIDs
+	// PVs and VAs serve the single-node check of Attach.
+	PVs corelisters.PersistentVolumeLister
+	VAs storagelisters.VolumeAttachmentLister
+
+	// Nodes and Client (live reads of Nodes) are nil when the sidecar may
+	// not read Nodes: nothing can then be told graceful or not, so nothing
+	// is fenced nor refused, exactly as external-attacher.
+	Nodes  corelisters.NodeLister
+	Client kubernetes.Interface
+	// FencingRequests (the cache) and FenceRecord (live reads, and the
+	// writes of the write-ahead record) are nil when the FencingRequest API
+	// is not served or not granted: a fence is then never sent, since
+	// nothing could record it nor lift the quarantine it starts (S8).
+	FencingRequests fencingv1alpha1.Lister
+	FenceRecord     fencerecord.Client
+
+	Recorder record.EventRecorder
+}
+
+// Attacher is external-attacher's attacher.Attacher with the fence.
+type Attacher struct {
+	Config
+	finalizer string
+	// recorder writes the record of every fence of this Attacher, which
+	// external-attacher's workers share: the fences of one failed node's
+	// attachments share their record writes (fencerecord.Recorder).
+	recorder *fencerecord.Recorder
+}
+
+var _ upstream.Attacher = &Attacher{}
+
+// NewAttacher returns the fencing Attacher, or an error naming what cfg
+// lacks. It registers the fence metrics.
+func NewAttacher(cfg Config) (*Attacher, error) {
+	switch {
+	case cfg.DriverName == "" || cfg.CSI == nil || cfg.FenceCSI == nil || cfg.Recorder == nil:
+		return nil, errors.New("fencing attacher: driver name, CSI clients and event recorder are required")
+	case cfg.NodeIDs == nil || cfg.PVs == nil || cfg.VAs == nil:
+		return nil, errors.New("fencing attacher: node IDs, PV and VolumeAttachment listers are required")
+	case (cfg.Nodes == nil) != (cfg.Client == nil):
+		return nil, errors.New("fencing attacher: the Node lister and the client for live reads go together")
+	case (cfg.FencingRequests == nil) != (cfg.FenceRecord == nil):
+		return nil, errors.New("fencing attacher: the FencingRequest lister and record go together")
+	}
+	RegisterMetrics()
+	a := &Attacher{Config: cfg, finalizer: contract.AttacherFinalizer(cfg.DriverName)}
+	if cfg.FenceRecord != nil {
+		a.recorder = fencerecord.NewRecorder(cfg.FenceRecord)
+	}
+	return a, nil
+}
+
+// Attach implements attacher.Attacher: it publishes unless that would break
+// S1 or S2, which is refused as a final error (detached=true: nothing was
+// sent to the driver).
+func (a *Attacher) Attach(ctx context.Context, volumeID string, readOnly bool, nodeID string, caps *csi.VolumeCapability,
+	attributes, secrets map[string]string) (map[string]string, bool, error) {
+	if err := a.publishRefusal(ctx, volumeID, nodeID); err != nil {
+		klog.FromContext(ctx).V(2).Info("Publish refused", "volume", volumeID, "nodeID", nodeID, "reason", err.Error())
+		return nil, true, err
+	}
+	return a.CSI.Attach(ctx, volumeID, readOnly, nodeID, caps, attributes, secrets)
+}
+
+// publishRefusal reads what QuarantineRefusal and SecondNodeRefusal decide
+// on from the caches. Publishes are frequent and a quarantine is written
+// before its fence, so the cache, which a fence recorded in it reaches
+// within moments, is what is read here.
+func (a *Attacher) publishRefusal(ctx context.Context, volumeID, nodeID string) error {
+	va := volumeAttachmentFrom(ctx)
+	nodeName, err := a.nodeName(nodeID, va)
+	if err != nil {
+		return err
+	}
+	var node *v1.Node
+	if a.Nodes != nil {
+		if node, err = a.cachedNode(nodeName); err != nil {
+			return err
+		}
+	}
+	fr, err := a.cachedFencingRequest(nodeName)
+	if err != nil {
+		return err
+	}
+	if err := QuarantineRefusal(a.DriverName, volumeID, nodeName, node, fr); err != nil {
+		return err
+	}
+	if va == nil {
+		return nil
+	}
+	modes, err := a.accessModes(va)
+	if err != nil {
+		return err
+	}
+	vas, err := a.VAs.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	return SecondNodeRefusal(a.DriverName, a.finalizer, va, modes, vas)
+}
+
+// accessModes returns the access modes of the volume va attaches.
+func (a *Attacher) accessModes(va *storagev1.VolumeAttachment) ([]v1.PersistentVolumeAccessMode, error) {
+	if spec := va.Spec.Source.InlineVolumeSpec; spec != nil {
+		return spec.AccessModes, nil
+	}
+	pv, err := a.PVs.Get(pvName(va))
+	if err != nil {
+		return nil, fmt.Errorf("reading PersistentVolume %q: %w", pvName(va), err)
+	}
+	return pv.Spec.AccessModes, nil
+}
+
+// Detach implements attacher.Attacher: a graceful detach is a plain
+// unpublish; a non-graceful one is fenced when the driver can fence and the
+// fence can be recorded. An error keeps the VolumeAttachment's finalizer, so
+// the volume does not move until the fence is recorded done.
+func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
+	logger := klog.FromContext(ctx)
+	if a.Nodes == nil {
+		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	}
+	va := volumeAttachmentFrom(ctx)
+	nodeName, err := a.nodeName(nodeID, va)
+	if err != nil {
+		return err
+	}
+	fence, reason, fr, err := a.decide(ctx, nodeName, volumeID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case reason == "":
+		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	case !fence:
+		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
+			"volume", volumeID, "node", nodeName, "reason", reason)
+		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	case a.FenceRecord == nil:
+		// A fence that cannot be recorded would quarantine the volume with
+		// nothing to lift it (S8): detach as external-attacher does.
+		unfencedDetaches.WithLabelValues(a.DriverName, reason).Inc()
+		logger.Info("Non-graceful detach, but the FencingRequest record is unavailable: unpublishing without fence",
+			"volume", volumeID, "node", nodeName, "reason", reason)
+		a.event(va, v1.EventTypeWarning, EventReasonFenceFailed,
+			"Volume %s detached from node %s (%s) without a fence: the FencingRequest record is unavailable", volumeID, nodeName, reason)
+		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	case fencerecord.IsFenced(fr, a.DriverName, volumeID):
+		// The node can no longer access the volume: a fence of it was
+		// confirmed and recorded (by the failover, or by an earlier detach
+		// whose finalizer removal failed), and the node agent has not
+		// cleaned it since.
+		logger.V(2).Info("Volume already fenced from the node: detached without a call to the driver",
+			"volume", volumeID, "node", nodeName, "reason", reason)
+		return nil
+	}
+	return a.fence(ctx, va, volumeID, nodeID, nodeName, reason, secrets)
+}
+
+// decide is DecideFence on the caches and, when they say the detach is not
+// graceful, on live reads of the Node and its FencingRequest: the cache
+// decides only what to look at (S4: a Ready node is fenced only on an
+// explicit request read live).
+func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool, string, *fencingv1alpha1.FencingRequest, error) {
+	node, err := a.cachedNode(nodeName)
+	if err != nil {
+		return false, "", nil, err
+	}
+	fr, err := a.cachedFencingRequest(nodeName)
+	if err != nil {
+		return false, "", nil, err
+	}
+	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID); reason == "" {
+		return false, "", fr, nil
+	}
+	if node, err = a.liveNode(ctx, nodeName); err != nil {
+		return false, "", nil, err
+	}
+	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
+		return false, "", nil, err
+	}
+	fence, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID)
+	return fence, reason, fr, nil
+}
+
+// fence sends the fenced unpublish, write-ahead: the recorder records the
+// intent before the call and the outcome after it, and only a recorded
+// success returns nil.
+func (a *Attacher) fence(ctx context.Context, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string) error {
+	logger := klog.FromContext(ctx)
+	vol := fencingv1alpha1.FencedVolume{Driver: a.DriverName, VolumeHandle: volumeID, NodeID: nodeID}
+	if va != nil {
+		vol.PersistentVolumeName = pvName(va)
+	}
+	errs, err := a.recorder.Fence(ctx, nodeName, reason, []fencingv1alpha1.FencedVolume{vol},
+		func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
+			return a.FenceCSI.Detach(ctx, volumeID, nodeID, secrets, true)
+		})
+	if err != nil {
+		return fmt.Errorf("volume %s is not fenced from node %s: %w", volumeID, nodeName, err)
+	}
+	if fenceErr := errs[0]; fenceErr != nil {
+		fencedUnpublishErrors.WithLabelValues(a.DriverName, reason).Inc()
+		if refused(fenceErr) {
+			err = fmt.Errorf("the driver refused to fence volume %s from node %s (%s), the volume stays attached there: %w", volumeID, nodeName, reason, fenceErr)
+		} else {
+			err = fmt.Errorf("fencing volume %s from node %s (%s) failed, will retry: %w", volumeID, nodeName, reason, fenceErr)
+		}
+		a.event(va, v1.EventTypeWarning, EventReasonFenceFailed, "%s", err.Error())
+		return err
+	}
+	fencedUnpublishes.WithLabelValues(a.DriverName, reason).Inc()
+	forcedDetaches.WithLabelValues(a.DriverName, reason).Inc()
+	logger.V(2).Info("Fenced unpublish: the node can no longer access the volume",
+		"volume", volumeID, "node", nodeName, "nodeID", nodeID, "reason", reason)
+	a.event(va, v1.EventTypeNormal, EventReasonFencedUnpublish,
+		"Volume %s was fenced from node %s (%s): the node can no longer access it until it is cleaned up", volumeID, nodeName, reason)
+	return nil
+}
+
+// nodeName returns the Node of the driver's node ID: from the CSINodes, or,
+// for a node whose CSINode is gone (a deleted node), from the
+// VolumeAttachment being synced.
+func (a *Attacher) nodeName(nodeID string, va *storagev1.VolumeAttachment) (string, error) {
+	if name, ok := a.NodeIDs.NodeName(nodeID); ok {
+		return name, nil
+	}
+	if va != nil {
+		return va.Spec.NodeName, nil
+	}
+	return "", fmt.Errorf("no CSINode of driver %s has node ID %q", a.DriverName, nodeID)
+}
+
+// cachedNode returns the Node from the cache, nil when it does not exist.
+func (a *Attacher) cachedNode(name string) (*v1.Node, error) {
+	n, err := a.Nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Node %q: %w", name, err)
+	}
+	return n, nil
+}
+
+func (a *Attacher) liveNode(ctx context.Context, name string) (*v1.Node, error) {
+	n, err := a.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Node %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// cachedFencingRequest returns the node's FencingRequest from the cache, nil
+// when it has none or the API is not available.
+func (a *Attacher) cachedFencingRequest(nodeName string) (*fencingv1alpha1.FencingRequest, error) {
+	if a.FencingRequests == nil {
+		return nil, nil
+	}
+	fr, err := a.FencingRequests.Get(nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("reading the FencingRequest of node %q: %w", nodeName, err)
+	}
+	return fr, nil
+}
+
+func (a *Attacher) liveFencingRequest(ctx context.Context, nodeName string) (*fencingv1alpha1.FencingRequest, error) {
+	if a.FenceRecord == nil {
+		return nil, nil
+	}
+	fr, err := a.FenceRecord.Get(ctx, nodeName)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the FencingRequest of node %q: %w", nodeName, err)
+	}
+	return fr, nil
+}
+
+// event records an Event on va; without one (an Attacher not called through
+// Handler) the log line of the caller is all there is.
+func (a *Attacher) event(va *storagev1.VolumeAttachment, eventType, reason, format string, args ...any) {
+	if va != nil {
+		a.Recorder.Eventf(va, eventType, reason, format, args...)
+	}
+}
+
+func pvName(va *storagev1.VolumeAttachment) string {
+	if va.Spec.Source.PersistentVolumeName == nil {
+		return ""
+	}
+	return *va.Spec.Source.PersistentVolumeName
+}

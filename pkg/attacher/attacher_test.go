@@ -1,0 +1,323 @@
+package attacher
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
+	basemetrics "k8s.io/component-base/metrics"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+)
+
+// objs returns the objects of a detach of vol-1 (PV pv1) from node-1: the
+// node given, its CSINode, the PV and the VolumeAttachment being deleted.
+func objs(n *v1.Node) []runtime.Object {
+	out := []runtime.Object{csiNode("node-1"), pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")}
+	if n != nil {
+		out = append(out, n)
+	}
+	return out
+}
+
+// detach runs Detach of vol-1 from node-1 as external-attacher's handler
+// calls it: under --timeout, for va1.
+func (e *env) detach() error {
+	ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, detachingVA("va1", "pv1", "node-1")), 2*time.Second)
+	defer cancel()
+	return e.a.Detach(ctx, "vol-1", "node-1-id", nil)
+}
+
+func TestDetach(t *testing.T) {
+	notReady := readyStatus(v1.ConditionFalse)
+	manualFR := fencingRequest("node-1", fencingv1alpha1.OriginManual, fencingv1alpha1.PhasePending)
+	autoFR := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing)
+	intent := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0}
+	plain := []string{"unpublish vol-1 node-1-id"}
+	fenced := []string{"unpublish vol-1 node-1-id fence"}
+	tests := []struct {
+		name string
+		envConfig
+		wantSent    []string
+		wantErr     string
+		wantActions []string // Node reads and writes
+		wantFenced  bool     // the record says vol-1 fenced on node-1
+		wantNoFR    bool     // no FencingRequest exists afterwards
+		wantEvents  []string // prefixes, in order
+		// metrics: "metric/reason" -> growth.
+		wantMetrics map[string]float64
+	}{
+		{
+			name:      "Ready node: plain unpublish, no live read, no record",
+			envConfig: envConfig{objects: objs(node("node-1"))},
+			wantSent:  plain, wantNoFR: true,
+		},
+		{
+			name:      "NotReady node, read live: fenced and recorded",
+			envConfig: envConfig{objects: objs(node("node-1", notReady))},
+			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-not-ready": 1, "forced_detaches_total/node-not-ready": 1},
+		},
+		{
+			name:      "Node and CSINode deleted: the node comes from the VolumeAttachment, the ID from its annotation; fenced",
+			envConfig: envConfig{objects: []runtime.Object{pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")}},
+			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-deleted": 1},
+		},
+		{
+			name:      "out-of-service taint: fenced",
+			envConfig: envConfig{objects: objs(node("node-1", notReady, outOfServiceTaint))},
+			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/out-of-service": 1},
+		},
+		{
+			name:      "S4: Ready node with a manual FencingRequest, read live: fenced",
+			envConfig: envConfig{objects: objs(node("node-1")), frs: []*fencingv1alpha1.FencingRequest{manualFR}},
+			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/fencing-request": 1},
+		},
+		{
+			name:      "S4: Ready node with the failover's automatic FencingRequest: plain",
+			envConfig: envConfig{objects: objs(node("node-1")), frs: []*fencingv1alpha1.FencingRequest{autoFR}},
+			wantSent:  plain,
+		},
+		{
+			name:      "S4: the cache still shows the manual request, the API no longer has it: plain",
+			envConfig: envConfig{objects: objs(node("node-1")), frCache: []*fencingv1alpha1.FencingRequest{manualFR}},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "S4: the cache says NotReady, the node is Ready again when read live: plain",
+			envConfig: envConfig{objects: objs(node("node-1")), cache: objs(node("node-1", notReady))},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name: "S8: Ready node, the record holds an uncleaned intent for the volume: sticky, fenced",
+			envConfig: envConfig{objects: objs(node("node-1")),
+				frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseComplete, intent)}},
+			wantSent: fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/quarantined": 1},
+		},
+		{
+			name: "already recorded fenced from the node: no call to the driver, no write",
+			envConfig: envConfig{objects: objs(node("node-1", notReady)),
+				frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced, fencedEntry("vol-1"))}},
+			wantSent: nil, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+		},
+		{
+			name:      "driver without UNPUBLISH_FENCE: the field is never sent, even from a NotReady node",
+			envConfig: envConfig{objects: objs(node("node-1", notReady)), cannotFence: true},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "no FencingRequest API (CRD or RBAC): a fence nobody could record is not sent; plain, warning, metric",
+			envConfig: envConfig{objects: objs(node("node-1", notReady)), noRecord: true},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+			wantEvents:  []string{"Warning FenceFailed"},
+			wantMetrics: map[string]float64{"unfenced_detaches_total/node-not-ready": 1},
+		},
+		{
+			name:      "no access to Nodes: external-attacher's plain unpublish, nothing read",
+			envConfig: envConfig{objects: objs(node("node-1", notReady)), noNodes: true},
+			wantSent:  plain, wantNoFR: true,
+		},
+		{
+			name: "the driver refuses the fence: error, the attempt stays recorded (S8), warning",
+			envConfig: envConfig{objects: objs(node("node-1", notReady)),
+				unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
+					return status.Error(codes.FailedPrecondition, "cannot prove the node stopped")
+				}},
+			wantSent: fenced, wantActions: []string{"get nodes node-1"}, wantErr: "refused to fence volume vol-1 from node node-1",
+			wantEvents:  []string{"Warning FenceFailed"},
+			wantMetrics: map[string]float64{"fenced_unpublish_errors_total/node-not-ready": 1},
+		},
+		{
+			name: "the intent cannot be recorded: nothing is sent, error",
+			envConfig: envConfig{objects: objs(node("node-1", notReady)),
+				frReactors: []reactor{{"create", "fencingrequests", func(clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: fencingv1alpha1.Resource.Group, Resource: "fencingrequests"}, "node-1", nil)
+				}}}},
+			wantSent: nil, wantActions: []string{"get nodes node-1"}, wantErr: "recording the intent to fence before fencing", wantNoFR: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.envConfig)
+			before := metricValues(t, tc.wantMetrics)
+			err := e.detach()
+			checkErr(t, err, tc.wantErr)
+			if got := e.sent(); !reflect.DeepEqual(got, tc.wantSent) {
+				t.Errorf("driver received %q, want %q", got, tc.wantSent)
+			}
+			if got := actions(e.client.Actions()); !reflect.DeepEqual(got, tc.wantActions) {
+				t.Errorf("API actions %q, want %q", got, tc.wantActions)
+			}
+			fr := e.getFR("node-1")
+			if got := fencerecord.IsFenced(fr, drv, "vol-1"); got != tc.wantFenced {
+				t.Errorf("recorded fenced = %v, want %v: %+v", got, tc.wantFenced, fr)
+			}
+			if tc.wantNoFR && fr != nil {
+				t.Errorf("a FencingRequest was written: %+v", fr)
+			}
+			if tc.wantErr != "" && !tc.wantNoFR && !fencerecord.MayBeQuarantined(fr, drv, "vol-1") {
+				t.Errorf("a failed fence was forgotten: %+v", fr)
+			}
+			checkEvents(t, e.events(), tc.wantEvents)
+			checkMetrics(t, before, metricValues(t, tc.wantMetrics), tc.wantMetrics)
+		})
+	}
+}
+
+// S8, write-ahead: when the driver receives the fence, the record already
+// says it may be quarantined (intent, no outcome); once the fence returns,
+// the record says fenced before Detach does.
+func TestDetachRecordsTheIntentBeforeTheFence(t *testing.T) {
+	var e *env
+	var atRPC []*fencingv1alpha1.FencedVolume // the entry at each call
+	e = newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionUnknown))),
+		unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
+			atRPC = append(atRPC, fencerecord.Find(e.getFR("node-1"), drv, "vol-1"))
+			return nil
+		}})
+	if err := e.detach(); err != nil {
+		t.Fatal(err)
+	}
+	if len(atRPC) != 1 {
+		t.Fatalf("the driver was called %d times, want once", len(atRPC))
+	}
+	switch atRPC := atRPC[0]; {
+	case atRPC == nil:
+		t.Fatal("the driver was called before the intent was recorded")
+	case atRPC.StartedTime == nil || atRPC.FencedTime != nil:
+		t.Errorf("at the call the entry was %+v, want the intent alone", atRPC)
+	case atRPC.NodeID != "node-1-id" || atRPC.PersistentVolumeName != "pv1":
+		t.Errorf("the entry does not say what was fenced: %+v", atRPC)
+	}
+	if !fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1") {
+		t.Errorf("the outcome was not recorded: %+v", e.getFR("node-1"))
+	}
+}
+
+// S8: a fence cut off by --timeout may have happened: the error is
+// returned (external-attacher keeps its finalizer and retries) and the
+// record keeps the volume possibly quarantined.
+func TestDetachTimeoutKeepsTheFence(t *testing.T) {
+	e := newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))),
+		unpublish: func(ctx context.Context, _ *csi.ControllerUnpublishVolumeRequest) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}})
+	ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, detachingVA("va1", "pv1", "node-1")), 300*time.Millisecond)
+	defer cancel()
+	err := e.a.Detach(ctx, "vol-1", "node-1-id", nil)
+	checkErr(t, err, "failed, will retry")
+	if fr := e.getFR("node-1"); !fencerecord.MayBeQuarantined(fr, drv, "vol-1") || fencerecord.IsFenced(fr, drv, "vol-1") {
+		t.Errorf("record %+v, want the volume possibly quarantined, not confirmed", fr)
+	}
+}
+
+func TestAttach(t *testing.T) {
+	target := va("va1", "pv1", "node-1")
+	base := func(n *v1.Node, more ...runtime.Object) []runtime.Object {
+		return append([]runtime.Object{n, csiNode("node-1"), pv("pv1", "vol-1"), target}, more...)
+	}
+	tests := []struct {
+		name string
+		envConfig
+		wantErr string
+	}{
+		{name: "healthy node: published", envConfig: envConfig{objects: base(node("node-1"))}},
+		{name: "NotReady node: published (only a quarantine stops a publish)", envConfig: envConfig{objects: base(node("node-1", readyStatus(v1.ConditionFalse)))}},
+		{name: "S2: quarantine taint", envConfig: envConfig{objects: base(node("node-1", quarantineTaint))}, wantErr: "is quarantined"},
+		{name: "S2: the record says the volume may be quarantined there", envConfig: envConfig{objects: base(node("node-1")),
+			frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
+				fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0})}},
+			wantErr: "volume vol-1 is quarantined on node node-1"},
+		{name: "S2: cleaned up: published", envConfig: envConfig{objects: base(node("node-1")),
+			frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", "", fencingv1alpha1.PhaseComplete, cleanedEntry("vol-1"))}}},
+		{name: "S1: still attached to another node", envConfig: envConfig{objects: base(node("node-1"), va("va0", "pv1", "node-0", withFinalizer, attached))},
+			wantErr: "still attached to node node-0"},
+		{name: "S1 does not hold a RWX volume", envConfig: envConfig{objects: []runtime.Object{node("node-1"), csiNode("node-1"),
+			pv("pv1", "vol-1", withModes(v1.ReadWriteMany)), target, va("va0", "pv1", "node-0", withFinalizer, attached)}}},
+		{name: "no access to Nodes: the taint is not seen, published as external-attacher does", envConfig: envConfig{objects: base(node("node-1", quarantineTaint)), noNodes: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.envConfig)
+			ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, target), 2*time.Second)
+			defer cancel()
+			md, detached, err := e.a.Attach(ctx, "vol-1", false, "node-1-id", &csi.VolumeCapability{}, nil, nil)
+			checkErr(t, err, tc.wantErr)
+			want := []string{"publish vol-1 node-1-id"}
+			if tc.wantErr != "" {
+				want = nil
+				if !detached {
+					t.Error("a refusal must say detached: nothing was sent")
+				}
+			} else if md["lun"] != "1" {
+				t.Errorf("publish context %v", md)
+			}
+			if got := e.sent(); !reflect.DeepEqual(got, want) {
+				t.Errorf("driver received %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func checkEvents(t *testing.T, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("events %q, want %q", got, want)
+		return
+	}
+	for i := range got {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %q, want %q...", got[i], want[i])
+		}
+	}
+}
+
+func metricValues(t *testing.T, keys map[string]float64) map[string]float64 {
+	t.Helper()
+	vecs := map[string]*basemetrics.CounterVec{
+		"fenced_unpublishes_total":      fencedUnpublishes,
+		"fenced_unpublish_errors_total": fencedUnpublishErrors,
+		"forced_detaches_total":         forcedDetaches,
+		"unfenced_detaches_total":       unfencedDetaches,
+	}
+	out := map[string]float64{}
+	for k := range keys {
+		name, reason, _ := strings.Cut(k, "/")
+		vec, ok := vecs[name]
+		if !ok {
+			t.Fatalf("unknown metric %q", name)
+		}
+		out[k] = counter(t, vec, reason)
+	}
+	return out
+}
+
+func checkMetrics(t *testing.T, before, after, want map[string]float64) {
+	t.Helper()
+	for k, w := range want {
+		if got := after[k] - before[k]; got != w {
+			t.Errorf("metric %s grew by %v, want %v", k, got, w)
+		}
+	}
+}

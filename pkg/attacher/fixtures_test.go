@@ -1,0 +1,451 @@
+package attacher
+
+// Fixtures of the API objects the tests start from.
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-test/v5/driver"
+	upstream "github.com/kubernetes-csi/external-attacher/v4/pkg/attacher"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	basemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2/ktesting"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+)
+
+const drv = "fence.csi.example.com"
+
+var fin = contract.AttacherFinalizer(drv)
+
+// ---- fixtures ----
+
+func pv(name, handle string, mods ...func(*v1.PersistentVolume)) *v1.PersistentVolume {
+	p := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver: drv, VolumeHandle: handle, FSType: "ext4",
+			}},
+		},
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func withModes(modes ...v1.PersistentVolumeAccessMode) func(*v1.PersistentVolume) {
+	return func(p *v1.PersistentVolume) { p.Spec.AccessModes = modes }
+}
+
+func va(name, pvName, node string, mods ...func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
+	v := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: drv,
+			NodeName: node,
+			Source:   storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName},
+		},
+	}
+	for _, m := range mods {
+		m(v)
+	}
+	return v
+}
+
+func withFinalizer(v *storagev1.VolumeAttachment) { v.Finalizers = append(v.Finalizers, fin) }
+func attached(v *storagev1.VolumeAttachment)      { v.Status.Attached = true }
+func deleted(v *storagev1.VolumeAttachment) {
+	now := metav1.Now()
+	v.DeletionTimestamp = &now
+}
+func withNodeIDAnnotation(id string) func(*storagev1.VolumeAttachment) {
+	return func(v *storagev1.VolumeAttachment) {
+		if v.Annotations == nil {
+			v.Annotations = map[string]string{}
+		}
+		v.Annotations[contract.NodeIDAnnotation] = id
+	}
+}
+
+// attachedVA is a VA this driver attached: finalizer, node ID, status.
+func attachedVA(name, pvName, node string, mods ...func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
+	return va(name, pvName, node, append([]func(*storagev1.VolumeAttachment){withFinalizer, withNodeIDAnnotation(node + "-id"), attached}, mods...)...)
+}
+
+// detachingVA is an attached VA the attach/detach controller deleted.
+func detachingVA(name, pvName, node string, mods ...func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
+	return attachedVA(name, pvName, node, append([]func(*storagev1.VolumeAttachment){deleted}, mods...)...)
+}
+
+func node(name string, mods ...func(*v1.Node)) *v1.Node {
+	n := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{
+			{Type: v1.NodeMemoryPressure, Status: v1.ConditionFalse},
+			{Type: v1.NodeReady, Status: v1.ConditionTrue},
+		}},
+	}
+	for _, m := range mods {
+		m(n)
+	}
+	return n
+}
+
+func readyStatus(s v1.ConditionStatus) func(*v1.Node) {
+	return func(n *v1.Node) {
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == v1.NodeReady {
+				n.Status.Conditions[i].Status = s
+			}
+		}
+	}
+}
+
+func noConditions(n *v1.Node) { n.Status.Conditions = nil }
+
+func taint(key string, effect v1.TaintEffect) func(*v1.Node) {
+	return func(n *v1.Node) { n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: key, Effect: effect}) }
+}
+
+var (
+	quarantineTaint   = taint(contract.QuarantineTaintKey, v1.TaintEffectNoSchedule)
+	outOfServiceTaint = taint(contract.OutOfServiceTaintKey, v1.TaintEffectNoExecute)
+)
+
+func csiNode(name string, drivers ...string) *storagev1.CSINode {
+	if len(drivers) == 0 {
+		drivers = []string{drv}
+	}
+	n := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, d := range drivers {
+		n.Spec.Drivers = append(n.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: name + "-id"})
+	}
+	return n
+}
+
+func fencingRequest(nodeName string, origin fencingv1alpha1.Origin, phase fencingv1alpha1.Phase, vols ...fencingv1alpha1.FencedVolume) *fencingv1alpha1.FencingRequest {
+	return &fencingv1alpha1.FencingRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: nodeName, Origin: origin, Reason: "test"},
+		Status:     fencingv1alpha1.FencingRequestStatus{Phase: phase, Volumes: vols},
+	}
+}
+
+var t0 = metav1.Unix(1000, 0)
+
+func fencedEntry(handle string) fencingv1alpha1.FencedVolume {
+	return fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: handle, FencedTime: &t0}
+}
+
+func cleanedEntry(handle string) fencingv1alpha1.FencedVolume {
+	return fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: handle, FencedTime: &t0, CleanedTime: &t0}
+}
+
+// ---- the environment ----
+
+// env is one Attacher on fake API clients, its informer caches filled by
+// hand (never started: each call sees exactly the cache the case gives),
+// and csi-test's mock controller server on a unix socket behind the real
+// gRPC clients, external-attacher's attacher and csiclient: what the driver
+// receives is what goes on the wire.
+type env struct {
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	dyn      *dynamicfake.FakeDynamicClient
+	factory  informers.SharedInformerFactory
+	recorder *record.FakeRecorder
+	a        *Attacher
+
+	mu          sync.Mutex
+	publishes   []*csi.ControllerPublishVolumeRequest
+	unpublishes []*csi.ControllerUnpublishVolumeRequest
+}
+
+type envConfig struct {
+	// objects are in the API and, unless cache is given, in the caches.
+	objects []runtime.Object
+	// cache, when given, is what the caches hold instead: they lag.
+	cache []runtime.Object
+	// frs are the FencingRequests in the API and, unless frCache is given,
+	// in the cache.
+	frs     []*fencingv1alpha1.FencingRequest
+	frCache []*fencingv1alpha1.FencingRequest
+	// cannotFence: the driver lacks UNPUBLISH_FENCE.
+	cannotFence bool
+	// noNodes: the sidecar may not read Nodes; noRecord: FencingRequests
+	// are not served or not granted.
+	noNodes, noRecord bool
+	frReactors        []reactor
+	// unpublish answers ControllerUnpublishVolume; nil: success.
+	unpublish func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) error
+}
+
+type reactor struct {
+	verb, resource string
+	fn             clienttesting.ReactionFunc
+}
+
+func newEnv(t *testing.T, cfg envConfig) *env {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	e := &env{t: t, ctx: ctx, recorder: record.NewFakeRecorder(100)}
+	e.client = fake.NewSimpleClientset(cfg.objects...)
+	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, unstructured(t, cfg.frs)...)
+	for _, r := range cfg.frReactors {
+		e.dyn.PrependReactor(r.verb, r.resource, r.fn)
+	}
+	e.factory = informers.NewSharedInformerFactory(e.client, 0)
+	csiNodes := e.factory.Storage().V1().CSINodes().Informer()
+	nodeIDs, err := NewNodeIDs(drv, csiNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := cfg.objects
+	if cfg.cache != nil {
+		cached = cfg.cache
+	}
+	e.fillCaches(cached)
+
+	conn := e.startDriver(cfg.unpublish)
+	c := Config{
+		DriverName: drv,
+		CanFence:   !cfg.cannotFence,
+		CSI:        upstream.NewAttacher(conn),
+		FenceCSI:   csiclient.New(conn, 0),
+		NodeIDs:    nodeIDs,
+		PVs:        e.factory.Core().V1().PersistentVolumes().Lister(),
+		VAs:        e.factory.Storage().V1().VolumeAttachments().Lister(),
+		Recorder:   e.recorder,
+	}
+	if !cfg.noNodes {
+		c.Nodes, c.Client = e.factory.Core().V1().Nodes().Lister(), e.client
+	}
+	if !cfg.noRecord {
+		frCache := cfg.frs
+		if cfg.frCache != nil {
+			frCache = cfg.frCache
+		}
+		c.FencingRequests, c.FenceRecord = staticFRLister(frCache), fencingv1alpha1.NewClient(e.dyn)
+	}
+	if e.a, err = NewAttacher(c); err != nil {
+		t.Fatal(err)
+	}
+	e.client.ClearActions()
+	e.dyn.ClearActions()
+	return e
+}
+
+func unstructured(t *testing.T, frs []*fencingv1alpha1.FencingRequest) []runtime.Object {
+	t.Helper()
+	var out []runtime.Object
+	for _, fr := range frs {
+		u, err := fencingv1alpha1.ToUnstructured(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// fillCaches puts objs into the caches of their kinds.
+func (e *env) fillCaches(objs []runtime.Object) {
+	e.t.Helper()
+	for _, o := range objs {
+		var inf cache.SharedIndexInformer
+		switch o.(type) {
+		case *v1.Node:
+			inf = e.factory.Core().V1().Nodes().Informer()
+		case *v1.PersistentVolume:
+			inf = e.factory.Core().V1().PersistentVolumes().Informer()
+		case *storagev1.CSINode:
+			inf = e.factory.Storage().V1().CSINodes().Informer()
+		case *storagev1.VolumeAttachment:
+			inf = e.factory.Storage().V1().VolumeAttachments().Informer()
+		default:
+			continue
+		}
+		if err := inf.GetIndexer().Add(o); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// startDriver serves csi-test's mock controller on a unix socket and
+// returns a connection to it, made as main makes it.
+func (e *env) startDriver(unpublish func(context.Context, *csi.ControllerUnpublishVolumeRequest) error) *grpc.ClientConn {
+	e.t.Helper()
+	srv := driver.NewMockControllerServer(gomock.NewController(e.t))
+	srv.EXPECT().ControllerPublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+		func(_ context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.publishes = append(e.publishes, proto.Clone(req).(*csi.ControllerPublishVolumeRequest))
+			return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{"lun": "1"}}, nil
+		}).AnyTimes()
+	srv.EXPECT().ControllerUnpublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+		func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+			e.mu.Lock()
+			e.unpublishes = append(e.unpublishes, proto.Clone(req).(*csi.ControllerUnpublishVolumeRequest))
+			e.mu.Unlock()
+			if unpublish != nil {
+				if err := unpublish(ctx, req); err != nil {
+					return nil, err
+				}
+			}
+			return &csi.ControllerUnpublishVolumeResponse{}, nil
+		}).AnyTimes()
+	d := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{Controller: srv})
+	sock := filepath.Join(e.t.TempDir(), "csi.sock")
+	if err := d.StartOnAddress("unix", sock); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(d.Stop)
+	conn, err := connection.Connect(e.ctx, sock, metrics.NewCSIMetricsManager(drv))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// sent returns what the driver received: "publish vol node" and "unpublish
+// vol node" or "unpublish vol node fence", reading the fence field from the
+// wire format (DESIGN.md section 4: field 4, varint 1).
+func (e *env) sent() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, r := range e.publishes {
+		out = append(out, "publish "+r.GetVolumeId()+" "+r.GetNodeId())
+	}
+	for _, r := range e.unpublishes {
+		s := "unpublish " + r.GetVolumeId() + " " + r.GetNodeId()
+		switch u := r.ProtoReflect().GetUnknown(); string(u) {
+		case "":
+		case "\x20\x01":
+			s += " fence"
+		default:
+			s += " unknown fields " + string(u)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// staticFRLister is the FencingRequest cache: what the case says it holds.
+type staticFRLister []*fencingv1alpha1.FencingRequest
+
+func (l staticFRLister) Get(name string) (*fencingv1alpha1.FencingRequest, error) {
+	for _, fr := range l {
+		if fr.Name == name {
+			return fr, nil
+		}
+	}
+	return nil, nil
+}
+
+// getFR reads a FencingRequest from the fake API without recording an action.
+func (e *env) getFR(name string) *fencingv1alpha1.FencingRequest {
+	e.t.Helper()
+	obj, err := e.dyn.Tracker().Get(fencingv1alpha1.Resource, "", name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	fr, err := fencingv1alpha1.FromUnstructured(obj)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return fr
+}
+
+// actions returns the API calls of the test, "verb resource name", leaving
+// out lists and watches (the informers' business).
+func actions(recorded []clienttesting.Action) []string {
+	var out []string
+	for _, a := range recorded {
+		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			continue
+		}
+		res := a.GetResource().Resource
+		if sub := a.GetSubresource(); sub != "" {
+			res += "/" + sub
+		}
+		name := ""
+		switch x := a.(type) {
+		case clienttesting.GetAction:
+			name = x.GetName()
+		case clienttesting.UpdateAction:
+			name = accessorName(x.GetObject())
+		case clienttesting.CreateAction:
+			name = accessorName(x.GetObject())
+		case clienttesting.PatchAction:
+			name = x.GetName()
+		}
+		out = append(out, a.GetVerb()+" "+res+" "+name)
+	}
+	return out
+}
+
+func accessorName(o runtime.Object) string {
+	if m, ok := o.(metav1.Object); ok {
+		return m.GetName()
+	}
+	if u, ok := o.(interface{ GetName() string }); ok {
+		return u.GetName()
+	}
+	return "?"
+}
+
+func (e *env) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// counter reads a fence metric for the test driver and a reason.
+func counter(t *testing.T, vec *basemetrics.CounterVec, reason string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(vec.WithLabelValues(drv, reason))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -1,0 +1,171 @@
+package attacher
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
+	csitrans "k8s.io/csi-translation-lib"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+)
+
+// handler is external-attacher's CSI handler with the fencing Attacher,
+// wrapped by Handler, as pkg/sidecar builds it, on e's clients and caches,
+// with its queues.
+func (e *env) handler() (*Handler, workqueue.TypedRateLimitingInterface[string]) {
+	e.t.Helper()
+	timeout := 2 * time.Second
+	inner := controller.NewCSIHandler(e.client, drv, e.a, nil,
+		e.factory.Core().V1().PersistentVolumes().Lister(), e.factory.Storage().V1().CSINodes().Lister(),
+		e.factory.Storage().V1().VolumeAttachments().Lister(), &timeout, false, false, csitrans.New(), "")
+	h, err := NewHandler(inner, drv, e.factory.Storage().V1().VolumeAttachments().Informer())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	// An hour of backoff: an item that was AddRateLimited stays out of the
+	// queue, and NumRequeues tells it from a Forget.
+	rl := func() workqueue.TypedRateLimiter[string] {
+		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour)
+	}
+	vaQueue := workqueue.NewTypedRateLimitingQueue(rl())
+	pvQueue := workqueue.NewTypedRateLimitingQueue(rl())
+	e.t.Cleanup(func() { vaQueue.ShutDown(); pvQueue.ShutDown() })
+	h.Init(vaQueue, pvQueue)
+	return h, vaQueue
+}
+
+// Through external-attacher's own handler: a fence that fails keeps its
+// finalizer (the volume does not move) and is retried with its backoff; a
+// fence that succeeds is recorded before the finalizer goes.
+func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
+	for _, refuse := range []bool{true, false} {
+		t.Run(map[bool]string{true: "refused", false: "fenced"}[refuse], func(t *testing.T) {
+			var e *env
+			e = newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))),
+				unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
+					if refuse {
+						return status.Error(codes.FailedPrecondition, "cannot prove the node stopped")
+					}
+					return nil
+				}})
+			recordedAtFinalizerRemoval := false
+			e.client.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "" {
+					recordedAtFinalizerRemoval = fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1")
+				}
+				return false, nil, nil
+			})
+			h, queue := e.handler()
+			va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
+
+			va, err = e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hasFinalizer := slices.Contains(va.Finalizers, fin)
+			if refuse {
+				if !hasFinalizer || va.Status.DetachError == nil || queue.NumRequeues("va1") != 1 {
+					t.Errorf("a refused fence must keep the finalizer, save the error and back off: finalizers %v, detachError %v, requeues %d",
+						va.Finalizers, va.Status.DetachError, queue.NumRequeues("va1"))
+				}
+				checkEvents(t, e.events(), []string{"Warning FenceFailed"})
+				return
+			}
+			if hasFinalizer || queue.NumRequeues("va1") != 0 {
+				t.Errorf("a recorded fence must end the detach: finalizers %v, requeues %d", va.Finalizers, queue.NumRequeues("va1"))
+			}
+			if !recordedAtFinalizerRemoval {
+				t.Error("the finalizer was removed before the fence was recorded")
+			}
+			// The Attacher knew the VolumeAttachment external-attacher synced.
+			if v := fencerecord.Find(e.getFR("node-1"), drv, "vol-1"); v == nil || v.PersistentVolumeName != "pv1" {
+				t.Errorf("the record does not name the PV: %+v", v)
+			}
+			checkEvents(t, e.events(), []string{"Normal FencedUnpublish"})
+		})
+	}
+}
+
+// A change of a node's health or of its FencingRequest requeues the node's
+// VolumeAttachments of this driver; a heartbeat does not. The deletion of an
+// attachment requeues the others of its PV that wait to be attached.
+func TestHandlerRequeues(t *testing.T) {
+	ready, notReady := node("node-1"), node("node-1", readyStatus(v1.ConditionFalse))
+	heartbeat := node("node-1")
+	heartbeat.Status.Conditions[1].LastHeartbeatTime = metav1.Now()
+	fr := func(vols ...fencingv1alpha1.FencedVolume) any {
+		u, err := fencingv1alpha1.ToUnstructured(fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing, vols...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	otherDriver := va("vb", "pv2", "node-1", func(v *storagev1.VolumeAttachment) { v.Spec.Attacher = "other" })
+	waiting := va("vc", "pv1", "node-2")
+	tests := []struct {
+		name  string
+		event func(h *Handler)
+		want  []string
+	}{
+		{name: "node NotReady", event: func(h *Handler) { h.nodeUpdated(ready, notReady) }, want: []string{"va1"}},
+		{name: "node quarantined", event: func(h *Handler) { h.nodeUpdated(ready, node("node-1", quarantineTaint)) }, want: []string{"va1"}},
+		{name: "heartbeat", event: func(h *Handler) { h.nodeUpdated(ready, heartbeat) }},
+		{name: "node deleted", event: func(h *Handler) { h.nodeAddedOrDeleted(ready) }, want: []string{"va1"}},
+		{name: "volume fenced on the node", event: func(h *Handler) { h.fencingRequestUpdated(fr(), fr(fencedEntry("vol-1"))) }, want: []string{"va1"}},
+		{name: "volume cleaned on the node", event: func(h *Handler) { h.fencingRequestUpdated(fr(fencedEntry("vol-1")), fr(cleanedEntry("vol-1"))) }, want: []string{"va1"}},
+		{name: "request status unchanged for this driver", event: func(h *Handler) {
+			h.fencingRequestUpdated(fr(), fr(fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "x", FencedTime: &t0}))
+		}},
+		{name: "attachment deleted: the waiting one of its PV", event: func(h *Handler) { h.vaDeleted(attachedVA("va1", "pv1", "node-1")) }, want: []string{"vc"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{objects: []runtime.Object{ready, csiNode("node-1"), pv("pv1", "vol-1"),
+				attachedVA("va1", "pv1", "node-1"), otherDriver, waiting}})
+			h, queue := e.handler()
+			tc.event(h)
+			var got []string
+			for queue.Len() > 0 {
+				item, _ := queue.Get()
+				got = append(got, item)
+				queue.Done(item)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("requeued %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// NodeIDs maps a driver's node ID to the one Node whose CSINode registers
+// it for that driver.
+func TestNodeIDs(t *testing.T) {
+	e := newEnv(t, envConfig{objects: []runtime.Object{
+		csiNode("node-1"), csiNode("node-2", "other"),
+		&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "dup-a"}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: drv, NodeID: "dup"}}}},
+		&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "dup-b"}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: drv, NodeID: "dup"}}}},
+	}})
+	for id, want := range map[string]string{"node-1-id": "node-1", "node-2-id": "", "dup": "", "nope": ""} {
+		got, ok := e.a.NodeIDs.NodeName(id)
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q, %v; want %q", id, got, ok, want)
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-helpers/auth/rbac/validation"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
+
+// What the controller role needs beyond external-attacher's own RBAC
+// (external-attacher-runner: PVs, VolumeAttachments, CSINodes), by what it
+// enables. deploy/kubernetes/base/rbac-controller.yaml grants all of it.
+var (
+	// NodeRules let the attacher tell a graceful detach from one that must
+	// be fenced, and see the quarantine taint.
+	NodeRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	// RecordRules let the attacher record its fences (write-ahead, S8) and
+	// read the record; without them it never fences.
+	RecordRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource + "/status"}, Verbs: []string{"update"}},
+	}
+	// EventRules let the sidecar post Events; without them they are logged.
+	EventRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	// FailoverRules are what the failover controller needs besides the
+	// above: node taints and conditions, the namespaces' failover label, the
+	// pod GC, the volumes of pods, the drivers' SafeDetach, node heartbeats,
+	// its Leases (in the sidecar's namespace) and the record's deletion.
+	FailoverRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"delete"}},
+	}
+)
+
+// Access is what the controller role may do, as far as fencing goes.
+type Access struct {
+	// Nodes: NodeRules granted; the attacher decides fences.
+	Nodes bool
+	// Record: the FencingRequest API is served and RecordRules granted;
+	// the attacher records and sends fences.
+	Record bool
+	// Events: EventRules granted.
+	Events bool
+	// Failover: all of the above and FailoverRules granted.
+	Failover bool
+	// Missing lists, for each rule set, the verbs that are not granted
+	// ("list nodes"), for the one message that says so.
+	Missing []string
+}
+
+// FullAccess is what a caller that cannot or need not check assumes.
+var FullAccess = Access{Nodes: true, Record: true, Events: true, Failover: true}
+
+// CheckAccess asks the API server what the sidecar's user may do in
+// namespace (the sidecar's: its Leases live there), with one
+// SelfSubjectRulesReview, which every authenticated user may create. When
+// the server cannot list the rules (an authorizer that cannot, such as a
+// webhook) everything is assumed granted, as before this check existed: a
+// missing verb then shows as caches that do not sync (SyncHealth).
+func CheckAccess(ctx context.Context, client kubernetes.Interface, namespace string, recordServed bool) Access {
+	logger := klog.FromContext(ctx)
+	review, err := client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
+		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
+	}, metav1.CreateOptions{})
+	if err != nil || review.Status.Incomplete {
+		reason := ""
+		if err != nil {
+			reason = err.Error()
+		} else {
+			reason = review.Status.EvaluationError
+		}
+		logger.Info("Cannot tell which permissions the sidecar has; assuming those of deploy/kubernetes/base/rbac-controller.yaml", "reason", reason)
+		a := FullAccess
+		a.Record = recordServed
+		a.Failover = recordServed
+		return a
+	}
+	return accessFrom(grantedRules(review.Status.ResourceRules), recordServed)
+}
+
+// accessFrom decides Access from the rules granted.
+func accessFrom(granted []rbacv1.PolicyRule, recordServed bool) Access {
+	var a Access
+	missing := func(needed []rbacv1.PolicyRule) bool {
+		ok, uncovered := validation.Covers(granted, needed)
+		for _, r := range uncovered {
+			for _, v := range r.Verbs {
+				for _, res := range r.Resources {
+					s := v + " " + res
+					if len(r.APIGroups) > 0 && r.APIGroups[0] != "" {
+						s += "." + r.APIGroups[0]
+					}
+					if !slices.Contains(a.Missing, s) {
+						a.Missing = append(a.Missing, s)
+					}
+				}
+			}
+		}
+		return !ok
+	}
+	a.Nodes = !missing(NodeRules)
+	a.Record = !missing(RecordRules) && recordServed
+	a.Events = !missing(EventRules)
+	a.Failover = !missing(FailoverRules) && a.Nodes && a.Record && a.Events
+	return a
+}
+
+func grantedRules(rules []authorizationv1.ResourceRule) []rbacv1.PolicyRule {
+	out := make([]rbacv1.PolicyRule, 0, len(rules))
+	for _, r := range rules {
+		out = append(out, rbacv1.PolicyRule{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames})
+	}
+	return out
+}
+
+// Report says once what the sidecar will not do and why: which verbs
+// fencing needs that the ServiceAccount lacks, or that the FencingRequest
+// CRD is not installed.
+func (a Access) Report(logger klog.Logger, recordServed bool) {
+	var off []string
+	switch {
+	case !a.Nodes:
+		off = append(off, "no detach is fenced and no publish refused for quarantine (the attacher cannot tell a failed node from a healthy one): it attaches and detaches as external-attacher does")
+	case !a.Record:
+		off = append(off, "no detach is fenced (a fence that cannot be recorded could never be lifted): a detach from a failed node is a plain unpublish, with a warning Event and unfenced_detaches_total")
+	}
+	if !a.Events {
+		off = append(off, "Events are logged instead of posted")
+	}
+	if !a.Failover {
+		off = append(off, "automatic failover is off")
+	}
+	if len(off) == 0 {
+		return
+	}
+	kv := []any{"consequences", strings.Join(off, "; ")}
+	if !recordServed {
+		kv = append(kv, "crd", fmt.Sprintf("the FencingRequest CRD (%s.%s) is not installed: apply deploy/kubernetes/base", contract.FencingResource, contract.FencingGroup))
+	}
+	if len(a.Missing) > 0 {
+		kv = append(kv, "missingPermissions", a.Missing, "grant", "the ClusterRole of deploy/kubernetes/base/rbac-controller.yaml")
+	}
+	logger.Info("Fencing is limited by what this ServiceAccount may do", kv...)
+}

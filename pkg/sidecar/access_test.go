@@ -1,0 +1,130 @@
+package sidecar
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/yaml"
+)
+
+// rulesOf returns the rules of every ClusterRole and Role in a manifest.
+func rulesOf(t *testing.T, path string) []rbacv1.PolicyRule {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []rbacv1.PolicyRule
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var obj struct {
+			Kind  string              `json:"kind"`
+			Rules []rbacv1.PolicyRule `json:"rules"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if obj.Kind == "ClusterRole" || obj.Kind == "Role" {
+			rules = append(rules, obj.Rules...)
+		}
+	}
+	return rules
+}
+
+const (
+	ourRBAC   = "../../deploy/kubernetes/base/rbac-controller.yaml"
+	stockRBAC = "testdata/external-attacher-rbac.yaml"
+)
+
+func TestAccessFrom(t *testing.T) {
+	nodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}
+	tests := []struct {
+		name         string
+		rules        []rbacv1.PolicyRule
+		recordServed bool
+		want         Access
+		wantMissing  []string // each must be listed
+	}{
+		{name: "deploy/'s ClusterRole and Role grant everything", rules: rulesOf(t, ourRBAC), recordServed: true, want: FullAccess},
+		{name: "deploy/'s RBAC without the CRD: no record, no failover", rules: rulesOf(t, ourRBAC), want: Access{Nodes: true, Events: true}},
+		{name: "external-attacher's stock RBAC: nothing of the fence", rules: rulesOf(t, stockRBAC), recordServed: true,
+			wantMissing: []string{"get nodes", "list nodes", "watch nodes", "create fencingrequests.fencing.csi-fence.io",
+				"update fencingrequests/status.fencing.csi-fence.io", "create events", "delete pods", "patch nodes/status"}},
+		{name: "stock RBAC and Nodes: fences decided, not recorded, so not sent", rules: append(rulesOf(t, stockRBAC), nodes), recordServed: true,
+			want: Access{Nodes: true}, wantMissing: []string{"create fencingrequests.fencing.csi-fence.io"}},
+		{name: "cluster-admin", rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}, recordServed: true, want: FullAccess},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := accessFrom(tc.rules, tc.recordServed)
+			missing := got.Missing
+			got.Missing = nil
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("%+v, want %+v", got, tc.want)
+			}
+			for _, m := range tc.wantMissing {
+				if !slices.Contains(missing, m) {
+					t.Errorf("missing %q not reported in %q", m, missing)
+				}
+			}
+			if reflect.DeepEqual(tc.want, FullAccess) && len(missing) > 0 {
+				t.Errorf("reported missing %q", missing)
+			}
+		})
+	}
+}
+
+// CheckAccess asks the API server with one SelfSubjectRulesReview; when it
+// cannot answer, deploy/'s RBAC is assumed, as before the check existed.
+func TestCheckAccess(t *testing.T) {
+	stock := rulesOf(t, stockRBAC)
+	tests := []struct {
+		name   string
+		status authorizationv1.SubjectRulesReviewStatus
+		err    error
+		want   Access
+	}{
+		{name: "stock RBAC", status: reviewStatus(stock), want: Access{}},
+		{name: "deploy/'s RBAC", status: reviewStatus(rulesOf(t, ourRBAC)), want: FullAccess},
+		{name: "incomplete answer", status: authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "webhook"}, want: FullAccess},
+		{name: "review refused", err: errors.New("forbidden"), want: FullAccess},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			client := fake.NewSimpleClientset()
+			var ns string
+			client.PrependReactor("create", "selfsubjectrulesreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				r := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectRulesReview)
+				ns = r.Spec.Namespace
+				r.Status = tc.status
+				return true, r, tc.err
+			})
+			got := CheckAccess(ctx, client, "csi-ns", true)
+			got.Missing = nil
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("%+v, want %+v", got, tc.want)
+			}
+			if ns != "csi-ns" {
+				t.Errorf("reviewed namespace %q, want the sidecar's", ns)
+			}
+		})
+	}
+}
+
+func reviewStatus(rules []rbacv1.PolicyRule) authorizationv1.SubjectRulesReviewStatus {
+	var s authorizationv1.SubjectRulesReviewStatus
+	for _, r := range rules {
+		s.ResourceRules = append(s.ResourceRules, authorizationv1.ResourceRule{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames})
+	}
+	return s
+}
