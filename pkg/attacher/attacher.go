@@ -50,6 +50,11 @@ type Config struct {
 	// CanFence: the driver advertises UNPUBLISH_FENCE. Without it the fence
 	// field is never sent.
 	CanFence bool
+	// FencesOnOutOfService: the driver's CSIDriver declares
+	// (contract.FencesOnOutOfServiceAnnotation) that its plain unpublish
+	// from a node with the out-of-service taint is a fence (ceph-csi's
+	// --enable-fencing). Such a detach is recorded as a fence.
+	FencesOnOutOfService bool
 
 	// CSI publishes and plainly unpublishes: external-attacher's own
 	// attacher, so that those requests are byte for byte its requests.
@@ -194,6 +199,17 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	switch {
 	case reason == "":
 		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	case !fence && reason == FenceReasonOutOfService && a.FencesOnOutOfService && a.FenceRecord != nil:
+		if fencerecord.IsFenced(fr, a.DriverName, volumeID) {
+			return nil
+		}
+		// The driver fences by itself on the taint (read live by decide):
+		// its plain unpublish is the fence, recorded write-ahead as any
+		// other, so that the volume is not published there again until
+		// the node agent cleaned it (S2, S8).
+		return a.fence(ctx, va, volumeID, nodeID, nodeName, reason, func(ctx context.Context) error {
+			return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+		})
 	case !fence:
 		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
 			"volume", volumeID, "node", nodeName, "reason", reason)
@@ -216,7 +232,9 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		return nil
 	}
-	return a.fence(ctx, va, volumeID, nodeID, nodeName, reason, secrets)
+	return a.fence(ctx, va, volumeID, nodeID, nodeName, reason, func(ctx context.Context) error {
+		return a.FenceCSI.Detach(ctx, volumeID, nodeID, secrets, true)
+	})
 }
 
 // decide is DecideFence on the caches and, when they say the detach is not
@@ -245,10 +263,10 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 	return fence, reason, fr, nil
 }
 
-// fence sends the fenced unpublish, write-ahead: the recorder records the
-// intent before the call and the outcome after it, and only a recorded
+// fence sends the fenced unpublish (send), write-ahead: the recorder records
+// the intent before the call and the outcome after it, and only a recorded
 // success returns nil.
-func (a *Attacher) fence(ctx context.Context, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string) error {
+func (a *Attacher) fence(ctx context.Context, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, send func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	vol := fencingv1alpha1.FencedVolume{Driver: a.DriverName, VolumeHandle: volumeID, NodeID: nodeID}
 	if va != nil {
@@ -256,7 +274,7 @@ func (a *Attacher) fence(ctx context.Context, va *storagev1.VolumeAttachment, vo
 	}
 	errs, err := a.recorder.Fence(ctx, nodeName, reason, []fencingv1alpha1.FencedVolume{vol},
 		func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
-			return a.FenceCSI.Detach(ctx, volumeID, nodeID, secrets, true)
+			return send(ctx)
 		})
 	if err != nil {
 		return fmt.Errorf("volume %s is not fenced from node %s: %w", volumeID, nodeName, err)

@@ -719,8 +719,9 @@ func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {
 
 // failsOver returns whether a driver's volumes on node may fail over: its
 // CSIDriver is annotated SafeDetach, and either it fences storage (this
-// driver by its own capabilities, another one by its registration) or the
-// node has a power switch to fence it as a whole.
+// driver by its own capabilities, another one by its registration), or it
+// fences on the out-of-service taint, or the node has a power switch to
+// fence it as a whole.
 func (c *Controller) failsOver(node *v1.Node) func(driver string) bool {
 	power := c.powerConfigured(node.Name)
 	return func(driver string) bool {
@@ -728,7 +729,7 @@ func (c *Controller) failsOver(node *v1.Node) func(driver string) bool {
 		if err != nil || d.Annotations[contract.SafeDetachAnnotation] != contract.SafeDetachTrue {
 			return false
 		}
-		return power || c.storageFences(driver)
+		return power || c.storageFences(driver) || c.fencesOnOutOfService(driver)
 	}
 }
 

@@ -104,15 +104,74 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 	if !need {
 		return fr, nil
 	}
-	if !c.powerConfigured(node.Name) {
-		logger.V(2).Info("Storage fencing cannot free the node's pods and no node-level backend can fence it", "why", why)
-		c.recorder.Eventf(node, v1.EventTypeWarning, "NoFencingBackend", "Node %s: %s, and no FenceAgentConfig lists it for a power fence (--fencing-backends=%s)",
-			node.Name, why, strings.Join(c.opts.Backends, ","))
-		return fr, nil
+	// The node-level backends in the admin's order; one that fails lets
+	// the next one try.
+	var errs error
+	for _, b := range c.opts.Backends {
+		switch {
+		case b == fencingv1alpha1.BackendPower && c.powerConfigured(node.Name):
+			logger.V(2).Info("Escalating to a power fence", "why", why)
+			c.recorder.Eventf(node, v1.EventTypeWarning, "FenceEscalated", "Node %s: %s; powering it off", node.Name, why)
+			var err error
+			if fr, err = c.powerFence(ctx, node, fr); err == nil {
+				return fr, nil
+			}
+			errs = errors.Join(errs, err)
+		case b == fencingv1alpha1.BackendOutOfService && c.outOfServiceFences(node.Name):
+			if _, ours := node.Annotations[contract.OutOfServiceProvenanceAnnotation]; !ours && podgc.Taint(node, contract.OutOfServiceTaintKey) == nil {
+				logger.V(2).Info("Escalating to the out-of-service taint: the drivers fence on it", "why", why)
+				c.recorder.Eventf(node, v1.EventTypeWarning, "FenceEscalated", "Node %s: %s; every attachment on it is of a driver that fences on the out-of-service taint or fences storage: adding the taint", node.Name, why)
+			}
+			backendAttempts.WithLabelValues(b).Inc()
+			return fr, errors.Join(errs, c.addOutOfServiceTaint(ctx, node))
+		}
 	}
-	logger.V(2).Info("Escalating to a power fence", "why", why)
-	c.recorder.Eventf(node, v1.EventTypeWarning, "FenceEscalated", "Node %s: %s; powering it off", node.Name, why)
-	return c.powerFence(ctx, node, fr)
+	if errs != nil {
+		return fr, errs
+	}
+	logger.V(2).Info("Storage fencing cannot free the node's pods and no node-level backend can fence it", "why", why)
+	c.recorder.Eventf(node, v1.EventTypeWarning, "NoFencingBackend", "Node %s: %s, and no other backend can fence it (--fencing-backends=%s: no FenceAgentConfig lists it, or not every driver on it fences on the out-of-service taint)",
+		node.Name, why, strings.Join(c.opts.Backends, ","))
+	return fr, nil
+}
+
+// fencesOnOutOfService reports whether the out-of-service backend is on
+// and driver's CSIDriver declares that it fences on the taint.
+func (c *Controller) fencesOnOutOfService(driver string) bool {
+	if !c.backendEnabled(fencingv1alpha1.BackendOutOfService) {
+		return false
+	}
+	d, err := c.drivers.Get(driver)
+	return err == nil && d.Annotations[contract.FencesOnOutOfServiceAnnotation] == "true"
+}
+
+// outOfServiceFences reports whether the out-of-service taint fences the
+// node: every attachment on it is of a driver that fences on the taint or
+// fences storage (the attach/detach controller detaches them all once the
+// taint is there, and each detach is then a fence), and one at least is of
+// the first kind. An attachment the record cannot name (an inline volume)
+// is of no known driver: then it does not.
+func (c *Controller) outOfServiceFences(node string) bool {
+	vas, err := c.vasOn(node)
+	if err != nil {
+		return false
+	}
+	some := false
+	for _, va := range vas {
+		if va.Spec.Source.PersistentVolumeName == nil {
+			return false
+		}
+		d, _ := c.pvHandle(*va.Spec.Source.PersistentVolumeName)
+		switch {
+		case d == "":
+			return false
+		case c.fencesOnOutOfService(d):
+			some = true
+		case !c.storageFences(d):
+			return false
+		}
+	}
+	return some
 }
 
 // powerFence powers the node off through its fence agent, write-ahead: the

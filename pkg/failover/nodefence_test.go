@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -325,6 +326,56 @@ func TestOutOfServiceTaintRemovedOnlyIfOurs(t *testing.T) {
 			}
 			if quarantined := podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil; quarantined != (tc.ready != v1.ConditionTrue) {
 				t.Errorf("quarantined = %v with the node Ready=%s", quarantined, tc.ready)
+			}
+		})
+	}
+}
+
+// The out-of-service backend (ceph-csi's --enable-fencing): a dead node
+// whose every attachment is of a driver that fences on the out-of-service
+// taint (or fences storage) gets the taint, as this system's; one with an
+// attachment of a driver that does neither does not, nor does any node
+// when the backend is off.
+func TestOutOfServiceBackend(t *testing.T) {
+	all := []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
+	tests := []struct {
+		name string
+		// ours: our driver fences on the taint (else it fences storage).
+		ours bool
+		// other: a second driver's attachment on the node: "" none,
+		// "oos" fencing on the taint, "none" fencing in no way.
+		other    string
+		backends []string
+		want     bool
+	}{
+		{name: "the only driver fences on the taint", ours: true, backends: all, want: true},
+		{name: "with a driver that fences storage", ours: false, other: "oos", backends: all, want: true},
+		{name: "with a driver that fences in no way", ours: true, other: "none", backends: all},
+		{name: "backend off", ours: true, backends: []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(v1.ConditionUnknown, true)
+			if tc.ours {
+				objs[2].(*storagev1.CSIDriver).Annotations[contract.FencesOnOutOfServiceAnnotation] = "true"
+			}
+			if tc.other != "" {
+				objs = twoDrivers(objs)
+				if tc.other == "oos" {
+					objs[len(objs)-5].(*storagev1.CSIDriver).Annotations[contract.FencesOnOutOfServiceAnnotation] = "true"
+				}
+			}
+			e := powerEnv(t, objs, !tc.ours, tc.backends, &fakePower{})
+			_ = e.sync(t)
+			taint, ours := outOfService(e.node(t, "n1"))
+			if taint != tc.want || ours != tc.want {
+				t.Errorf("out-of-service taint = %v (ours %v), want %v; %v", taint, ours, tc.want, e.steps.log)
+			}
+			if e.steps.index("delete db-0") >= 0 && !tc.ours {
+				return // our driver fenced its volume: the pod may go
+			}
+			if e.steps.index("delete db-0") >= 0 {
+				t.Errorf("pod deleted before its volume's driver fenced it: %v", e.steps.log)
 			}
 		})
 	}

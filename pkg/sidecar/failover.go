@@ -48,8 +48,8 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", "", "Namespace of the storm guard's admission Lease ("+failover.StormGuardLeaseName+"): every sidecar pointing at the same one counts against the same limits, whatever its driver. Default: --leader-election-namespace, else the pod's namespace.")
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
 	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
-	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower}
-	fs.Func("fencing-backends", "Comma-separated fencing backends, in the order they are tried for a dead node: storage (ControllerUnpublishVolume with fence=true, per volume, when the driver advertises UNPUBLISH_FENCE) and power (power the node off through the fence agent of the FenceAgentConfig listing it, when storage fencing cannot free its pods). Default: storage,power.", func(v string) error {
+	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
+	fs.Func("fencing-backends", "Comma-separated fencing backends, in the order they are tried for a dead node: storage (ControllerUnpublishVolume with fence=true, per volume, when the driver advertises UNPUBLISH_FENCE), power (power the node off through the fence agent of the FenceAgentConfig listing it, when storage fencing cannot free its pods) and out-of-service (add the out-of-service taint when every attachment on the node is of a driver whose CSIDriver is annotated "+contract.FencesOnOutOfServiceAnnotation+"=true, or that fences storage). Default: storage,power,out-of-service.", func(v string) error {
 		o.Backends = splitList(v)
 		return nil
 	})
@@ -70,8 +70,8 @@ func (o *FailoverOptions) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, b := range o.Backends {
-		if b != fencingv1alpha1.BackendStorage && b != fencingv1alpha1.BackendPower {
-			return fmt.Errorf("--fencing-backends: unknown backend %q (want storage, power)", b)
+		if b != fencingv1alpha1.BackendStorage && b != fencingv1alpha1.BackendPower && b != fencingv1alpha1.BackendOutOfService {
+			return fmt.Errorf("--fencing-backends: unknown backend %q (want storage, power, out-of-service)", b)
 		}
 		if seen[b] {
 			return fmt.Errorf("--fencing-backends: %s given twice", b)

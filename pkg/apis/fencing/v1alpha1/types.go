@@ -110,6 +110,11 @@ const (
 	BackendStorage = "storage"
 	// BackendPower powers the node off through a fence agent.
 	BackendPower = "power"
+	// BackendOutOfService adds the out-of-service taint to a node whose
+	// every attachment is of drivers that fence on it (their CSIDriver says
+	// so, contract.FencesOnOutOfServiceAnnotation) or fence storage: their
+	// unpublish during the detach the taint starts is the fence.
+	BackendOutOfService = "out-of-service"
 )
 
 // NodeFence is one node-level fence: which backend, what it did.
