@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -10,8 +11,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -379,4 +382,47 @@ func TestOutOfServiceBackend(t *testing.T) {
 			}
 		})
 	}
+}
+
+// S5 covers every backend: two nodes failing at once under
+// --max-fenced-nodes=1, with a driver that cannot fence and a power switch
+// on both, synced by two workers: one node only is powered off.
+func TestStormGuardCoversPowerFencing(t *testing.T) {
+	power := &fakePower{configured: true, confirmed: true}
+	e := powerEnv(t, failing(objects(v1.ConditionUnknown, true), "n2"), false,
+		[]string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower}, power)
+	e.c.opts.MaxFencedNodes, e.c.opts.MaxFencedNodePercent = 1, 0
+	compareAndSwapLeases(e.client)
+	_, ctx := ktesting.NewTestContext(t)
+	var wg sync.WaitGroup
+	for _, n := range []string{"n1", "n2"} {
+		wg.Go(func() { _ = e.c.sync(ctx, n) })
+	}
+	wg.Wait()
+	if got := power.count(); got != 1 {
+		t.Fatalf("%d nodes powered off under --max-fenced-nodes=1 (%v)", got, e.steps.log)
+	}
+}
+
+// compareAndSwapLeases makes the fake apiserver do what the real one does
+// with a Lease update: it fails with a conflict unless it carries the
+// Lease's current resourceVersion, and bumps it (the storm guard's
+// admissions rely on it).
+func compareAndSwapLeases(c *fake.Clientset) {
+	var mu sync.Mutex
+	c.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		cur, err := c.Tracker().Get(a.GetResource(), l.Namespace, l.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if cur.(*coordinationv1.Lease).ResourceVersion != l.ResourceVersion {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), l.Name, errors.New("the object has been modified"))
+		}
+		rv, _ := strconv.Atoi(l.ResourceVersion)
+		l.ResourceVersion = strconv.Itoa(rv + 1)
+		return true, l, c.Tracker().Update(a.GetResource(), l, l.Namespace)
+	})
 }
