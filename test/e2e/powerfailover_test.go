@@ -9,16 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -70,7 +67,11 @@ func TestPowerFenceFailsOverADriverWithoutFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	configurePowerSwitches(ctx, t, env, d2, password)
+	unconfigure, err := product.ConfigurePowerSwitches(ctx, "pw-bmc", d2, env.Nodes, "admin", password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unconfigure)
 
 	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
 	if err != nil {
@@ -160,46 +161,6 @@ func TestPowerFenceFailsOverADriverWithoutFence(t *testing.T) {
 	}
 	expectNoViolations(t)
 	expectNoSecret(ctx, t, password)
-}
-
-// configurePowerSwitches gives the cluster what an admin gives it: a Secret
-// with the BMC credentials and one FenceAgentConfig for the nodes' BMCs.
-func configurePowerSwitches(ctx context.Context, t *testing.T, env *scenario.Env, d *framework.Driver, password string) {
-	t.Helper()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw-bmc", Namespace: "kube-system"},
-		Data: map[string][]byte{"username": []byte("admin"), "password": []byte(password)}}
-	if _, err := cluster.Client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	cfg := &fencingv1alpha1.FenceAgentConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: "pw-bmc"},
-		Spec: fencingv1alpha1.FenceAgentConfigSpec{
-			Agent: "fence_ipmilan",
-			// ipmi_sim does not answer "Get Channel Cipher Suites": name one.
-			SharedParameters: map[string]string{"lanplus": "1", "cipher": "3"},
-			Credentials: &fencingv1alpha1.FenceAgentCredentials{SecretName: secret.Name, SecretNamespace: secret.Namespace,
-				Parameters: map[string]string{"username": "username", "password": "password"}},
-			Timeouts: &fencingv1alpha1.FenceAgentTimeouts{CallTimeoutSeconds: 40, Retries: ptr.To[int32](1),
-				RetryIntervalSeconds: 1, ConfirmTimeoutSeconds: 30, StatusIntervalSeconds: 1},
-		},
-	}
-	for _, name := range env.Nodes {
-		bmc := product.Nodes[name].Plugins[slices.IndexFunc(product.Nodes[name].Plugins, func(pl *framework.NodePlugin) bool { return pl.Driver == d })].BMC
-		cfg.Spec.Nodes = append(cfg.Spec.Nodes, fencingv1alpha1.FenceAgentNode{Name: name,
-			Parameters: map[string]string{"ip": bmc.Host, "ipport": strconv.Itoa(bmc.Port)}})
-	}
-	u, err := fencingv1alpha1.FenceAgentConfigToUnstructured(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := cluster.Dynamic.Resource(fencingv1alpha1.FenceAgentConfigResource)
-	if _, err := res.Create(ctx, u, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = res.Delete(context.Background(), cfg.Name, metav1.DeleteOptions{})
-		_ = cluster.Client.CoreV1().Secrets(secret.Namespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
-	})
 }
 
 // expectEvent checks that the node has an Event with reason.
