@@ -336,10 +336,14 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	// Tell the owner of node-level state, whichever driver's it is, what
 	// this driver can do. Without it (no RBAC) another driver's owner
 	// fails over no pod with a volume of this driver: safe, and said here.
-	if err := c.registry.register(ctx, c.opts.DriverName, c.opts.Election.Identity, c.opts.CanFence); err != nil {
-		logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
-			"lease", RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
+	register := func(ctx context.Context) {
+		if err := c.registry.register(ctx, c.opts.DriverName, c.opts.Election.Identity, c.opts.CanFence); err != nil {
+			logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
+				"lease", RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
+		}
 	}
+	register(ctx)
+	go wait.UntilWithContext(ctx, register, registrationRenewal)
 	if c.election != nil {
 		go c.election.runElection(ctx, c.opts.Election, c.enqueueAll)
 	}
