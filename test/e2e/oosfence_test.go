@@ -45,7 +45,7 @@ func TestOutOfServiceDriverFences(t *testing.T) {
 	t.Cleanup(func() { product.RemoveDriver(d2) })
 	d1 := product.Driver
 	env, err := scenario.SetupWith(ctx, cluster, product, tLogger{t}, scenario.Options{
-		Prefix: "oos", Nodes: 2, Replicas: 1, Drivers: []*framework.Driver{d1, d2},
+		Prefix: "dfo", Nodes: 2, Replicas: 1, Drivers: []*framework.Driver{d1, d2},
 	})
 	if err != nil {
 		t.Fatal(err)
