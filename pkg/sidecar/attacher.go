@@ -130,10 +130,17 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 	var broadcaster record.EventBroadcaster
 
 	var handler controller.Handler
-	if !d.Mode.CSIHandler {
+	switch {
+	case !d.Mode.CSIHandler:
 		logger.Info("The driver does not publish volumes: VolumeAttachments are marked attached without calling it")
 		handler = controller.NewTrivialHandler(d.Client)
-	} else {
+	case o.DisableFencing:
+		// external-attacher's main, verbatim: its handler on its attacher.
+		logger.Info("Fencing disabled (--disable-fencing): external-attacher's controller runs unchanged")
+		handler = controller.NewCSIHandler(d.Client, d.DriverName, d.CSI.Attacher, d.CSI.Lister,
+			pvInformer.Lister(), factory.Storage().V1().CSINodes().Lister(), vaInformer.Lister(), &o.Timeout,
+			d.Mode.PublishReadOnly, d.Mode.SingleNodeMultiWriter, csitrans.New(), o.DefaultFSType)
+	default:
 		csiNodeInformer := factory.Storage().V1().CSINodes()
 		nodeIDs, err := attacher.NewNodeIDs(d.DriverName, csiNodeInformer.Informer())
 		if err != nil {
