@@ -106,23 +106,22 @@ func runAttach(ctx context.Context, o attachOptions) error {
 		return err
 	}
 	target := nodes[0]
-	maxN := o.attachCount
-	for _, n := range o.counts {
-		maxN = max(maxN, n)
-	}
-	handles, err := createVolumes(ctx, c, p, "att", maxN)
-	if err != nil {
-		return err
-	}
 
 	var rounds []roundResult
-	for _, q := range o.qps {
-		for _, f := range fencingModes {
+	for i, q := range o.qps {
+		for j, f := range fencingModes {
 			if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
 				return err
 			}
-			for _, n := range o.counts {
-				r, err := attachRound(ctx, c, target, handles[:n])
+			for k, n := range o.counts {
+				// Fresh volumes each round: the first attach of a PV also
+				// adds external-attacher's finalizer to it, which a round on
+				// volumes attached before would not pay.
+				handles, err := createVolumes(ctx, c, p, fmt.Sprintf("r%d%d%d", i, j, k), n)
+				if err != nil {
+					return err
+				}
+				r, err := attachRound(ctx, c, target, handles)
 				if err != nil {
 					return fmt.Errorf("%s, qps %s, %d volumes: %w", f, q, n, err)
 				}
@@ -140,7 +139,7 @@ func runAttach(ctx context.Context, o attachOptions) error {
 				if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
 					return err
 				}
-				b, err := burstAttach(ctx, c, p, fmt.Sprintf("fail%d%d", i, j), target, handles[:o.attachCount], o)
+				b, err := burstAttach(ctx, c, p, fmt.Sprintf("fail%d%d", i, j), target, o)
 				if err != nil {
 					return fmt.Errorf("burst, %s, qps %s: %w", f, q, err)
 				}
@@ -294,7 +293,7 @@ func attachRound(ctx context.Context, c *framework.Cluster, node string, handles
 // burstAttach measures attaching handles to target alone, then again while
 // burstVols volumes are detached at once from a node that failed, each
 // unpublish taking o.fenceDelay in the driver.
-func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, target string, handles []string, o attachOptions) (burstAttachResult, error) {
+func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, target string, o attachOptions) (burstAttachResult, error) {
 	b := burstAttachResult{burstVols: o.burstVols}
 	failing, err := c.CreateNodes(ctx, prefix, 1, framework.DriverName)
 	if err != nil {
@@ -314,8 +313,17 @@ func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product
 		return b, fmt.Errorf("attaching the burst's volumes: %w", err)
 	}
 
-	// Attaches alone, the baseline.
-	if b.alone, err = timedAttaches(ctx, c, target, handles); err != nil {
+	// Attaches alone, the baseline, and during the burst, each on fresh
+	// volumes.
+	alone, err := createVolumes(ctx, c, p, prefix+"-alone", o.attachCount)
+	if err != nil {
+		return b, err
+	}
+	during, err := createVolumes(ctx, c, p, prefix+"-during", o.attachCount)
+	if err != nil {
+		return b, err
+	}
+	if b.alone, err = timedAttaches(ctx, c, target, alone); err != nil {
 		return b, err
 	}
 	if err := detachAll(ctx, c, "timed", 20*time.Minute); err != nil {
@@ -343,7 +351,7 @@ func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product
 		metav1.ListOptions{LabelSelector: burstLabel + "=" + prefix}); err != nil {
 		return b, err
 	}
-	if b.during, err = timedAttaches(ctx, c, target, handles); err != nil {
+	if b.during, err = timedAttaches(ctx, c, target, during); err != nil {
 		return b, err
 	}
 	if err := waitVAs(ctx, c, burstLabel+"="+prefix, 30*time.Minute, func(vas map[string]*storagev1.VolumeAttachment) bool { return len(vas) == 0 }); err != nil {

@@ -13,7 +13,10 @@
 //     publish where the volume may be quarantined (S2) or while a single-node
 //     volume is still attached elsewhere (S1). An error from either keeps
 //     external-attacher's finalizer and backoff, so nothing is detached
-//     before its fence is recorded.
+//     before its fence is recorded. The fence itself runs in a pool of its
+//     own (fencePool), never in one of external-attacher's workers, so that
+//     a burst of fences does not starve the attaches (external-attacher
+//     issue #761).
 //   - Handler decorates its controller.Handler: it gives Attacher the
 //     VolumeAttachment being synced (through the context) and requeues a
 //     node's VolumeAttachments when the node's health or FencingRequest
@@ -24,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	upstream "github.com/kubernetes-csi/external-attacher/v4/pkg/attacher"
@@ -77,6 +81,12 @@ type Config struct {
 	FenceRecord     fencerecord.Client
 
 	Recorder record.EventRecorder
+
+	// FenceWorkers is the number of fences sent at once (0:
+	// DefaultFenceWorkers); Timeout bounds each fence, record writes and
+	// call, as --timeout bounds external-attacher's Detach.
+	FenceWorkers int
+	Timeout      time.Duration
 }
 
 // Attacher is external-attacher's attacher.Attacher with the fence.
@@ -87,6 +97,8 @@ type Attacher struct {
 	// external-attacher's workers share: the fences of one failed node's
 	// attachments share their record writes (fencerecord.Recorder).
 	recorder *fencerecord.Recorder
+	// fences runs the fences; nil when nothing is ever fenced (no record).
+	fences *fencePool
 }
 
 var _ upstream.Attacher = &Attacher{}
@@ -108,6 +120,7 @@ func NewAttacher(cfg Config) (*Attacher, error) {
 	a := &Attacher{Config: cfg, finalizer: contract.AttacherFinalizer(cfg.DriverName)}
 	if cfg.FenceRecord != nil {
 		a.recorder = fencerecord.NewRecorder(cfg.FenceRecord)
+		a.fences = newFencePool(cfg.FenceWorkers, cfg.Timeout, a.fence)
 	}
 	return a, nil
 }
@@ -216,7 +229,31 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		return nil
 	}
-	return a.fence(ctx, va, volumeID, nodeID, nodeName, reason, secrets)
+	// Hand the fence over: one of external-attacher's workers must not
+	// wait for it (#761). The pool requeues the VolumeAttachment when it is
+	// over; the next Detach then finds it recorded fenced, above.
+	return a.fences.submit(&fenceJob{
+		key: fenceKey{volumeID: volumeID, nodeID: nodeID}, va: va, nodeName: nodeName, reason: reason, secrets: secrets,
+		logger: klog.LoggerWithValues(logger, "volume", volumeID, "node", nodeName),
+	})
+}
+
+// RunFences sends the fences Detach hands over until ctx is done, and
+// returns when the fences under way have returned. It must run while the
+// controller runs: without it, fenced detaches stay pending.
+func (a *Attacher) RunFences(ctx context.Context) {
+	if a.fences != nil {
+		a.fences.run(ctx)
+	}
+}
+
+// OnFenceDone sets what is told the name of the VolumeAttachment whose
+// fence is over, failed or done (Handler.Requeue), so that its detach is
+// retried at once rather than after external-attacher's backoff.
+func (a *Attacher) OnFenceDone(fn func(vaName string)) {
+	if a.fences != nil {
+		a.fences.setRequeue(fn)
+	}
 }
 
 // decide is DecideFence on the caches and, when they say the detach is not
@@ -247,9 +284,10 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 
 // fence sends the fenced unpublish, write-ahead: the recorder records the
 // intent before the call and the outcome after it, and only a recorded
-// success returns nil.
-func (a *Attacher) fence(ctx context.Context, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string) error {
+// success returns nil. It runs in a fence worker.
+func (a *Attacher) fence(ctx context.Context, j *fenceJob) error {
 	logger := klog.FromContext(ctx)
+	va, volumeID, nodeID, nodeName, reason, secrets := j.va, j.key.volumeID, j.key.nodeID, j.nodeName, j.reason, j.secrets
 	vol := fencingv1alpha1.FencedVolume{Driver: a.DriverName, VolumeHandle: volumeID, NodeID: nodeID}
 	if va != nil {
 		vol.PersistentVolumeName = pvName(va)

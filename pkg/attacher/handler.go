@@ -69,6 +69,15 @@ func (h *Handler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *stor
 	h.Handler.SyncNewOrUpdatedVolumeAttachment(withVolumeAttachment(ctx, va), va)
 }
 
+// Requeue syncs the VolumeAttachment again at once, e.g. when its fence is
+// over (Attacher.OnFenceDone). A VolumeAttachment in backoff is synced now;
+// its backoff stays as external-attacher left it.
+func (h *Handler) Requeue(vaName string) {
+	if h.vaQueue != nil {
+		h.vaQueue.Add(vaName)
+	}
+}
+
 // WatchNodes requeues a node's VolumeAttachments when its health changes.
 func (h *Handler) WatchNodes(nodeInformer cache.SharedIndexInformer) error {
 	_, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{

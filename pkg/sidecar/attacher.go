@@ -130,6 +130,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 	var broadcaster record.EventBroadcaster
 
 	var handler controller.Handler
+	var fencing *attacher.Attacher
 	switch {
 	case !d.Mode.CSIHandler:
 		logger.Info("The driver does not publish volumes: VolumeAttachments are marked attached without calling it")
@@ -161,6 +162,10 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			PVs:        pvInformer.Lister(),
 			VAs:        vaInformer.Lister(),
 			Recorder:   broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}),
+			// As many fences at once as external-attacher's workers would
+			// have sent, in workers of their own.
+			FenceWorkers: int(o.WorkerThreads),
+			Timeout:      o.Timeout,
 		}
 		if d.Access.Nodes {
 			cfg.Nodes = factory.Core().V1().Nodes().Lister()
@@ -172,7 +177,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			cfg.FencingRequests = fencingv1alpha1.NewLister(frInformer.Lister())
 			cfg.FenceRecord = fencingv1alpha1.NewClient(d.Dynamic)
 		}
-		fencing, err := attacher.NewAttacher(cfg)
+		fencing, err = attacher.NewAttacher(cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -183,6 +188,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		if err != nil {
 			return nil, err
 		}
+		fencing.OnFenceDone(h.Requeue)
 		if d.Access.Nodes {
 			if err := h.WatchNodes(factory.Core().V1().Nodes().Informer()); err != nil {
 				return nil, err
@@ -217,6 +223,9 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		// with its ReleaseLeaderElectionOnExit gate; without it, they stop
 		// with ctx as it returns.
 		var wg sync.WaitGroup
+		if fencing != nil {
+			wg.Go(func() { fencing.RunFences(ctx) })
+		}
 		ctrl.Run(ctx, int(o.WorkerThreads), &wg)
 		wg.Wait()
 		factory.Shutdown()
