@@ -247,6 +247,12 @@ func (a *Attacher) RunFences(ctx context.Context) {
 	}
 }
 
+// Fencing reports whether the fence of the VolumeAttachment is queued or
+// running: its detach can only wait for it.
+func (a *Attacher) Fencing(vaName string) bool {
+	return a.fences != nil && a.fences.fencing(vaName)
+}
+
 // OnFenceDone sets what is told the name of the VolumeAttachment whose
 // fence is over, failed or done (Handler.Requeue), so that its detach is
 // retried at once rather than after external-attacher's backoff.

@@ -57,8 +57,10 @@ type fencePool struct {
 	fence func(ctx context.Context, j *fenceJob) error
 
 	mu sync.Mutex
-	// pending holds the fences queued or running.
-	pending map[fenceKey]bool
+	// pending holds the fences queued or running; pendingVAs their
+	// VolumeAttachments.
+	pending    map[fenceKey]bool
+	pendingVAs map[string]bool
 	// failed holds the fences that failed until a Detach reports them; a
 	// success is not kept: the record says it (IsFenced).
 	failed map[fenceKey]fenceFailure
@@ -89,7 +91,7 @@ func newFencePool(workers int, timeout time.Duration, fence func(context.Context
 	return &fencePool{
 		workers: workers, timeout: timeout, fence: fence,
 		jobs:    make(chan *fenceJob, fenceQueueSize),
-		pending: map[fenceKey]bool{}, failed: map[fenceKey]fenceFailure{},
+		pending: map[fenceKey]bool{}, pendingVAs: map[string]bool{}, failed: map[fenceKey]fenceFailure{},
 		now: time.Now,
 	}
 }
@@ -113,6 +115,9 @@ func (p *fencePool) submit(j *fenceJob) error {
 	select {
 	case p.jobs <- j:
 		p.pending[j.key] = true
+		if j.va != nil {
+			p.pendingVAs[j.va.Name] = true
+		}
 		return fmt.Errorf("fencing volume %s from node %s (%s): %w", j.key.volumeID, j.nodeName, j.reason, ErrFencePending)
 	default:
 		return fmt.Errorf("%d fences are queued already, volume %s will be fenced from node %s on a retry", fenceQueueSize, j.key.volumeID, j.nodeName)
@@ -126,6 +131,14 @@ func (p *fencePool) prune() {
 			delete(p.failed, k)
 		}
 	}
+}
+
+// fencing reports whether the fence of the VolumeAttachment is queued or
+// running.
+func (p *fencePool) fencing(vaName string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pendingVAs[vaName]
 }
 
 // setRequeue sets what is told of each fence that is over.
@@ -162,6 +175,9 @@ func (p *fencePool) do(ctx context.Context, j *fenceJob) {
 	cancel()
 	p.mu.Lock()
 	delete(p.pending, j.key)
+	if j.va != nil {
+		delete(p.pendingVAs, j.va.Name)
+	}
 	if err != nil {
 		p.failed[j.key] = fenceFailure{err: err, at: p.now()}
 	}

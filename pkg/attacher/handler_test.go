@@ -44,7 +44,7 @@ func (e *env) handler() (*Handler, workqueue.TypedRateLimitingInterface[string])
 	pvQueue := workqueue.NewTypedRateLimitingQueue(rl())
 	e.t.Cleanup(func() { vaQueue.ShutDown(); pvQueue.ShutDown() })
 	h.Init(vaQueue, pvQueue)
-	e.a.OnFenceDone(h.Requeue)
+	h.FencesFrom(e.a)
 	return h, vaQueue
 }
 
@@ -204,5 +204,52 @@ func TestNodeIDs(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("%s: %q, %v; want %q", id, got, ok, want)
 		}
+	}
+}
+
+// A VolumeAttachment whose fence is under way is not synced again before
+// the fence is over, however often it is requeued (its backoff, an update
+// of the object): each sync would only read the node, write the same
+// detachError and back off again, and a burst of fences would multiply
+// that. The end of the fence syncs it.
+func TestHandlerLeavesAFenceUnderWayAlone(t *testing.T) {
+	release := make(chan struct{})
+	e := newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))), timeout: time.Minute,
+		unpublish: func(ctx context.Context, _ *csi.ControllerUnpublishVolumeRequest) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	h, queue := e.handler()
+	sync := func() {
+		va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.client.ClearActions()
+		h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
+	}
+	sync()
+	if queue.NumRequeues("va1") != 1 {
+		t.Fatalf("the sync that handed the fence over did not back off: requeues %d", queue.NumRequeues("va1"))
+	}
+	sync()
+	if got := actions(e.client.Actions()); len(got) != 0 || queue.NumRequeues("va1") != 1 {
+		t.Errorf("a sync during the fence made API calls %q and %d requeues, want none and 1", got, queue.NumRequeues("va1"))
+	}
+	close(release)
+	if item := next(t, queue, 10*time.Second); item != "va1" {
+		t.Fatalf("queued %q once the fence was over, want va1", item)
+	}
+	sync()
+	va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(va.Finalizers, fin) || !fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1") {
+		t.Errorf("after the fence: finalizers %v, record %+v; want detached and recorded", va.Finalizers, e.getFR("node-1"))
 	}
 }

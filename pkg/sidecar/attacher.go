@@ -188,7 +188,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		if err != nil {
 			return nil, err
 		}
-		fencing.OnFenceDone(h.Requeue)
+		h.FencesFrom(fencing)
 		if d.Access.Nodes {
 			if err := h.WatchNodes(factory.Core().V1().Nodes().Informer()); err != nil {
 				return nil, err
