@@ -120,7 +120,7 @@ func NewAttacher(cfg Config) (*Attacher, error) {
 	a := &Attacher{Config: cfg, finalizer: contract.AttacherFinalizer(cfg.DriverName)}
 	if cfg.FenceRecord != nil {
 		a.recorder = fencerecord.NewRecorder(cfg.FenceRecord)
-		a.fences = newFencePool(cfg.FenceWorkers, cfg.Timeout, a.fence)
+		a.fences = newFencePool(cfg.FenceWorkers, cfg.Timeout, a.fenceIfStillNeeded)
 	}
 	return a, nil
 }
@@ -288,12 +288,31 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 	return fence, reason, fr, nil
 }
 
+// fenceIfStillNeeded decides again, on live reads, right before the fence:
+// the job may have waited in the fence pool's queue while the node became
+// Ready again or the fence was recorded by someone else (S4: a Ready node
+// is fenced only on an explicit request read live, in the function that
+// acts). When no fence is needed any more it sends nothing and returns nil:
+// the requeued Detach then decides on its own, and detaches plainly or
+// without a call.
+func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
+	fence, reason, fr, err := a.decide(ctx, j.nodeName, j.key.volumeID)
+	switch {
+	case err != nil:
+		return err
+	case !fence || fencerecord.IsFenced(fr, a.DriverName, j.key.volumeID):
+		klog.FromContext(ctx).V(2).Info("The fence is no longer needed: not sent", "reason", reason)
+		return nil
+	}
+	return a.fence(ctx, j, reason)
+}
+
 // fence sends the fenced unpublish, write-ahead: the recorder records the
 // intent before the call and the outcome after it, and only a recorded
 // success returns nil. It runs in a fence worker.
-func (a *Attacher) fence(ctx context.Context, j *fenceJob) error {
+func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string) error {
 	logger := klog.FromContext(ctx)
-	va, volumeID, nodeID, nodeName, reason, secrets := j.va, j.key.volumeID, j.key.nodeID, j.nodeName, j.reason, j.secrets
+	va, volumeID, nodeID, nodeName, secrets := j.va, j.key.volumeID, j.key.nodeID, j.nodeName, j.secrets
 	vol := fencingv1alpha1.FencedVolume{Driver: a.DriverName, VolumeHandle: volumeID, NodeID: nodeID}
 	if va != nil {
 		vol.PersistentVolumeName = pvName(va)

@@ -55,9 +55,10 @@ func TestDetach(t *testing.T) {
 	intent := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0}
 	plain := []string{"unpublish vol-1 node-1-id"}
 	fenced := []string{"unpublish vol-1 node-1-id fence"}
-	// A fence: the Detach that hands it to the fence pool and the one that
-	// finds it over each read the node live.
-	twice := []string{"get nodes node-1", "get nodes node-1"}
+	// A fence: the Detach that hands it to the fence pool, the fence
+	// worker before it acts and the Detach that finds it over each read the
+	// node live.
+	fenceReads := []string{"get nodes node-1", "get nodes node-1", "get nodes node-1"}
 	tests := []struct {
 		name string
 		envConfig
@@ -78,28 +79,28 @@ func TestDetach(t *testing.T) {
 		{
 			name:      "NotReady node, read live: fenced and recorded",
 			envConfig: envConfig{objects: objs(node("node-1", notReady))},
-			wantSent:  fenced, wantActions: twice, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-not-ready": 1, "forced_detaches_total/node-not-ready": 1},
 		},
 		{
 			name:      "Node and CSINode deleted: the node comes from the VolumeAttachment, the ID from its annotation; fenced",
 			envConfig: envConfig{objects: []runtime.Object{pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")}},
-			wantSent:  fenced, wantActions: twice, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-deleted": 1},
 		},
 		{
 			name:      "out-of-service taint: fenced",
 			envConfig: envConfig{objects: objs(node("node-1", notReady, outOfServiceTaint))},
-			wantSent:  fenced, wantActions: twice, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/out-of-service": 1},
 		},
 		{
 			name:      "S4: Ready node with a manual FencingRequest, read live: fenced",
 			envConfig: envConfig{objects: objs(node("node-1")), frs: []*fencingv1alpha1.FencingRequest{manualFR}},
-			wantSent:  fenced, wantActions: twice, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/fencing-request": 1},
 		},
@@ -122,7 +123,7 @@ func TestDetach(t *testing.T) {
 			name: "S8: Ready node, the record holds an uncleaned intent for the volume: sticky, fenced",
 			envConfig: envConfig{objects: objs(node("node-1")),
 				frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseComplete, intent)}},
-			wantSent: fenced, wantActions: twice, wantFenced: true,
+			wantSent: fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/quarantined": 1},
 		},
@@ -155,7 +156,7 @@ func TestDetach(t *testing.T) {
 				unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
 					return status.Error(codes.FailedPrecondition, "cannot prove the node stopped")
 				}},
-			wantSent: fenced, wantActions: twice, wantErr: "refused to fence volume vol-1 from node node-1",
+			wantSent: fenced, wantActions: fenceReads, wantErr: "refused to fence volume vol-1 from node node-1",
 			wantEvents:  []string{"Warning FenceFailed"},
 			wantMetrics: map[string]float64{"fenced_unpublish_errors_total/node-not-ready": 1},
 		},
@@ -165,7 +166,7 @@ func TestDetach(t *testing.T) {
 				frReactors: []reactor{{"create", "fencingrequests", func(clienttesting.Action) (bool, runtime.Object, error) {
 					return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: fencingv1alpha1.Resource.Group, Resource: "fencingrequests"}, "node-1", nil)
 				}}}},
-			wantSent: nil, wantActions: twice, wantErr: "recording the intent to fence before fencing", wantNoFR: true,
+			wantSent: nil, wantActions: fenceReads, wantErr: "recording the intent to fence before fencing", wantNoFR: true,
 		},
 	}
 	for _, tc := range tests {

@@ -112,13 +112,15 @@ func (p *fencePool) submit(j *fenceJob) error {
 		return fmt.Errorf("volume %s is being fenced from node %s: %w", j.key.volumeID, j.nodeName, ErrFencePending)
 	}
 	p.prune()
+	// Once sent, j is the worker's.
+	queued := fmt.Errorf("fencing volume %s from node %s (%s): %w", j.key.volumeID, j.nodeName, j.reason, ErrFencePending)
 	select {
 	case p.jobs <- j:
 		p.pending[j.key] = true
 		if j.va != nil {
 			p.pendingVAs[j.va.Name] = true
 		}
-		return fmt.Errorf("fencing volume %s from node %s (%s): %w", j.key.volumeID, j.nodeName, j.reason, ErrFencePending)
+		return queued
 	default:
 		return fmt.Errorf("%d fences are queued already, volume %s will be fenced from node %s on a retry", fenceQueueSize, j.key.volumeID, j.nodeName)
 	}

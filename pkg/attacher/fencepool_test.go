@@ -3,6 +3,7 @@ package attacher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
@@ -175,5 +177,61 @@ func TestFencePoolUnderConcurrentDetaches(t *testing.T) {
 	}
 	if m := most.Load(); m > fenceWorkers {
 		t.Errorf("%d fences ran at once, the pool has %d workers", m, fenceWorkers)
+	}
+}
+
+// S4 across the fence pool's queue: a fence decided on a NotReady node
+// that waited for a fence worker while the node became Ready again is not
+// sent (the worker decides again on live reads); the requeued detach is a
+// plain unpublish.
+func TestQueuedFenceDecidesAgain(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan string, 10)
+	e := newEnv(t, envConfig{objects: manyObjs(2), fenceWorkers: 1, timeout: time.Minute,
+		unpublish: func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) error {
+			started <- req.GetVolumeId()
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	// vol-0's fence holds the one fence worker; vol-1's waits behind it.
+	if err := e.detachVol(0); !IsFencePending(err) {
+		t.Fatalf("vol-0: %v, want the fence pending", err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("vol-0's fence was not sent")
+	}
+	if err := e.detachVol(1); !IsFencePending(err) {
+		t.Fatalf("vol-1: %v, want the fence pending", err)
+	}
+	// The node is back before vol-1's turn (the caches still say NotReady).
+	if _, err := e.client.CoreV1().Nodes().Update(e.ctx, node("node-1"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for range 2 {
+		e.waitFenceDone("")
+	}
+	if fencerecord.MayBeQuarantined(e.getFR("node-1"), drv, "vol-1") {
+		t.Errorf("vol-1 was fenced from a Ready node without a manual request (S4): %+v", e.getFR("node-1"))
+	}
+	if err := e.detachVol(1); err != nil {
+		t.Fatalf("vol-1 after the node is back: %v", err)
+	}
+	want := []string{"unpublish vol-0 node-1-id fence", "unpublish vol-1 node-1-id"}
+	if got := e.sent(); !slices.Equal(got, want) {
+		t.Errorf("the driver received %q, want %q", got, want)
 	}
 }
