@@ -128,6 +128,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"failover-opt-in":         "",
 		"kubelet-dir":             `"/var/lib/kubelet"`,
 		"node-name":               "",
+		"disable-fencing":         "",
 	}
 	for name, def := range want {
 		g, ok := got[name]
