@@ -24,6 +24,7 @@ test-powerfence:
 # End-to-end tests against etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and KWOK built from the modules under test/e2e/tools.
 test-e2e:
+	./hack/install-fence-agents.sh
 	./hack/e2e-binaries.sh >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/...
 

@@ -25,6 +25,11 @@ container: $(CMDS:%=container-%)
 container-%: build-%
 	docker build -t $*:latest -f release-tools/Dockerfile --build-arg binary=./bin/$* --label revision=$(REV) .
 
+# csi-fence-attacher with the fence agents (release-tools/Dockerfile.power-fencing),
+# tagged <name>:latest-power-fencing.
+container-power-fencing: build-csi-fence-attacher
+	docker build -t csi-fence-attacher:latest-power-fencing -f release-tools/Dockerfile.power-fencing --build-arg binary=./bin/csi-fence-attacher --label revision=$(REV) .
+
 push: $(CMDS:%=push-%)
 push-%: container-%
 	set -e; for tag in $(IMAGE_TAGS); do \

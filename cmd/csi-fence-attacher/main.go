@@ -157,7 +157,8 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	}
 	run := runAttacher
 	if access.Failover {
-		runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory)
+		power := access.Power && sidecar.FenceAgentConfigsServed(ctx, env.client.Discovery())
+		runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory, power)
 		if err != nil {
 			return err
 		}
@@ -203,7 +204,7 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 // force-deletes never wait behind the attacher's requests, nor the attaches
 // of the replacements behind a burst of fences.
 func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherMode, opts *sidecar.Options,
-	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory) (func(context.Context), error) {
+	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory, power bool) (func(context.Context), error) {
 	failoverClient, err := kubernetes.NewForConfig(env.restConfig)
 	if err != nil {
 		return nil, err
@@ -227,6 +228,7 @@ func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherM
 		ElectionClient: electionClient,
 		Informers:      factory,
 		CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
+		Power:          power,
 	})
 }
 

@@ -126,6 +126,8 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"fencing-taints":          "",
 		"fencing-required-after":  "",
 		"failover-opt-in":         "",
+		"fencing-backends":        "",
+		"fence-agents":            "",
 		"kubelet-dir":             `"/var/lib/kubelet"`,
 		"node-name":               "",
 		"disable-fencing":         "",

@@ -24,6 +24,11 @@ import (
 	"syscall"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
@@ -165,6 +170,9 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.BoolVar(&arr.RefuseUnsafe, "refuse-unsafe", false, refuseUnsafeUsage)
 	fs.BoolVar(&arr.BrokenFence, "broken-fence", false, "NEGATIVE CONTROL: report fences as done without cutting the node's data path")
 	fs.BoolVar(&arr.BrokenQuarantine, "broken-quarantine", false, "NEGATIVE CONTROL: with --refuse-unsafe, let publishes through on nodes where the volume is quarantined (recorded as S2); without it they go through anyway")
+	oos := fs.Bool("fence-on-out-of-service", false, "Fence on KEP-2268's out-of-service taint, as ceph-csi's --enable-fencing: ControllerUnpublishVolume from a node that carries node.kubernetes.io/out-of-service is a fence (the node ID must be the Node's name; needs --kubeconfig or in-cluster credentials)")
+	powerLoss := fs.Bool("sigterm-is-power-loss", false, "On a node: SIGTERM is the loss of the node's power (a BMC's power off): the array drops what the node had staged or published and closes its lingering data paths, as a powered-off host's mounts and I/O end")
+	kubeconfig := fs.String("kubeconfig", "", "With --fence-on-out-of-service: the kubeconfig to read Nodes with (empty: in-cluster)")
 	fs.Var(&specs, "fault", "Fault to inject, repeatable: Method:code=Unavailable,latency=2s,prob=0.5,count=3[,node=N][,lie]; written to the shared control file (on a node instance, node= defaults to this node)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -184,6 +192,13 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	if err := arr.Validate(); err != nil {
 		return usageErr("%v", err)
+	}
+	if *oos {
+		hook, err := outOfServiceReader(*kubeconfig)
+		if err != nil {
+			return fmt.Errorf("--fence-on-out-of-service: %w", err)
+		}
+		cfg.OutOfService = hook
 	}
 	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
 		return err
@@ -208,6 +223,12 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	select {
 	case <-ctx.Done():
 		klog.InfoS("Stopping on signal")
+		if *powerLoss && opts.Role == server.RoleNode {
+			if arr, err := array.Open(opts.StateDir); err == nil {
+				err = arr.PowerLoss(cfg.NodeID)
+				klog.InfoS("Power lost: the node's mounts and I/O are gone", "node", cfg.NodeID, "err", err)
+			}
+		}
 		inst.Stop()
 		return nil
 	case err := <-inst.Done():
@@ -492,4 +513,33 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// outOfServiceReader reads, live, whether the Node named by a node ID
+// carries the out-of-service taint: what ceph-csi asks the API server before
+// it decides that an unpublish is a fence.
+func outOfServiceReader(kubeconfig string) (func(ctx context.Context, nodeID string) (bool, error), error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, nodeID string) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, nodeID, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == v1.TaintNodeOutOfService {
+				return true, nil
+			}
+		}
+		return false, nil
+	}, nil
 }

@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/csi-fence/fence-attacher/test/bmcsim"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
@@ -49,7 +50,7 @@ func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n",
 
 func main() {
 	trials := flag.Int("trials", 5, "Trials per path")
-	paths := flag.String("paths", "automatic,out-of-service", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible) and automatic (SafeDetach pod GC)")
+	paths := flag.String("paths", "automatic,out-of-service,power", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible), automatic (SafeDetach pod GC, storage fence) and power (SafeDetach pod GC of a driver without UNPUBLISH_FENCE, the node powered off by fence_ipmilan through an ipmi_sim BMC)")
 	mode := flag.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes)")
 	volumes := flag.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
 	counts := flag.String("counts", "100,500", "With --mode=attach: VolumeAttachments attached and detached at once per round")
@@ -108,11 +109,14 @@ func measure(ctx context.Context, trials int, path string) (string, error) {
 		return "", err
 	}
 	defer c.Cleanup(false)
-	var args []string
-	if path == "out-of-service" {
+	var args, mockArgs []string
+	switch path {
+	case "out-of-service":
 		args = []string{"--feature-gates=NonGracefulFailover=false"}
+	case "power":
+		mockArgs = []string{"--disable-fence"}
 	}
-	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: args})
+	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: args, MockArgs: mockArgs})
 	if err != nil {
 		return "", err
 	}
@@ -134,9 +138,28 @@ func measure(ctx context.Context, trials int, path string) (string, error) {
 
 // trial fails one node and returns eligible -> attached elsewhere.
 func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, path string) (time.Duration, error) {
+	if path == "power" {
+		// Each node's plugin is the machine of a BMC: the power fence
+		// really stops it.
+		for i := 0; i < 2; i++ {
+			dir, err := os.MkdirTemp("", "fence-bench-bmc-")
+			if err != nil {
+				return 0, err
+			}
+			defer os.RemoveAll(dir)
+			p.SetPowerSwitch(fmt.Sprintf("%s-node-%d", prefix, i), p.Driver, bmcsim.Config{Dir: dir, User: "admin", Password: "bench-secret"})
+		}
+	}
 	env, err := scenario.Setup(ctx, c, p, quiet{}, prefix, 2, 1)
 	if err != nil {
 		return 0, err
+	}
+	if path == "power" {
+		unconfigure, err := p.ConfigurePowerSwitches(ctx, prefix+"-bmc", p.Driver, env.Nodes, "admin", "bench-secret")
+		if err != nil {
+			return 0, err
+		}
+		defer unconfigure()
 	}
 	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
 	if err != nil {
@@ -148,7 +171,7 @@ func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, pref
 	if err := rec.Watch(c.Client, c.Dynamic, stop); err != nil {
 		return 0, err
 	}
-	if err := env.Failover(ctx, rec, scenario.FailoverOptions{OutOfServiceTaint: path == "out-of-service", Return: false}); err != nil {
+	if err := env.Failover(ctx, rec, scenario.FailoverOptions{OutOfServiceTaint: path == "out-of-service", Partition: path == "power", Return: false}); err != nil {
 		return 0, err
 	}
 	d, ok := rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere)

@@ -396,6 +396,24 @@ func (a *Array) Unpublish(id, node string, fence bool, opts Options) error {
 	})
 }
 
+// PowerLoss records that node lost its power: what it had staged or
+// published went with its kernel, and its I/O stopped, so a data path left
+// open by a plain unpublish closes now. Grants and fences stay as the
+// controller left them: the node's access is the array's, not the node's.
+func (a *Array) PowerLoss(node string) error {
+	return a.update(func(s *State, now time.Time) error {
+		for _, v := range s.Volumes {
+			if p := v.Publications[node]; p != nil {
+				p.Staged, p.Published = "", nil
+				if p.Access == AccessUnpublished {
+					p.LingerUntil = now
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // NodeStage records the volume staged at path on node.
 func (a *Array) NodeStage(id, node, path string) error {
 	return a.update(func(s *State, _ time.Time) error {

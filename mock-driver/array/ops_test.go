@@ -580,3 +580,52 @@ func ExampleState_CountViolations() {
 	fmt.Println(s.CountViolations())
 	// Output: map[S1:2 S2:0]
 }
+
+// A node that loses its power holds nothing any more: a volume plainly
+// unpublished from it while it was still mounted there is no longer open to
+// it, while one it was granted stays granted.
+func TestPowerLoss(t *testing.T) {
+	a, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if err := a.RegisterNode(n, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"v1", "v2"} {
+		if err := a.AddVolume(id, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Publish(id, "n1", true, false, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.NodeStage(id, "n1", "/staging/"+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Unpublish("v1", "n1", false, Options{PlainUnpublish: PlainUnpublishLinger, RecentIO: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(id string) bool {
+		s, err := a.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.Volumes[id].Publications["n1"]
+		return p != nil && p.Open(time.Now())
+	}
+	if !open("v1") {
+		t.Fatal("a staged volume plainly unpublished must linger before the power loss")
+	}
+	if err := a.PowerLoss("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if open("v1") {
+		t.Error("v1 still open to n1 after its power loss")
+	}
+	if !open("v2") {
+		t.Error("v2 is granted to n1: the power loss does not revoke the array's grant")
+	}
+}

@@ -162,6 +162,16 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	if d.cfg.NoFence {
 		fenced = false
 	}
+	if !fenced && d.cfg.OutOfService != nil && req.GetNodeId() != "" {
+		// ceph-csi's behaviour: the node's out-of-service taint turns the
+		// unpublish into a fence. Unknown is no answer: unpublishing plainly
+		// could leave a node that is declared dead writing.
+		oos, err := d.cfg.OutOfService(ctx, req.GetNodeId())
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "reading whether node %s is out of service: %v", req.GetNodeId(), err)
+		}
+		fenced = oos
+	}
 	nodes := []string{req.GetNodeId()}
 	if req.GetNodeId() == "" {
 		if fenced {

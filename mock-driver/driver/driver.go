@@ -51,6 +51,12 @@ type Config struct {
 	// saw register; by default they are NotFound, as the spec asks.
 	AnyNode bool
 
+	// OutOfService, if set, makes the driver fence on KEP-2268's
+	// out-of-service taint as ceph-csi's --enable-fencing does: a plain
+	// ControllerUnpublishVolume from a node that carries the taint (as
+	// OutOfService reads it, by node ID) is a fence.
+	OutOfService func(ctx context.Context, nodeID string) (bool, error)
+
 	Array array.Options
 }
 

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,19 +186,27 @@ func TestControllerUnpublishFence(t *testing.T) {
 		name       string
 		cfg        Config
 		fence      bool
+		wantCode   codes.Code
 		wantAccess string
 	}{
 		{name: "fence=true quarantines", fence: true, wantAccess: array.AccessFenced},
 		{name: "fence=false on a node still holding the volume lingers", fence: false, wantAccess: array.AccessUnpublished},
 		{name: "fence=false, revoke mode", cfg: Config{Array: array.Options{PlainUnpublish: array.PlainUnpublishRevoke}}, fence: false, wantAccess: ""},
 		{name: "without the extension fence=true is a plain unpublish", cfg: Config{NoFence: true}, fence: true, wantAccess: array.AccessUnpublished},
+		{name: "fences on out-of-service: tainted node fenced", cfg: Config{NoFence: true, OutOfService: outOfService(true, nil)}, wantAccess: array.AccessFenced},
+		{name: "fences on out-of-service: other node plain", cfg: Config{NoFence: true, OutOfService: outOfService(false, nil)}, wantAccess: array.AccessUnpublished},
+		{name: "fences on out-of-service: node unreadable", cfg: Config{NoFence: true, OutOfService: outOfService(false, errors.New("apiserver down"))},
+			wantCode: codes.Unavailable, wantAccess: array.AccessGranted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, tc.cfg)
 			id := p.create(t, mountCap)
 			p.publish(t, id, mountCap, true)
-			if _, err := p.ctl.ControllerUnpublishVolume(p.ctx, unpublishReq(id, "n1", tc.fence)); err != nil {
+			_, err := p.ctl.ControllerUnpublishVolume(p.ctx, unpublishReq(id, "n1", tc.fence))
+			if tc.wantCode != codes.OK {
+				wantCode(t, err, tc.wantCode)
+			} else if err != nil {
 				t.Fatal(err)
 			}
 			if got := p.access(t, id); got != tc.wantAccess {
@@ -205,6 +214,11 @@ func TestControllerUnpublishFence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outOfService is an OutOfService hook with a fixed answer.
+func outOfService(oos bool, err error) func(context.Context, string) (bool, error) {
+	return func(context.Context, string) (bool, error) { return oos, err }
 }
 
 func TestControllerErrors(t *testing.T) {

@@ -54,6 +54,11 @@ type Config struct {
 	// CanFence: the driver advertises UNPUBLISH_FENCE. Without it the fence
 	// field is never sent.
 	CanFence bool
+	// FencesOnOutOfService: the driver's CSIDriver declares
+	// (contract.FencesOnOutOfServiceAnnotation) that its plain unpublish
+	// from a node with the out-of-service taint is a fence (ceph-csi's
+	// --enable-fencing). Such a detach is recorded as a fence.
+	FencesOnOutOfService bool
 
 	// CSI publishes and plainly unpublishes: external-attacher's own
 	// attacher, so that those requests are byte for byte its requests.
@@ -207,6 +212,15 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	switch {
 	case reason == "":
 		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	case !fence && reason == FenceReasonOutOfService && a.FencesOnOutOfService && a.FenceRecord != nil:
+		if fencerecord.IsFenced(fr, a.DriverName, volumeID) {
+			return nil
+		}
+		// The driver fences by itself on the taint (read live by decide):
+		// its plain unpublish is the fence, recorded write-ahead as any
+		// other, so that the volume is not published there again until
+		// the node agent cleaned it (S2, S8).
+		return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets)
 	case !fence:
 		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
 			"volume", volumeID, "node", nodeName, "reason", reason)
@@ -229,9 +243,13 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		return nil
 	}
-	// Hand the fence over: one of external-attacher's workers must not
-	// wait for it (#761). The pool requeues the VolumeAttachment when it is
-	// over; the next Detach then finds it recorded fenced, above.
+	return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets)
+}
+
+// submitFence hands the fence over: one of external-attacher's workers must
+// not wait for it (#761). The pool requeues the VolumeAttachment when it is
+// over; the next Detach then finds it recorded fenced.
+func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string) error {
 	return a.fences.submit(&fenceJob{
 		key: fenceKey{volumeID: volumeID, nodeID: nodeID}, va: va, nodeName: nodeName, reason: reason, secrets: secrets,
 		logger: klog.LoggerWithValues(logger, "volume", volumeID, "node", nodeName),
@@ -292,34 +310,43 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 // the job may have waited in the fence pool's queue while the node became
 // Ready again or the fence was recorded by someone else (S4: a Ready node
 // is fenced only on an explicit request read live, in the function that
-// acts). When no fence is needed any more it sends nothing and returns nil:
-// the requeued Detach then decides on its own, and detaches plainly or
-// without a call.
+// acts). It sends what the decision says: the fenced unpublish, or the
+// plain one of a driver that fences by itself on the out-of-service taint.
+// When no fence is needed any more it sends nothing and returns nil: the
+// requeued Detach then decides on its own, and detaches plainly or without
+// a call.
 func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
 	fence, reason, fr, err := a.decide(ctx, j.nodeName, j.key.volumeID)
 	switch {
 	case err != nil:
 		return err
-	case !fence || fencerecord.IsFenced(fr, a.DriverName, j.key.volumeID):
-		klog.FromContext(ctx).V(2).Info("The fence is no longer needed: not sent", "reason", reason)
-		return nil
+	case fencerecord.IsFenced(fr, a.DriverName, j.key.volumeID):
+	case fence:
+		return a.fence(ctx, j, reason, func(ctx context.Context) error {
+			return a.FenceCSI.Detach(ctx, j.key.volumeID, j.key.nodeID, j.secrets, true)
+		})
+	case reason == FenceReasonOutOfService && a.FencesOnOutOfService:
+		return a.fence(ctx, j, reason, func(ctx context.Context) error {
+			return a.CSI.Detach(ctx, j.key.volumeID, j.key.nodeID, j.secrets)
+		})
 	}
-	return a.fence(ctx, j, reason)
+	klog.FromContext(ctx).V(2).Info("The fence is no longer needed: not sent", "reason", reason)
+	return nil
 }
 
-// fence sends the fenced unpublish, write-ahead: the recorder records the
-// intent before the call and the outcome after it, and only a recorded
-// success returns nil. It runs in a fence worker.
-func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string) error {
+// fence sends the unpublish that fences (send), write-ahead: the recorder
+// records the intent before the call and the outcome after it, and only a
+// recorded success returns nil. It runs in a fence worker.
+func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
-	va, volumeID, nodeID, nodeName, secrets := j.va, j.key.volumeID, j.key.nodeID, j.nodeName, j.secrets
+	va, volumeID, nodeID, nodeName := j.va, j.key.volumeID, j.key.nodeID, j.nodeName
 	vol := fencingv1alpha1.FencedVolume{Driver: a.DriverName, VolumeHandle: volumeID, NodeID: nodeID}
 	if va != nil {
 		vol.PersistentVolumeName = pvName(va)
 	}
 	errs, err := a.recorder.Fence(ctx, nodeName, reason, []fencingv1alpha1.FencedVolume{vol},
 		func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
-			return a.FenceCSI.Detach(ctx, volumeID, nodeID, secrets, true)
+			return send(ctx)
 		})
 	if err != nil {
 		return fmt.Errorf("volume %s is not fenced from node %s: %w", volumeID, nodeName, err)

@@ -139,6 +139,18 @@ func TestDetach(t *testing.T) {
 			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
 		},
 		{
+			name:      "driver fencing on the out-of-service taint, node tainted: its plain unpublish is the fence, recorded",
+			envConfig: envConfig{objects: objs(node("node-1", notReady, outOfServiceTaint)), cannotFence: true, fencesOnOutOfService: true},
+			wantSent:  plain, wantActions: fenceReads, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/out-of-service": 1},
+		},
+		{
+			name:      "driver fencing on the out-of-service taint, node only NotReady: plain, not recorded",
+			envConfig: envConfig{objects: objs(node("node-1", notReady)), cannotFence: true, fencesOnOutOfService: true},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
 			name:      "no FencingRequest API (CRD or RBAC): a fence nobody could record is not sent; plain, warning, metric",
 			envConfig: envConfig{objects: objs(node("node-1", notReady)), noRecord: true},
 			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,

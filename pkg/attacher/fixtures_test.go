@@ -203,6 +203,8 @@ type envConfig struct {
 	frCache []*fencingv1alpha1.FencingRequest
 	// cannotFence: the driver lacks UNPUBLISH_FENCE.
 	cannotFence bool
+	// fencesOnOutOfService: the driver fences on the out-of-service taint.
+	fencesOnOutOfService bool
 	// noNodes: the sidecar may not read Nodes; noRecord: FencingRequests
 	// are not served or not granted.
 	noNodes, noRecord bool
@@ -244,14 +246,15 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 
 	conn := e.startDriver(cfg.unpublish)
 	c := Config{
-		DriverName: drv,
-		CanFence:   !cfg.cannotFence,
-		CSI:        upstream.NewAttacher(conn),
-		FenceCSI:   csiclient.New(conn, 0),
-		NodeIDs:    nodeIDs,
-		PVs:        e.factory.Core().V1().PersistentVolumes().Lister(),
-		VAs:        e.factory.Storage().V1().VolumeAttachments().Lister(),
-		Recorder:   e.recorder,
+		DriverName:           drv,
+		CanFence:             !cfg.cannotFence,
+		FencesOnOutOfService: cfg.fencesOnOutOfService,
+		CSI:                  upstream.NewAttacher(conn),
+		FenceCSI:             csiclient.New(conn, 0),
+		NodeIDs:              nodeIDs,
+		PVs:                  e.factory.Core().V1().PersistentVolumes().Lister(),
+		VAs:                  e.factory.Storage().V1().VolumeAttachments().Lister(),
+		Recorder:             e.recorder,
 
 		FenceWorkers: cmp.Or(cfg.fenceWorkers, 2),
 		Timeout:      cmp.Or(cfg.timeout, 2*time.Second),

@@ -34,6 +34,13 @@ const (
 	FencingTriagedTaintKey  = "node.kubernetes.io/fencingtriaged"
 )
 
+// FencesOnOutOfServiceAnnotation on a CSIDriver ("true") declares that the
+// driver fences a node's access in a plain ControllerUnpublishVolume when
+// the node carries the out-of-service taint (ceph-csi's --enable-fencing):
+// for a dead node whose every attachment is of such drivers (or of drivers
+// that fence storage), adding the taint is the fence.
+const FencesOnOutOfServiceAnnotation = Prefix + "/fences-on-out-of-service"
+
 // OutOfServiceProvenanceAnnotation on a Node says this system added the
 // out-of-service taint (value: the driver that added it), so that it removes
 // only taints it added.

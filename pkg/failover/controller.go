@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -65,6 +67,11 @@ type Options struct {
 	// Election is how this controller runs for ownership of node-level
 	// state; no Identity: it owns it alone (a single controller).
 	Election ElectionConfig
+	// Backends are the fencing backends in the admin's order
+	// (fencingv1alpha1.BackendStorage, BackendPower); empty: storage only.
+	Backends []string
+	// Power is the power backend (nil: none, e.g. no FenceAgentConfig CRD).
+	Power PowerFencer
 }
 
 // Controller is the failover controller of one driver.
@@ -92,6 +99,7 @@ type Controller struct {
 
 	queue workqueue.TypedRateLimitingInterface[string]
 	pgc   *podgc.GC
+	power PowerFencer
 	guard *stormGuard
 	// owner says whether this controller writes node-level state now;
 	// election runs for it (nil: always the owner).
@@ -167,8 +175,13 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	if err := addIndexers(f.Storage().V1().VolumeAttachments().Informer(), vasByNode); err != nil {
 		return nil, err
 	}
+	if len(opts.Backends) == 0 {
+		opts.Backends = []string{fencingv1alpha1.BackendStorage}
+	}
 	c := &Controller{
-		opts: opts, client: client, frClient: frClient, records: fencerecord.NewRecorder(frClient), csi: csi, recorder: recorder,
+		power:            opts.Power,
+		liveReadValidity: defaultLiveReadValidity,
+		opts:             opts, client: client, frClient: frClient, records: fencerecord.NewRecorder(frClient), csi: csi, recorder: recorder,
 		nodes: f.Core().V1().Nodes().Lister(),
 		pvcs:  f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
 		drivers:  f.Storage().V1().CSIDrivers().Lister(),
@@ -323,10 +336,14 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	// Tell the owner of node-level state, whichever driver's it is, what
 	// this driver can do. Without it (no RBAC) another driver's owner
 	// fails over no pod with a volume of this driver: safe, and said here.
-	if err := c.registry.register(ctx, c.opts.DriverName, c.opts.Election.Identity, c.opts.CanFence); err != nil {
-		logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
-			"lease", RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
+	register := func(ctx context.Context) {
+		if err := c.registry.register(ctx, c.opts.DriverName, c.opts.Election.Identity, c.opts.CanFence); err != nil {
+			logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
+				"lease", RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
+		}
 	}
+	register(ctx)
+	go wait.UntilWithContext(ctx, register, registrationRenewal)
 	if c.election != nil {
 		go c.election.runElection(ctx, c.opts.Election, c.enqueueAll)
 	}
@@ -462,7 +479,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		}
 		return nil
 	}
-	candidates, staying := c.candidates(ctx, pods)
+	candidates, staying := c.candidates(ctx, node, pods)
 	ours := slices.ContainsFunc(candidates, func(cand candidate) bool {
 		return slices.ContainsFunc(cand.vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName })
 	})
@@ -481,11 +498,17 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 			// from the record here too: the pass that force-deleted the
 			// last pod may have ended before it set them.
 			signal := c.triage
-			if fencerecord.Pending(fr) {
+			if fencerecord.Pending(fr) || fencerecord.NodeFenced(fr, node) {
 				signal = func(ctx context.Context, node *v1.Node) error { return c.signalFencing(ctx, node, fr) }
 			}
 			if err := signal(ctx, node); err != nil {
 				return err
+			}
+			if fencerecord.NodeFenced(fr, node) {
+				// Confirmed off in a pass that ended before its taint.
+				if _, err := c.fenceNodeLevel(ctx, node, fr, nil); err != nil {
+					return err
+				}
 			}
 		}
 		return c.releaseVolumesInUse(ctx, node.Name, fr)
@@ -515,7 +538,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	//    pods that stay, write-ahead, once the node is quarantined (by
 	//    whichever controller owns it).
 	var fenceErr error
-	if quarantined && (ours || manual || unsettled(fr, c.opts.DriverName)) {
+	if quarantined && (ours || manual || unsettled(fr, c.opts.DriverName)) && c.backendEnabled(fencingv1alpha1.BackendStorage) && !fencerecord.NodeFenced(fr, node) {
 		if !c.opts.CanFence {
 			logger.V(2).Info("Not fencing: the driver does not advertise UNPUBLISH_FENCE")
 		} else {
@@ -525,13 +548,23 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if !owner {
 		return fenceErr
 	}
-	// 3. The pod GC: each pod whose every volume is confirmed fenced goes,
-	//    if the node is still down by a live read (S3). A manual request on
-	//    a Ready node fences storage and deletes nothing.
 	if !ready {
+		// 2b. A node that storage fencing cannot free is fenced as a
+		//     whole by the next backend (nodefence.go).
+		var err error
+		if fr, err = c.fenceNodeLevel(ctx, node, fr, candidates); err != nil {
+			fenceErr = errors.Join(fenceErr, err)
+		}
+	}
+	// 3. The pod GC: each pod whose every volume is confirmed fenced (or
+	//    whose node is confirmed off) goes, if the node is still down by a
+	//    live read (S3). A manual request on a Ready node fences storage and
+	//    deletes nothing.
+	if !ready {
+		nodeOff := c.nodeFencedLive(ctx, node, fr)
 		for _, cand := range candidates {
-			if ok, why := podgc.SafeDetach(cand.pod, cand.vols, c.safeDetach, func(v podgc.Volume) bool {
-				return fencerecord.IsFenced(fr, v.Driver, v.VolumeHandle)
+			if ok, why := podgc.SafeDetach(cand.pod, cand.vols, c.failsOver(node), func(v podgc.Volume) bool {
+				return nodeOff || fencerecord.IsFenced(fr, v.Driver, v.VolumeHandle)
 			}); !ok {
 				logger.V(2).Info("Pod waits", "pod", klog.KObj(cand.pod), "why", why)
 				continue
@@ -566,7 +599,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 // are fenced (every volume node-local or of a SafeDetach driver that can
 // fence, none RWX, at least one of them a CSI volume), and the volumes of
 // the pods that stay on the node, which are not fenced under them.
-func (c *Controller) candidates(ctx context.Context, pods []*v1.Pod) ([]candidate, map[string]bool) {
+func (c *Controller) candidates(ctx context.Context, node *v1.Node, pods []*v1.Pod) ([]candidate, map[string]bool) {
 	logger := klog.FromContext(ctx)
 	var out []candidate
 	staying := map[string]bool{}
@@ -582,7 +615,7 @@ func (c *Controller) candidates(ctx context.Context, pods []*v1.Pod) ([]candidat
 			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", err)
 			continue
 		}
-		if ok, why := podgc.SafeDetach(p, vols, c.safeDetach, func(podgc.Volume) bool { return true }); !ok {
+		if ok, why := podgc.SafeDetach(p, vols, c.failsOver(node), func(podgc.Volume) bool { return true }); !ok {
 			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
 			continue
 		}
@@ -688,18 +721,31 @@ func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {
 	return out, nil
 }
 
-// safeDetach reports whether driver's volumes may fail over: its CSIDriver
-// is annotated SafeDetach and it can fence (this driver by its own
-// capabilities, another one by its registration).
-func (c *Controller) safeDetach(driver string) bool {
-	d, err := c.drivers.Get(driver)
-	if err != nil || d.Annotations[contract.SafeDetachAnnotation] != contract.SafeDetachTrue {
+// failsOver returns whether a driver's volumes on node may fail over: its
+// CSIDriver is annotated SafeDetach, and either it fences storage (this
+// driver by its own capabilities, another one by its registration), or it
+// fences on the out-of-service taint, or the node has a power switch to
+// fence it as a whole.
+func (c *Controller) failsOver(node *v1.Node) func(driver string) bool {
+	power := c.powerConfigured(node.Name)
+	return func(driver string) bool {
+		d, err := c.drivers.Get(driver)
+		if err != nil || d.Annotations[contract.SafeDetachAnnotation] != contract.SafeDetachTrue {
+			return false
+		}
+		return power || c.storageFences(driver) || c.fencesOnOutOfService(driver)
+	}
+}
+
+// nodeFencedLive reports whether the node is confirmed off by the record
+// and, by a live read, has not been Ready since: the pod GC deletes pods
+// on that, so a node powered back on since must not pass on a cache.
+func (c *Controller) nodeFencedLive(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) bool {
+	if !fencerecord.NodeFenced(fr, node) {
 		return false
 	}
-	if driver == c.opts.DriverName {
-		return c.opts.CanFence
-	}
-	return c.registry.canFence(driver)
+	live, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	return err == nil && fencerecord.NodeFenced(fr, live)
 }
 
 func (c *Controller) resolve(namespace string) func(string) (*podgc.Volume, error) {

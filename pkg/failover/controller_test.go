@@ -54,6 +54,8 @@ type fakeCSI struct {
 	err   error
 	// hook runs inside a successful fence, after the driver applied it.
 	hook func()
+	// before runs at the start of every call, whatever it answers.
+	before func()
 
 	mu      sync.Mutex
 	calls   int
@@ -73,6 +75,9 @@ func (f *fakeCSI) Attach(context.Context, csiclient.AttachRequest) (map[string]s
 }
 
 func (f *fakeCSI) Detach(_ context.Context, volumeID, nodeID string, _ map[string]string, fence bool) error {
+	if f.before != nil {
+		f.before()
+	}
 	f.mu.Lock()
 	f.calls++
 	err := f.err
@@ -150,6 +155,8 @@ type env struct {
 	fr     *fencingv1alpha1.Client
 	csi    *fakeCSI
 	steps  *steps
+	// tweaks apply to every controller started on the env (restarts too).
+	tweaks []func(*Options)
 }
 
 func newEnv(t *testing.T, objs []runtime.Object, safeDetach bool) *env {
@@ -186,7 +193,7 @@ func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool, tweak ..
 func (e *env) startOn(ctx context.Context, t *testing.T, client kubernetes.Interface, safeDetach bool, tweak ...func(*Options)) *Controller {
 	opts := Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second, StormGuardNamespace: "kube-system",
 		MaxFencedNodePercent: 50, RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second, Resync: time.Hour}
-	for _, f := range tweak {
+	for _, f := range append(append([]func(*Options){}, e.tweaks...), tweak...) {
 		f(&opts)
 	}
 	c, err := New(opts,

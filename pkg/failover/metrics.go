@@ -28,6 +28,22 @@ var (
 		Name: "failover_fence_errors_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of fences refused or failed during a failover, by driver.",
 	}, []string{"driver_name"})
+	// The fencing_backend_* metrics count fences by backend: storage (one
+	// ControllerUnpublishVolume with fence=true) and power (one fence agent
+	// off-and-confirm).
+	backendAttempts = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "fencing_backend_attempts_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of fences started, by backend.",
+	}, []string{"backend"})
+	backendFailures = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name: "fencing_backend_failures_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of fences that failed or were not confirmed, by backend.",
+	}, []string{"backend"})
+	backendDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Name: "fencing_backend_duration_seconds", StabilityLevel: metrics.ALPHA,
+		Help:    "Time one fence took, by backend.",
+		Buckets: metrics.ExponentialBuckets(0.01, 2, 14),
+	}, []string{"backend"})
 	registerOnce sync.Once
 )
 
@@ -36,6 +52,6 @@ var (
 func RegisterMetrics() {
 	podgc.RegisterMetrics()
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors)
+		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors, backendAttempts, backendFailures, backendDuration)
 	})
 }

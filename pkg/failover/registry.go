@@ -30,6 +30,16 @@ const (
 	canFenceAnnotation = contract.Prefix + "/unpublish-fence"
 )
 
+// A registration is renewed every registrationRenewal by the driver's
+// leading controller and trusted for registrationTTL after its last
+// renewal: a driver whose sidecar is gone (uninstalled, or down for good)
+// is not counted on to fence, and its pods then wait for another backend
+// instead of for a fence nobody will send.
+const (
+	registrationRenewal = time.Minute
+	registrationTTL     = 5 * time.Minute
+)
+
 // RegistrationLeaseName is the name of a driver's registration Lease.
 func RegistrationLeaseName(driver string) string {
 	return "csi-fence-driver-" + contract.SanitizeDriverName(driver)
@@ -72,7 +82,8 @@ func (r *registry) register(ctx context.Context, driver, identity string, canFen
 			return err
 		}
 		if lease.Annotations[canFenceAnnotation] == want && lease.Annotations[registrationLabel] == driver &&
-			lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == identity {
+			lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == identity &&
+			lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < registrationRenewal/2 {
 			return nil
 		}
 		if lease.Annotations == nil {
@@ -89,8 +100,10 @@ func (r *registry) register(ctx context.Context, driver, identity string, canFen
 	})
 }
 
-// canFence reports whether driver registered UNPUBLISH_FENCE.
+// canFence reports whether driver registered UNPUBLISH_FENCE, and renewed
+// its registration within registrationTTL.
 func (r *registry) canFence(driver string) bool {
 	lease, err := r.leases.Get(RegistrationLeaseName(driver))
-	return err == nil && lease.Annotations[registrationLabel] == driver && lease.Annotations[canFenceAnnotation] == "true"
+	return err == nil && lease.Annotations[registrationLabel] == driver && lease.Annotations[canFenceAnnotation] == "true" &&
+		lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < registrationTTL
 }

@@ -30,6 +30,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -305,11 +306,13 @@ func TestOwnerTrustsOnlyRegisteredFencing(t *testing.T) {
 		name       string
 		register   bool
 		canFence   bool
+		stale      bool // not renewed for longer than registrationTTL
 		quarantine bool
 	}{
 		{name: "not registered"},
 		{name: "registered without UNPUBLISH_FENCE", register: true},
 		{name: "registered with UNPUBLISH_FENCE", register: true, canFence: true, quarantine: true},
+		{name: "registered with UNPUBLISH_FENCE, not renewed since", register: true, canFence: true, stale: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Only the other driver's pod web-0 is Terminating.
@@ -319,9 +322,20 @@ func TestOwnerTrustsOnlyRegisteredFencing(t *testing.T) {
 				if err := e.c.registry.register(ctx, otherDriver, "other-0", tc.canFence); err != nil {
 					t.Fatal(err)
 				}
+				if tc.stale {
+					leases := e.client.CoordinationV1().Leases("kube-system")
+					l, err := leases.Get(ctx, RegistrationLeaseName(otherDriver), metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now().Add(-registrationTTL - time.Minute)))
+					if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if err := waitUntil(ctx, func() bool {
-					_, err := e.c.registry.leases.Get(RegistrationLeaseName(otherDriver))
-					return err == nil
+					l, err := e.c.registry.leases.Get(RegistrationLeaseName(otherDriver))
+					return err == nil && (!tc.stale || time.Since(l.Spec.RenewTime.Time) > registrationTTL)
 				}); err != nil {
 					t.Fatal(err)
 				}

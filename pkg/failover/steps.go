@@ -43,8 +43,14 @@ func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fenci
 	if err != nil {
 		return err
 	}
-	whole := fr != nil && wholeNodeFenced(fr, vas, c.pvHandle)
-	if whole {
+	switch {
+	case fencerecord.NodeFenced(fr, node):
+		if err := c.markFenced(ctx, node.Name); err != nil {
+			return err
+		}
+		want[contract.ConditionFencingComplete] = v1.ConditionTrue
+		reason, msg = "PoweredOff", "the node is confirmed powered off by its fence agent"
+	case fr != nil && wholeNodeFenced(fr, vas, c.pvHandle):
 		if err := c.markFenced(ctx, node.Name); err != nil {
 			return err
 		}
@@ -204,7 +210,14 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 			}
 			cctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 			defer cancel()
-			return c.csi.Detach(cctx, v.VolumeHandle, v.NodeID, secrets, true)
+			backendAttempts.WithLabelValues(fencingv1alpha1.BackendStorage).Inc()
+			start := time.Now()
+			err = c.csi.Detach(cctx, v.VolumeHandle, v.NodeID, secrets, true)
+			backendDuration.WithLabelValues(fencingv1alpha1.BackendStorage).Observe(time.Since(start).Seconds())
+			if err != nil {
+				backendFailures.WithLabelValues(fencingv1alpha1.BackendStorage).Inc()
+			}
+			return err
 		})
 		if err != nil {
 			return fr, err
@@ -377,7 +390,8 @@ func fencedUnique(fr *fencingv1alpha1.FencingRequest, unique string) bool {
 func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
 	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
 	active := fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
-	if !quarantined && !active && !fencerecord.Pending(fr) && !hasFencingCondition(node) &&
+	_, ownOutOfService := node.Annotations[contract.OutOfServiceProvenanceAnnotation]
+	if !quarantined && !active && !fencerecord.Pending(fr) && !hasFencingCondition(node) && !ownOutOfService &&
 		podgc.Taint(node, contract.FencingTriagedTaintKey) == nil && podgc.Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
 	}
@@ -398,10 +412,11 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		klog.FromContext(ctx).V(2).Info("Node stays quarantined", "why", why)
 		return c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{contract.ConditionFencingRequired: v1.ConditionTrue}, "AwaitingCleanup", why)
 	}
-	// The out-of-service taint is never removed here: this system does
-	// not add it, and a taint an admin added is the admin's.
+	// The out-of-service taint goes only if this system added it (its
+	// provenance annotation): a taint an admin or another fencer added is
+	// theirs.
 	if err := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
-		changed := false
+		changed := withoutOwnOutOfServiceTaint(n)
 		var kept []v1.Taint
 		for _, t := range n.Spec.Taints {
 			if t.Key == contract.QuarantineTaintKey || t.Key == contract.FencingTriagedTaintKey || t.Key == contract.FencingRequiredTaintKey {

@@ -321,6 +321,11 @@ func update(ctx context.Context, c Client, nodeName, reason string, mutate mutat
 			return err
 		}
 		fr = fr.DeepCopy()
+		if fr.Status.Phase == fencingv1alpha1.PhaseComplete {
+			// Starting over: the last node-level fence is history (the
+			// node was back and released since), never a fence of now.
+			fr.Status.NodeFence = nil
+		}
 		if !mutate(fr, metav1.Now()) {
 			return nil
 		}

@@ -52,7 +52,7 @@ func (r *Resolver) Resolve(ctx context.Context, node string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing FenceAgentConfigs: %w", err)
 	}
-	cfg, err := configFor(list.Items, node)
+	cfg, err := ConfigFor(list.Items, node)
 	if err != nil {
 		return nil, err
 	}
@@ -75,8 +75,9 @@ func (r *Resolver) Resolve(ctx context.Context, node string) (*Target, error) {
 	return t, nil
 }
 
-// configFor picks the one config that lists node.
-func configFor(configs []fencingv1alpha1.FenceAgentConfig, node string) (*fencingv1alpha1.FenceAgentConfig, error) {
+// ConfigFor picks the one config that lists node (ErrNodeNotConfigured if
+// none does; an error if several do).
+func ConfigFor(configs []fencingv1alpha1.FenceAgentConfig, node string) (*fencingv1alpha1.FenceAgentConfig, error) {
 	var found []*fencingv1alpha1.FenceAgentConfig
 	for i := range configs {
 		for _, n := range configs[i].Spec.Nodes {

@@ -217,7 +217,7 @@ func TestConfigFor(t *testing.T) {
 		{node: "node-2", wantErr: "node node-2 is listed by several FenceAgentConfigs (rack-1, rack-2)"},
 		{node: "node-9", wantErr: ErrNodeNotConfigured.Error()},
 	} {
-		c, err := configFor(configs, tc.node)
+		c, err := ConfigFor(configs, tc.node)
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -227,7 +227,7 @@ func TestConfigFor(t *testing.T) {
 			t.Errorf("%s: got %v, %v; want %s", tc.node, c, err, tc.want)
 		}
 	}
-	if _, err := configFor(nil, "node-1"); !errors.Is(err, ErrNodeNotConfigured) {
+	if _, err := ConfigFor(nil, "node-1"); !errors.Is(err, ErrNodeNotConfigured) {
 		t.Errorf("error %v, want ErrNodeNotConfigured", err)
 	}
 }

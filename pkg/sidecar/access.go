@@ -46,9 +46,15 @@ var (
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"delete"}},
+	}
+	// PowerRules let the failover controller power-fence nodes: read the
+	// FenceAgentConfigs (cluster-scoped); the Secrets they name are read
+	// with the get that publish secrets already need.
+	PowerRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FenceAgentConfigResource}, Verbs: []string{"list", "watch"}},
 	}
 )
 
@@ -63,13 +69,15 @@ type Access struct {
 	Events bool
 	// Failover: all of the above and FailoverRules granted.
 	Failover bool
+	// Power: PowerRules granted; the failover may power-fence.
+	Power bool
 	// Missing lists, for each rule set, the verbs that are not granted
 	// ("list nodes"), for the one message that says so.
 	Missing []string
 }
 
 // FullAccess is what a caller that cannot or need not check assumes.
-var FullAccess = Access{Nodes: true, Record: true, Events: true, Failover: true}
+var FullAccess = Access{Nodes: true, Record: true, Events: true, Failover: true, Power: true}
 
 // CheckAccess asks the API server what the sidecar's user may do in
 // namespace (the sidecar's: its Leases live there), with one
@@ -122,6 +130,7 @@ func accessFrom(granted []rbacv1.PolicyRule, recordServed bool) Access {
 	a.Record = !missing(RecordRules) && recordServed
 	a.Events = !missing(EventRules)
 	a.Failover = !missing(FailoverRules) && a.Nodes && a.Record && a.Events
+	a.Power = !missing(PowerRules) && a.Failover
 	return a
 }
 

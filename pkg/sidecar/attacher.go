@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -167,6 +168,9 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			FenceWorkers: int(o.WorkerThreads),
 			Timeout:      o.Timeout,
 		}
+		if d.Access.Failover {
+			cfg.FencesOnOutOfService = FencesOnOutOfService(ctx, d.Client, d.DriverName)
+		}
 		if d.Access.Nodes {
 			cfg.Nodes = factory.Core().V1().Nodes().Lister()
 			cfg.Client = d.Client
@@ -255,4 +259,17 @@ func FencingRequestsServed(d discovery.DiscoveryInterface) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// FencesOnOutOfService reads, once at start, whether the driver's CSIDriver
+// declares that it fences on the out-of-service taint
+// (contract.FencesOnOutOfServiceAnnotation). Unreadable means no: such a
+// detach is then a plain unpublish, as external-attacher's.
+func FencesOnOutOfService(ctx context.Context, client kubernetes.Interface, driver string) bool {
+	d, err := client.StorageV1().CSIDrivers().Get(ctx, driver, metav1.GetOptions{})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot read the CSIDriver: its detaches from out-of-service nodes are not recorded as fences", "driver", driver, "err", err)
+		return false
+	}
+	return d.Annotations[contract.FencesOnOutOfServiceAnnotation] == "true"
 }

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
@@ -33,6 +35,10 @@ type FailoverOptions struct {
 	FencingTaints        bool
 	FencingRequiredAfter time.Duration
 	FailoverOptIn        bool
+	// Backends is --fencing-backends, in order.
+	Backends []string
+	// FenceAgents is --fence-agents: the only fence agents that may run.
+	FenceAgents []string
 }
 
 // AddFlags registers the failover flags on fs.
@@ -42,6 +48,15 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", "", "Namespace of the storm guard's admission Lease ("+failover.StormGuardLeaseName+"): every sidecar pointing at the same one counts against the same limits, whatever its driver. Default: --leader-election-namespace, else the pod's namespace.")
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
 	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
+	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
+	fs.Func("fencing-backends", "Comma-separated fencing backends, in the order they are tried for a dead node: storage (ControllerUnpublishVolume with fence=true, per volume, when the driver advertises UNPUBLISH_FENCE), power (power the node off through the fence agent of the FenceAgentConfig listing it, when storage fencing cannot free its pods) and out-of-service (add the out-of-service taint when every attachment on the node is of a driver whose CSIDriver is annotated "+contract.FencesOnOutOfServiceAnnotation+"=true, or that fences storage). Default: storage,power,out-of-service.", func(v string) error {
+		o.Backends = splitList(v)
+		return nil
+	})
+	fs.Func("fence-agents", "Comma-separated fence agents (fence_*) that power fencing may run; empty: any fence_* executable in PATH, /usr/sbin or /sbin.", func(v string) error {
+		o.FenceAgents = splitList(v)
+		return nil
+	})
 	fs.DurationVar(&o.FencingRequiredAfter, "fencing-required-after", 0, "Mark a node FencingRequired once it has been NotReady this long, even before a pod qualifies for failover (0: only when a pod qualifies).")
 }
 
@@ -53,7 +68,33 @@ func (o *FailoverOptions) Validate() error {
 	if o.MaxFencedNodes < 0 || o.MaxFencedNodePercent < 0 || o.MaxFencedNodePercent > 100 {
 		return errors.New("--max-fenced-nodes must be >= 0 and --max-fenced-node-percent between 0 and 100")
 	}
+	seen := map[string]bool{}
+	for _, b := range o.Backends {
+		if b != fencingv1alpha1.BackendStorage && b != fencingv1alpha1.BackendPower && b != fencingv1alpha1.BackendOutOfService {
+			return fmt.Errorf("--fencing-backends: unknown backend %q (want storage, power, out-of-service)", b)
+		}
+		if seen[b] {
+			return fmt.Errorf("--fencing-backends: %s given twice", b)
+		}
+		seen[b] = true
+	}
+	for _, a := range o.FenceAgents {
+		if !strings.HasPrefix(a, "fence_") || strings.ContainsAny(a, "/ ") {
+			return fmt.Errorf("--fence-agents: %q is not a fence agent name (fence_*)", a)
+		}
+	}
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // FailoverDeps are what the failover controller is built from.
@@ -72,6 +113,9 @@ type FailoverDeps struct {
 	// Informers is the controller role's shared factory (NewInformerFactory);
 	// nil: one of its own.
 	Informers informers.SharedInformerFactory
+	// Power: the sidecar may power-fence (Access.Power and the
+	// FenceAgentConfig API served).
+	Power bool
 }
 
 // NewFailover builds the failover controller and returns the function that
@@ -86,7 +130,12 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events(v1.NamespaceAll)})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: fmt.Sprintf("csi-fence-failover %s", d.DriverName)})
-	c, err := failover.New(failover.Options{
+	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync)
+	var power *powerFencer
+	if d.Power && slices.Contains(d.Failover.Backends, fencingv1alpha1.BackendPower) {
+		power = newPowerFencer(d.Client, d.Dynamic, dfactory, d.Failover.FenceAgents)
+	}
+	opts := failover.Options{
 		DriverName:           d.DriverName,
 		CanFence:             d.CanFence,
 		SafeDetach:           d.SafeDetach,
@@ -101,11 +150,21 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		FencingRequiredAfter: d.Failover.FencingRequiredAfter,
 		FailoverOptIn:        d.Failover.FailoverOptIn,
 		Election:             electionConfig(d.ElectionClient, d.DriverName, StormGuardNamespace(d.Failover.StormGuardNamespace)),
-	}, d.Client, factory, dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync), fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
+		Backends:             d.Failover.Backends,
+	}
+	if power != nil {
+		opts.Power = power
+	}
+	c, err := failover.New(opts, d.Client, factory, dfactory, fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) { c.Run(ctx, int(d.Options.WorkerThreads)) }, nil
+	return func(ctx context.Context) {
+		if power != nil {
+			power.start(ctx)
+		}
+		c.Run(ctx, int(d.Options.WorkerThreads))
+	}, nil
 }
 
 // electionConfig is how this sidecar runs for ownership of node-level

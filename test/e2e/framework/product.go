@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	"github.com/csi-fence/fence-attacher/test/bmcsim"
 	"github.com/csi-fence/fence-attacher/test/kubeletsim"
 )
 
@@ -44,8 +45,23 @@ type Product struct {
 	Drivers []*Driver
 	BinDir  string
 	Nodes   map[string]*NodeInstance
+	// PowerSwitches make a driver's node plugin on a node the machine of a
+	// real BMC (key: node + "/" + driver; see SetPowerSwitch).
+	PowerSwitches map[string]*bmcsim.Config
 
 	c *Cluster
+}
+
+// SetPowerSwitch makes the node plugin of driver d on node, once StartNode
+// starts it, the machine of a real IPMI BMC (test/bmcsim): ipmi_sim starts
+// it at power on and kills it at power off, so that a power fence really
+// stops the node's I/O on d's volumes. cfg gives the BMC's directory and
+// administrator; its Machine is set here.
+func (p *Product) SetPowerSwitch(node string, d *Driver, cfg bmcsim.Config) {
+	if p.PowerSwitches == nil {
+		p.PowerSwitches = map[string]*bmcsim.Config{}
+	}
+	p.PowerSwitches[node+"/"+d.Name] = &cfg
 }
 
 // Driver is one CSI driver of the product: its CSIDriver object (annotated
@@ -99,6 +115,11 @@ type NodePlugin struct {
 	HTTP    string   // data path: http://HTTP/write?volume=V
 	sock    string
 
+	// BMC powers the plugin when its node has a power switch
+	// (SetPowerSwitch); then Process is nil.
+	BMC    *bmcsim.BMC
+	bmcCfg *bmcsim.Config
+
 	kubelet       *kubeletsim.Kubelet
 	kubeletCancel context.CancelFunc
 	conn          *grpc.ClientConn
@@ -135,15 +156,23 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 		return nil, err
 	}
 	c.log.Logf("csi-fence-attacher and csi-fence-mock built (%.1fs)", time.Since(begin).Seconds())
-	for _, f := range []string{"deploy/kubernetes/base/crd-fencingrequests.yaml", "deploy/kubernetes/base/rbac-controller.yaml",
+	for _, f := range []string{"deploy/kubernetes/base/crd-fencingrequests.yaml", "deploy/kubernetes/base/crd-fenceagentconfigs.yaml", "deploy/kubernetes/base/rbac-controller.yaml",
 		"deploy/kubernetes/base/rbac-node.yaml", "deploy/kubernetes/base/admission-node.yaml", csiDriverManifest} {
 		if err := c.ApplyManifest(ctx, f, ""); err != nil {
 			return nil, err
 		}
 	}
-	if err := WaitFor(ctx, 30*time.Second, "FencingRequest CRD served", func(ctx context.Context) (bool, error) {
-		_, err := c.Client.Discovery().ServerResourcesForGroupVersion("fencing.csi-fence.io/v1alpha1")
-		return err == nil, nil
+	// The sidecars look for both at start (power fencing needs the second).
+	if err := WaitFor(ctx, 30*time.Second, "FencingRequest and FenceAgentConfig CRDs served", func(ctx context.Context) (bool, error) {
+		list, err := c.Client.Discovery().ServerResourcesForGroupVersion("fencing.csi-fence.io/v1alpha1")
+		if err != nil {
+			return false, nil
+		}
+		served := map[string]bool{}
+		for _, r := range list.APIResources {
+			served[r.Name] = true
+		}
+		return served["fencingrequests"] && served["fenceagentconfigs"], nil
 	}); err != nil {
 		return nil, err
 	}
@@ -163,6 +192,8 @@ type DriverOptions struct {
 	Name         string
 	MockArgs     []string // extra flags of every mock instance of the driver
 	AttacherArgs []string // extra flags of its csi-fence-attacher
+	// Annotations are added to its CSIDriver before its sidecar starts.
+	Annotations map[string]string
 }
 
 // AddDriver adds a CSI driver to the product, as a second storage system of
@@ -185,6 +216,16 @@ func (p *Product) AddDriver(ctx context.Context, opts DriverOptions) (*Driver, e
 	}
 	for _, o := range objs {
 		o.SetName(opts.Name)
+		if len(opts.Annotations) > 0 {
+			a := o.GetAnnotations()
+			if a == nil {
+				a = map[string]string{}
+			}
+			for k, v := range opts.Annotations {
+				a[k] = v
+			}
+			o.SetAnnotations(a)
+		}
 	}
 	if err := p.c.createObjects(ctx, objs, ApplyOptions{}); err != nil {
 		return nil, err
@@ -218,7 +259,12 @@ func (p *Product) RemoveDriver(d *Driver) {
 				return false
 			}
 			pl.stop()
-			pl.Process.Stop(5 * time.Second)
+			if pl.Process != nil {
+				pl.Process.Stop(5 * time.Second)
+			}
+			if pl.BMC != nil {
+				pl.BMC.Stop()
+			}
 			return true
 		})
 	}
@@ -402,7 +448,7 @@ func (p *Product) StartNode(ctx context.Context, node string, more ...*Driver) (
 		if err := d.Array.RegisterNode(node, 0); err != nil {
 			return nil, err
 		}
-		n.Plugins = append(n.Plugins, &NodePlugin{Driver: d, sock: filepath.Join(dir, d.procName("csi")+".sock")})
+		n.Plugins = append(n.Plugins, &NodePlugin{Driver: d, sock: filepath.Join(dir, d.procName("csi")+".sock"), bmcCfg: p.PowerSwitches[node+"/"+d.Name]})
 	}
 	n.NodePlugin = n.Plugins[0]
 	p.Nodes[node] = n
@@ -430,12 +476,17 @@ func (p *Product) PowerOn(ctx context.Context, node string) error {
 // the node agent authenticates with kubeconfig.
 func (pl *NodePlugin) powerOn(ctx context.Context, n *NodeInstance, kubeconfig string) error {
 	d, c := pl.Driver, pl.Driver.c
+	args := func(addr string) []string {
+		return append([]string{"--role=node", "--node-id=" + n.Name, "--csi-address=unix://" + pl.sock, "--state-dir=" + d.StateDir,
+			"--driver-name=" + d.Name, "--http-endpoint=" + addr}, d.mockArgs...)
+	}
 	var err error
-	if pl.Process, pl.HTTP, err = c.startServer(ctx, d.procName("mock-node-"+n.Name), d.mockBin, "/metrics", 30*time.Second,
-		func(addr string) []string {
-			return append([]string{"--role=node", "--node-id=" + n.Name, "--csi-address=unix://" + pl.sock, "--state-dir=" + d.StateDir,
-				"--driver-name=" + d.Name, "--http-endpoint=" + addr}, d.mockArgs...)
-		}); err != nil {
+	if pl.bmcCfg != nil {
+		err = pl.powerOnByBMC(ctx, args)
+	} else {
+		pl.Process, pl.HTTP, err = c.startServer(ctx, d.procName("mock-node-"+n.Name), d.mockBin, "/metrics", 30*time.Second, args)
+	}
+	if err != nil {
 		return err
 	}
 	if pl.conn, err = grpc.NewClient("unix://"+pl.sock, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
@@ -474,8 +525,34 @@ func (pl *NodePlugin) powerOn(ctx context.Context, n *NodeInstance, kubeconfig s
 func (n *NodeInstance) PowerOff() {
 	for _, pl := range n.Plugins {
 		pl.stop()
-		pl.Process.Kill()
+		if pl.Process != nil {
+			pl.Process.Kill()
+		}
 	}
+}
+
+// powerOnByBMC starts the plugin as the machine of its BMC, the first time
+// with the BMC itself (the machine starts powered on); later the machine is
+// up once someone powered it on through the BMC, and this waits for it.
+func (pl *NodePlugin) powerOnByBMC(ctx context.Context, args func(addr string) []string) error {
+	if pl.BMC == nil {
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		pl.HTTP = "127.0.0.1:" + strconv.Itoa(ports[0])
+		cfg := *pl.bmcCfg
+		// The BMC's power off sends its machine SIGTERM: the loss of the
+		// node's power, its mounts and I/O (--sigterm-is-power-loss).
+		cfg.Machine = append([]string{pl.Driver.mockBin}, append(args(pl.HTTP), "--sigterm-is-power-loss")...)
+		if pl.BMC, err = bmcsim.Start(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if err := waitHTTP(ctx, "http://"+pl.HTTP+"/metrics", nil, 30*time.Second); err != nil {
+		return fmt.Errorf("the machine of the BMC on %s:%d (%s): %w; BMC output: %s", pl.BMC.Host, pl.BMC.Port, pl.HTTP, err, pl.BMC.Output())
+	}
+	return nil
 }
 
 // Partition cuts the node off the control plane: its kubelets and node

@@ -237,8 +237,14 @@ type Writer struct {
 	done              chan struct{}
 }
 
+// DataPath is where a Writer writes: a node's first driver's plugin
+// (*framework.NodeInstance) or any one of its plugins (*framework.NodePlugin).
+type DataPath interface {
+	Write(ctx context.Context, volume string) error
+}
+
 // StartWriter starts a Writer on node n for volume.
-func StartWriter(ctx context.Context, n *framework.NodeInstance, volume string, interval time.Duration) *Writer {
+func StartWriter(ctx context.Context, n DataPath, volume string, interval time.Duration) *Writer {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Writer{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -385,12 +391,6 @@ func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts Failove
 		}); err != nil {
 			return err
 		}
-		if opts.OutOfServiceTaint {
-			if err := e.C.RemoveTaint(ctx, victim, contract.OutOfServiceTaintKey); err != nil {
-				return err
-			}
-			rec.Mark(timeline.TaintsRemoved, "out-of-service taint removed by the operator")
-		}
 		if err := framework.WaitFor(ctx, 60*time.Second, "quarantine of "+victim+" lifted", func(ctx context.Context) (bool, error) {
 			n, err := e.C.Client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
 			if err != nil {
@@ -409,6 +409,21 @@ func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts Failove
 			return true, nil
 		}); err != nil {
 			return err
+		}
+		if opts.OutOfServiceTaint {
+			// The operator's taint is the operator's: the release of the
+			// node leaves it, and the operator removes it.
+			n, err := e.C.Client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !framework.HasTaint(n, contract.OutOfServiceTaintKey, corev1.TaintEffectNoExecute) {
+				return fmt.Errorf("the operator's out-of-service taint on %s was removed by the product", victim)
+			}
+			if err := e.C.RemoveTaint(ctx, victim, contract.OutOfServiceTaintKey); err != nil {
+				return err
+			}
+			rec.Mark(timeline.TaintsRemoved, "out-of-service taint removed by the operator")
 		}
 	}
 	return nil

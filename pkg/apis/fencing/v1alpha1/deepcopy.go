@@ -44,11 +44,23 @@ func (in *FencingRequestStatus) DeepCopyInto(out *FencingRequestStatus) {
 			in.Volumes[i].DeepCopyInto(&out.Volumes[i])
 		}
 	}
+	if in.NodeFence != nil {
+		out.NodeFence = new(NodeFence)
+		in.NodeFence.DeepCopyInto(out.NodeFence)
+	}
+}
+
+// DeepCopyInto copies in into out.
+func (in *NodeFence) DeepCopyInto(out *NodeFence) {
+	*out = *in
+	out.StartedTime = in.StartedTime.DeepCopy()
+	out.ConfirmedTime = in.ConfirmedTime.DeepCopy()
 }
 
 // DeepCopyInto copies in into out.
 func (in *FencedVolume) DeepCopyInto(out *FencedVolume) {
 	*out = *in
+	out.StartedTime = in.StartedTime.DeepCopy()
 	out.FencedTime = in.FencedTime.DeepCopy()
 	out.CleanedTime = in.CleanedTime.DeepCopy()
 }

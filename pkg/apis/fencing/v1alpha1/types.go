@@ -97,6 +97,46 @@ type FencingRequestStatus struct {
 	ErrorMessage string `json:"errorMessage,omitempty"`
 	// Volumes is the durable list of volumes fenced on the node, per driver.
 	Volumes []FencedVolume `json:"volumes,omitempty"`
+	// NodeFence is the fence of the node as a whole by a node-level backend
+	// (power), when storage fencing alone could not free its pods: its
+	// intent is recorded before the backend acts (S8), its outcome after.
+	NodeFence *NodeFence `json:"nodeFence,omitempty"`
+}
+
+// Node-level fencing backends, as --fencing-backends names them.
+const (
+	// BackendStorage fences each attachment through its driver
+	// (ControllerUnpublishVolume with fence=true).
+	BackendStorage = "storage"
+	// BackendPower powers the node off through a fence agent.
+	BackendPower = "power"
+	// BackendOutOfService adds the out-of-service taint to a node whose
+	// every attachment is of drivers that fence on it (their CSIDriver says
+	// so, contract.FencesOnOutOfServiceAnnotation) or fence storage: their
+	// unpublish during the detach the taint starts is the fence.
+	BackendOutOfService = "out-of-service"
+)
+
+// NodeFence is one node-level fence: which backend, what it did.
+type NodeFence struct {
+	// Backend is the node-level backend (power).
+	Backend string `json:"backend"`
+	// Config and Agent name the FenceAgentConfig and the agent that ran.
+	Config string `json:"config,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+	// StartedTime is when the intent was recorded, before the first agent
+	// action of this attempt: from then on the node may be off.
+	StartedTime *metav1.Time `json:"startedTime,omitempty"`
+	// Attempts counts the fences started under this request.
+	Attempts int32 `json:"attempts,omitempty"`
+	// ConfirmedTime is when the agent's status reported the node off; nil
+	// while not confirmed. A node confirmed off stays fenced only while it
+	// has not been Ready since.
+	ConfirmedTime *metav1.Time `json:"confirmedTime,omitempty"`
+	// Error is the last failure (redacted: no credential), if not confirmed.
+	Error string `json:"error,omitempty"`
+	// Output is the last agent runs' output, redacted and truncated.
+	Output string `json:"output,omitempty"`
 }
 
 // FencedVolume is one volume fenced on the request's node.

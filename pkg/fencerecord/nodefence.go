@@ -1,0 +1,75 @@
+package fencerecord
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+)
+
+// The node-level fence (a power fence) is recorded in the same request as the
+// volumes, by the same rules: the intent before the backend acts (S8), the
+// outcome after. A request that completed and starts over forgets the last
+// node-level fence (update): a node powered off in an earlier failure and
+// back since is not off now.
+
+// RecordNodeFenceIntent records, before the backend acts, that the node is
+// about to be fenced as a whole by backend (config, agent: what will run).
+func RecordNodeFenceIntent(ctx context.Context, c Client, nodeName, reason, backend, config, agent string) error {
+	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		nf := fr.Status.NodeFence
+		if nf == nil || nf.Backend != backend {
+			nf = &fencingv1alpha1.NodeFence{Backend: backend}
+		}
+		nf.Config, nf.Agent = config, agent
+		nf.StartedTime = &now
+		nf.Attempts++
+		nf.ConfirmedTime, nf.Error = nil, ""
+		fr.Status.NodeFence = nf
+		started(fr, now)
+		return true
+	})
+}
+
+// RecordNodeFenceOutcome records what the backend's fence did: confirmed
+// (the node is off) or the error; output is the agent's redacted output.
+func RecordNodeFenceOutcome(ctx context.Context, c Client, nodeName, backend string, confirmed bool, errMsg, output string) error {
+	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		nf := fr.Status.NodeFence
+		if nf == nil || nf.Backend != backend {
+			return false // the request started over meanwhile
+		}
+		nf.Output = output
+		if confirmed {
+			nf.ConfirmedTime, nf.Error = &now, ""
+		} else {
+			nf.Error = errMsg
+		}
+		return true
+	})
+}
+
+// NodeFenced reports whether fr records the node confirmed fenced as a whole
+// (powered off) in the current fencing of it, and the node has not been
+// Ready since: a node powered on again is not fenced, whatever the record
+// says. node is the node as last read; its Ready condition's last transition
+// after the confirmation means it was Ready in between (it was not Ready
+// when it was confirmed off, so any later change went through Ready or
+// through a kubelet reporting, which is as alive).
+func NodeFenced(fr *fencingv1alpha1.FencingRequest, node *v1.Node) bool {
+	if fr == nil || fr.Status.Phase == fencingv1alpha1.PhaseComplete {
+		return false
+	}
+	nf := fr.Status.NodeFence
+	if nf == nil || nf.ConfirmedTime == nil {
+		return false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status != v1.ConditionTrue && !c.LastTransitionTime.After(nf.ConfirmedTime.Time)
+		}
+	}
+	return false
+}
