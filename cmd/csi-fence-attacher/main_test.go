@@ -130,6 +130,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"fence-agents":            "",
 		"kubelet-dir":             `"/var/lib/kubelet"`,
 		"node-name":               "",
+		"disable-fencing":         "",
 	}
 	for name, def := range want {
 		g, ok := got[name]

@@ -11,6 +11,16 @@
 // log (FencingRequest writes, conflicts, reads), see burst.go.
 //
 //	go run ./cmd/fence-bench --mode=burst --volumes=200
+//
+// With --mode=attach it measures what the fencing Attacher costs on the
+// attach path: N VolumeAttachments attached and detached on a Ready node,
+// with the fence (the product) and without (--disable-fencing:
+// external-attacher's controller unchanged), at external-attacher's default
+// API client rate and at a high one, side by side; then attaches alone and
+// during a burst of fences from a failed node (external-attacher issue
+// #761), see attach.go.
+//
+//	go run ./cmd/fence-bench --mode=attach --counts=100,500 --qps=default,1000
 package main
 
 import (
@@ -41,8 +51,14 @@ func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n",
 func main() {
 	trials := flag.Int("trials", 5, "Trials per path")
 	paths := flag.String("paths", "automatic,out-of-service,power", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible), automatic (SafeDetach pod GC, storage fence) and power (SafeDetach pod GC of a driver without UNPUBLISH_FENCE, the node powered off by fence_ipmilan through an ipmi_sim BMC)")
-	mode := flag.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes)")
+	mode := flag.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes)")
 	volumes := flag.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
+	counts := flag.String("counts", "100,500", "With --mode=attach: VolumeAttachments attached and detached at once per round")
+	qps := flag.String("qps", "default,1000", "With --mode=attach: the attacher's --kube-api-qps (and --kube-api-burst) per round; default is external-attacher's 5 (10)")
+	burstVols := flag.Int("burst-volumes", 200, "With --mode=attach: volumes fenced at once from a failed node while attaches run (0: skip)")
+	burstQPS := flag.String("burst-qps", "1000", "With --mode=attach: the attacher's --kube-api-qps in the fence-burst phase")
+	fenceDelay := flag.Duration("fence-delay", 500*time.Millisecond, "With --mode=attach: the mock driver's latency of each ControllerUnpublishVolume during the fence burst")
+	attachCount := flag.Int("attaches", 200, "With --mode=attach: attaches measured alone and during the fence burst")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -52,8 +68,15 @@ func main() {
 		err = run(ctx, *trials, strings.Split(*paths, ","))
 	case "burst":
 		err = runBurst(ctx, *volumes)
+	case "attach":
+		var o attachOptions
+		if o.counts, err = parseInts(*counts); err == nil {
+			o.qps, o.burstQPS = strings.Split(*qps, ","), strings.Split(*burstQPS, ",")
+			o.burstVols, o.fenceDelay, o.attachCount = *burstVols, *fenceDelay, *attachCount
+			err = runAttach(ctx, o)
+		}
 	default:
-		err = fmt.Errorf("unknown --mode %q: want failover or burst", *mode)
+		err = fmt.Errorf("unknown --mode %q: want failover, burst or attach", *mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence-bench:", err)

@@ -13,7 +13,10 @@
 //     publish where the volume may be quarantined (S2) or while a single-node
 //     volume is still attached elsewhere (S1). An error from either keeps
 //     external-attacher's finalizer and backoff, so nothing is detached
-//     before its fence is recorded.
+//     before its fence is recorded. The fence itself runs in a pool of its
+//     own (fencePool), never in one of external-attacher's workers, so that
+//     a burst of fences does not starve the attaches (external-attacher
+//     issue #761).
 //   - Handler decorates its controller.Handler: it gives Attacher the
 //     VolumeAttachment being synced (through the context) and requeues a
 //     node's VolumeAttachments when the node's health or FencingRequest
@@ -24,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	upstream "github.com/kubernetes-csi/external-attacher/v4/pkg/attacher"
@@ -82,6 +86,12 @@ type Config struct {
 	FenceRecord     fencerecord.Client
 
 	Recorder record.EventRecorder
+
+	// FenceWorkers is the number of fences sent at once (0:
+	// DefaultFenceWorkers); Timeout bounds each fence, record writes and
+	// call, as --timeout bounds external-attacher's Detach.
+	FenceWorkers int
+	Timeout      time.Duration
 }
 
 // Attacher is external-attacher's attacher.Attacher with the fence.
@@ -92,6 +102,8 @@ type Attacher struct {
 	// external-attacher's workers share: the fences of one failed node's
 	// attachments share their record writes (fencerecord.Recorder).
 	recorder *fencerecord.Recorder
+	// fences runs the fences; nil when nothing is ever fenced (no record).
+	fences *fencePool
 }
 
 var _ upstream.Attacher = &Attacher{}
@@ -113,6 +125,7 @@ func NewAttacher(cfg Config) (*Attacher, error) {
 	a := &Attacher{Config: cfg, finalizer: contract.AttacherFinalizer(cfg.DriverName)}
 	if cfg.FenceRecord != nil {
 		a.recorder = fencerecord.NewRecorder(cfg.FenceRecord)
+		a.fences = newFencePool(cfg.FenceWorkers, cfg.Timeout, a.fenceIfStillNeeded)
 	}
 	return a, nil
 }
@@ -207,9 +220,7 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 		// its plain unpublish is the fence, recorded write-ahead as any
 		// other, so that the volume is not published there again until
 		// the node agent cleaned it (S2, S8).
-		return a.fence(ctx, va, volumeID, nodeID, nodeName, reason, func(ctx context.Context) error {
-			return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
-		})
+		return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets)
 	case !fence:
 		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
 			"volume", volumeID, "node", nodeName, "reason", reason)
@@ -232,9 +243,41 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		return nil
 	}
-	return a.fence(ctx, va, volumeID, nodeID, nodeName, reason, func(ctx context.Context) error {
-		return a.FenceCSI.Detach(ctx, volumeID, nodeID, secrets, true)
+	return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets)
+}
+
+// submitFence hands the fence over: one of external-attacher's workers must
+// not wait for it (#761). The pool requeues the VolumeAttachment when it is
+// over; the next Detach then finds it recorded fenced.
+func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string) error {
+	return a.fences.submit(&fenceJob{
+		key: fenceKey{volumeID: volumeID, nodeID: nodeID}, va: va, nodeName: nodeName, reason: reason, secrets: secrets,
+		logger: klog.LoggerWithValues(logger, "volume", volumeID, "node", nodeName),
 	})
+}
+
+// RunFences sends the fences Detach hands over until ctx is done, and
+// returns when the fences under way have returned. It must run while the
+// controller runs: without it, fenced detaches stay pending.
+func (a *Attacher) RunFences(ctx context.Context) {
+	if a.fences != nil {
+		a.fences.run(ctx)
+	}
+}
+
+// Fencing reports whether the fence of the VolumeAttachment is queued or
+// running: its detach can only wait for it.
+func (a *Attacher) Fencing(vaName string) bool {
+	return a.fences != nil && a.fences.fencing(vaName)
+}
+
+// OnFenceDone sets what is told the name of the VolumeAttachment whose
+// fence is over, failed or done (Handler.Requeue), so that its detach is
+// retried at once rather than after external-attacher's backoff.
+func (a *Attacher) OnFenceDone(fn func(vaName string)) {
+	if a.fences != nil {
+		a.fences.setRequeue(fn)
+	}
 }
 
 // decide is DecideFence on the caches and, when they say the detach is not
@@ -263,11 +306,40 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 	return fence, reason, fr, nil
 }
 
-// fence sends the fenced unpublish (send), write-ahead: the recorder records
-// the intent before the call and the outcome after it, and only a recorded
-// success returns nil.
-func (a *Attacher) fence(ctx context.Context, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, send func(context.Context) error) error {
+// fenceIfStillNeeded decides again, on live reads, right before the fence:
+// the job may have waited in the fence pool's queue while the node became
+// Ready again or the fence was recorded by someone else (S4: a Ready node
+// is fenced only on an explicit request read live, in the function that
+// acts). It sends what the decision says: the fenced unpublish, or the
+// plain one of a driver that fences by itself on the out-of-service taint.
+// When no fence is needed any more it sends nothing and returns nil: the
+// requeued Detach then decides on its own, and detaches plainly or without
+// a call.
+func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
+	fence, reason, fr, err := a.decide(ctx, j.nodeName, j.key.volumeID)
+	switch {
+	case err != nil:
+		return err
+	case fencerecord.IsFenced(fr, a.DriverName, j.key.volumeID):
+	case fence:
+		return a.fence(ctx, j, reason, func(ctx context.Context) error {
+			return a.FenceCSI.Detach(ctx, j.key.volumeID, j.key.nodeID, j.secrets, true)
+		})
+	case reason == FenceReasonOutOfService && a.FencesOnOutOfService:
+		return a.fence(ctx, j, reason, func(ctx context.Context) error {
+			return a.CSI.Detach(ctx, j.key.volumeID, j.key.nodeID, j.secrets)
+		})
+	}
+	klog.FromContext(ctx).V(2).Info("The fence is no longer needed: not sent", "reason", reason)
+	return nil
+}
+
+// fence sends the unpublish that fences (send), write-ahead: the recorder
+// records the intent before the call and the outcome after it, and only a
+// recorded success returns nil. It runs in a fence worker.
+func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
+	va, volumeID, nodeID, nodeName := j.va, j.key.volumeID, j.key.nodeID, j.nodeName
 	vol := fencingv1alpha1.FencedVolume{Driver: a.DriverName, VolumeHandle: volumeID, NodeID: nodeID}
 	if va != nil {
 		vol.PersistentVolumeName = pvName(va)

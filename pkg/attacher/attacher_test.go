@@ -32,11 +32,20 @@ func objs(n *v1.Node) []runtime.Object {
 }
 
 // detach runs Detach of vol-1 from node-1 as external-attacher's handler
-// calls it: under --timeout, for va1.
+// calls it: under --timeout, for va1, and again once the fence pool says
+// the fence it was handed is over, as Handler.Requeue makes it.
 func (e *env) detach() error {
-	ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, detachingVA("va1", "pv1", "node-1")), 2*time.Second)
-	defer cancel()
-	return e.a.Detach(ctx, "vol-1", "node-1-id", nil)
+	for range 3 {
+		ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, detachingVA("va1", "pv1", "node-1")), 2*time.Second)
+		err := e.a.Detach(ctx, "vol-1", "node-1-id", nil)
+		cancel()
+		if !IsFencePending(err) {
+			return err
+		}
+		e.waitFenceDone("va1")
+	}
+	e.t.Fatal("Detach still pending after its fence was over")
+	return nil
 }
 
 func TestDetach(t *testing.T) {
@@ -46,6 +55,10 @@ func TestDetach(t *testing.T) {
 	intent := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0}
 	plain := []string{"unpublish vol-1 node-1-id"}
 	fenced := []string{"unpublish vol-1 node-1-id fence"}
+	// A fence: the Detach that hands it to the fence pool, the fence
+	// worker before it acts and the Detach that finds it over each read the
+	// node live.
+	fenceReads := []string{"get nodes node-1", "get nodes node-1", "get nodes node-1"}
 	tests := []struct {
 		name string
 		envConfig
@@ -66,28 +79,28 @@ func TestDetach(t *testing.T) {
 		{
 			name:      "NotReady node, read live: fenced and recorded",
 			envConfig: envConfig{objects: objs(node("node-1", notReady))},
-			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-not-ready": 1, "forced_detaches_total/node-not-ready": 1},
 		},
 		{
 			name:      "Node and CSINode deleted: the node comes from the VolumeAttachment, the ID from its annotation; fenced",
 			envConfig: envConfig{objects: []runtime.Object{pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")}},
-			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-deleted": 1},
 		},
 		{
 			name:      "out-of-service taint: fenced",
 			envConfig: envConfig{objects: objs(node("node-1", notReady, outOfServiceTaint))},
-			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/out-of-service": 1},
 		},
 		{
 			name:      "S4: Ready node with a manual FencingRequest, read live: fenced",
 			envConfig: envConfig{objects: objs(node("node-1")), frs: []*fencingv1alpha1.FencingRequest{manualFR}},
-			wantSent:  fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/fencing-request": 1},
 		},
@@ -110,7 +123,7 @@ func TestDetach(t *testing.T) {
 			name: "S8: Ready node, the record holds an uncleaned intent for the volume: sticky, fenced",
 			envConfig: envConfig{objects: objs(node("node-1")),
 				frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseComplete, intent)}},
-			wantSent: fenced, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantSent: fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/quarantined": 1},
 		},
@@ -128,7 +141,7 @@ func TestDetach(t *testing.T) {
 		{
 			name:      "driver fencing on the out-of-service taint, node tainted: its plain unpublish is the fence, recorded",
 			envConfig: envConfig{objects: objs(node("node-1", notReady, outOfServiceTaint)), cannotFence: true, fencesOnOutOfService: true},
-			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantFenced: true,
+			wantSent:  plain, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/out-of-service": 1},
 		},
@@ -155,7 +168,7 @@ func TestDetach(t *testing.T) {
 				unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
 					return status.Error(codes.FailedPrecondition, "cannot prove the node stopped")
 				}},
-			wantSent: fenced, wantActions: []string{"get nodes node-1"}, wantErr: "refused to fence volume vol-1 from node node-1",
+			wantSent: fenced, wantActions: fenceReads, wantErr: "refused to fence volume vol-1 from node node-1",
 			wantEvents:  []string{"Warning FenceFailed"},
 			wantMetrics: map[string]float64{"fenced_unpublish_errors_total/node-not-ready": 1},
 		},
@@ -165,7 +178,7 @@ func TestDetach(t *testing.T) {
 				frReactors: []reactor{{"create", "fencingrequests", func(clienttesting.Action) (bool, runtime.Object, error) {
 					return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: fencingv1alpha1.Resource.Group, Resource: "fencingrequests"}, "node-1", nil)
 				}}}},
-			wantSent: nil, wantActions: []string{"get nodes node-1"}, wantErr: "recording the intent to fence before fencing", wantNoFR: true,
+			wantSent: nil, wantActions: fenceReads, wantErr: "recording the intent to fence before fencing", wantNoFR: true,
 		},
 	}
 	for _, tc := range tests {
@@ -230,14 +243,12 @@ func TestDetachRecordsTheIntentBeforeTheFence(t *testing.T) {
 // returned (external-attacher keeps its finalizer and retries) and the
 // record keeps the volume possibly quarantined.
 func TestDetachTimeoutKeepsTheFence(t *testing.T) {
-	e := newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))),
+	e := newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))), timeout: 300 * time.Millisecond,
 		unpublish: func(ctx context.Context, _ *csi.ControllerUnpublishVolumeRequest) error {
 			<-ctx.Done()
 			return ctx.Err()
 		}})
-	ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, detachingVA("va1", "pv1", "node-1")), 300*time.Millisecond)
-	defer cancel()
-	err := e.a.Detach(ctx, "vol-1", "node-1-id", nil)
+	err := e.detach()
 	checkErr(t, err, "failed, will retry")
 	if fr := e.getFR("node-1"); !fencerecord.MayBeQuarantined(fr, drv, "vol-1") || fencerecord.IsFenced(fr, drv, "vol-1") {
 		t.Errorf("record %+v, want the volume possibly quarantined, not confirmed", fr)

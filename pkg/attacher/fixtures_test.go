@@ -3,10 +3,12 @@ package attacher
 // Fixtures of the API objects the tests start from.
 
 import (
+	"cmp"
 	"context"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
@@ -182,6 +184,8 @@ type env struct {
 	factory  informers.SharedInformerFactory
 	recorder *record.FakeRecorder
 	a        *Attacher
+	// fenceDone receives the VolumeAttachment of each fence that is over.
+	fenceDone chan string
 
 	mu          sync.Mutex
 	publishes   []*csi.ControllerPublishVolumeRequest
@@ -207,6 +211,10 @@ type envConfig struct {
 	frReactors        []reactor
 	// unpublish answers ControllerUnpublishVolume; nil: success.
 	unpublish func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) error
+	// timeout bounds each fence (--timeout); 0: 2s.
+	timeout time.Duration
+	// fenceWorkers: 0 is 2, so that fences may run at once.
+	fenceWorkers int
 }
 
 type reactor struct {
@@ -217,7 +225,7 @@ type reactor struct {
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	e := &env{t: t, ctx: ctx, recorder: record.NewFakeRecorder(100)}
+	e := &env{t: t, ctx: ctx, recorder: record.NewFakeRecorder(100), fenceDone: make(chan string, 100)}
 	e.client = fake.NewSimpleClientset(cfg.objects...)
 	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, unstructured(t, cfg.frs)...)
@@ -247,6 +255,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		PVs:                  e.factory.Core().V1().PersistentVolumes().Lister(),
 		VAs:                  e.factory.Storage().V1().VolumeAttachments().Lister(),
 		Recorder:             e.recorder,
+
+		FenceWorkers: cmp.Or(cfg.fenceWorkers, 2),
+		Timeout:      cmp.Or(cfg.timeout, 2*time.Second),
 	}
 	if !cfg.noNodes {
 		c.Nodes, c.Client = e.factory.Core().V1().Nodes().Lister(), e.client
@@ -261,9 +272,34 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	if e.a, err = NewAttacher(c); err != nil {
 		t.Fatal(err)
 	}
+	e.a.OnFenceDone(func(va string) { e.fenceDone <- va })
+	fenceCtx, stopFences := context.WithCancel(ctx)
+	fencesStopped := make(chan struct{})
+	go func() {
+		defer close(fencesStopped)
+		e.a.RunFences(fenceCtx)
+	}()
+	t.Cleanup(func() {
+		stopFences()
+		<-fencesStopped
+	})
 	e.client.ClearActions()
 	e.dyn.ClearActions()
 	return e
+}
+
+// waitFenceDone waits until the fence pool says the fence of va ("": any)
+// is over.
+func (e *env) waitFenceDone(va string) {
+	e.t.Helper()
+	select {
+	case got := <-e.fenceDone:
+		if va != "" && got != va {
+			e.t.Fatalf("the fence of %s is over, want %s", got, va)
+		}
+	case <-time.After(10 * time.Second):
+		e.t.Fatalf("the fence of %s is not over after 10s", va)
+	}
 }
 
 func unstructured(t *testing.T, frs []*fencingv1alpha1.FencingRequest) []runtime.Object {

@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -31,7 +32,12 @@ const vaByNodeIndex = "csi-fence-attacher/va-by-node"
 //     at once, so that a detach in backoff is fenced, and a publish refused
 //     for quarantine retried, without waiting for the backoff to expire;
 //   - the deletion of a VolumeAttachment requeues the other attachments of
-//     its PV, whose publish the single-node check may have refused.
+//     its PV, whose publish the single-node check may have refused;
+//   - a VolumeAttachment whose fence is under way in Attacher's fence pool
+//     is not synced: its detach could only say so again, with a write of
+//     its detachError and live reads each time its backoff expires, which
+//     a burst of fences would multiply. The end of the fence requeues it
+//     (FencesFrom).
 //
 // The backoff stays external-attacher's: the inner handler still Forgets or
 // AddRateLimits every item it syncs; Handler only Adds.
@@ -40,6 +46,8 @@ type Handler struct {
 	driverName string
 	vas        cache.Indexer
 	vaQueue    workqueue.TypedRateLimitingInterface[string]
+	// fencing reports a fence under way (Attacher.Fencing); nil: none.
+	fencing func(vaName string) bool
 }
 
 var _ controller.Handler = &Handler{}
@@ -64,9 +72,32 @@ func (h *Handler) Init(vaQueue, pvQueue workqueue.TypedRateLimitingInterface[str
 	h.Handler.Init(vaQueue, pvQueue)
 }
 
+// FencesFrom connects the handler to a's fence pool: the VolumeAttachment
+// of a fence that is over is synced at once, and none is synced while its
+// fence is under way. Call it before the controller runs.
+func (h *Handler) FencesFrom(a *Attacher) {
+	h.fencing = a.Fencing
+	a.OnFenceDone(h.Requeue)
+}
+
 // SyncNewOrUpdatedVolumeAttachment implements controller.Handler.
 func (h *Handler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment) {
+	if va.DeletionTimestamp != nil && h.fencing != nil && h.fencing(va.Name) {
+		// Left out of the queue (no Forget, no backoff): the end of the
+		// fence adds it again.
+		klog.FromContext(ctx).V(4).Info("Fence under way: the detach waits for it", "VolumeAttachment", va.Name)
+		return
+	}
 	h.Handler.SyncNewOrUpdatedVolumeAttachment(withVolumeAttachment(ctx, va), va)
+}
+
+// Requeue syncs the VolumeAttachment again at once, e.g. when its fence is
+// over (Attacher.OnFenceDone). A VolumeAttachment in backoff is synced now;
+// its backoff stays as external-attacher left it.
+func (h *Handler) Requeue(vaName string) {
+	if h.vaQueue != nil {
+		h.vaQueue.Add(vaName)
+	}
 }
 
 // WatchNodes requeues a node's VolumeAttachments when its health changes.

@@ -44,12 +44,34 @@ func (e *env) handler() (*Handler, workqueue.TypedRateLimitingInterface[string])
 	pvQueue := workqueue.NewTypedRateLimitingQueue(rl())
 	e.t.Cleanup(func() { vaQueue.ShutDown(); pvQueue.ShutDown() })
 	h.Init(vaQueue, pvQueue)
+	h.FencesFrom(e.a)
 	return h, vaQueue
 }
 
-// Through external-attacher's own handler: a fence that fails keeps its
-// finalizer (the volume does not move) and is retried with its backoff; a
-// fence that succeeds is recorded before the finalizer goes.
+// next waits for the next item of queue.
+func next(t *testing.T, queue workqueue.TypedRateLimitingInterface[string], timeout time.Duration) string {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() {
+		item, _ := queue.Get() // ShutDown at cleanup ends it
+		queue.Done(item)
+		got <- item
+	}()
+	select {
+	case item := <-got:
+		return item
+	case <-time.After(timeout):
+		t.Fatalf("nothing queued after %v", timeout)
+		return ""
+	}
+}
+
+// Through external-attacher's own handler: the sync that hands the fence to
+// the fence pool keeps the finalizer and backs off; the end of the fence
+// requeues the VolumeAttachment at once (the backoff here is an hour). A
+// fence that failed keeps its finalizer (the volume does not move) and is
+// retried with its backoff; a fence that succeeded is recorded before the
+// finalizer goes.
 func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 	for _, refuse := range []bool{true, false} {
 		t.Run(map[bool]string{true: "refused", false: "fenced"}[refuse], func(t *testing.T) {
@@ -74,14 +96,29 @@ func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
+			va, err = e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(va.Finalizers, fin) || va.Status.DetachError == nil || queue.NumRequeues("va1") != 1 {
+				t.Fatalf("a fence under way must keep the finalizer, say so and back off: finalizers %v, detachError %v, requeues %d",
+					va.Finalizers, va.Status.DetachError, queue.NumRequeues("va1"))
+			}
+			if item := next(t, queue, 10*time.Second); item != "va1" {
+				t.Fatalf("queued %q once the fence was over, want va1", item)
+			}
+			h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
 
 			va, err = e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			hasFinalizer := slices.Contains(va.Finalizers, fin)
+			if got := e.sent(); len(got) != 1 {
+				t.Errorf("the driver received %q, want one fence", got)
+			}
 			if refuse {
-				if !hasFinalizer || va.Status.DetachError == nil || queue.NumRequeues("va1") != 1 {
+				if !hasFinalizer || va.Status.DetachError == nil || queue.NumRequeues("va1") != 2 {
 					t.Errorf("a refused fence must keep the finalizer, save the error and back off: finalizers %v, detachError %v, requeues %d",
 						va.Finalizers, va.Status.DetachError, queue.NumRequeues("va1"))
 				}
@@ -167,5 +204,52 @@ func TestNodeIDs(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("%s: %q, %v; want %q", id, got, ok, want)
 		}
+	}
+}
+
+// A VolumeAttachment whose fence is under way is not synced again before
+// the fence is over, however often it is requeued (its backoff, an update
+// of the object): each sync would only read the node, write the same
+// detachError and back off again, and a burst of fences would multiply
+// that. The end of the fence syncs it.
+func TestHandlerLeavesAFenceUnderWayAlone(t *testing.T) {
+	release := make(chan struct{})
+	e := newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))), timeout: time.Minute,
+		unpublish: func(ctx context.Context, _ *csi.ControllerUnpublishVolumeRequest) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	h, queue := e.handler()
+	sync := func() {
+		va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.client.ClearActions()
+		h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
+	}
+	sync()
+	if queue.NumRequeues("va1") != 1 {
+		t.Fatalf("the sync that handed the fence over did not back off: requeues %d", queue.NumRequeues("va1"))
+	}
+	sync()
+	if got := actions(e.client.Actions()); len(got) != 0 || queue.NumRequeues("va1") != 1 {
+		t.Errorf("a sync during the fence made API calls %q and %d requeues, want none and 1", got, queue.NumRequeues("va1"))
+	}
+	close(release)
+	if item := next(t, queue, 10*time.Second); item != "va1" {
+		t.Fatalf("queued %q once the fence was over, want va1", item)
+	}
+	sync()
+	va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(va.Finalizers, fin) || !fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1") {
+		t.Errorf("after the fence: finalizers %v, record %+v; want detached and recorded", va.Finalizers, e.getFR("node-1"))
 	}
 }

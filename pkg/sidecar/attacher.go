@@ -131,10 +131,18 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 	var broadcaster record.EventBroadcaster
 
 	var handler controller.Handler
-	if !d.Mode.CSIHandler {
+	var fencing *attacher.Attacher
+	switch {
+	case !d.Mode.CSIHandler:
 		logger.Info("The driver does not publish volumes: VolumeAttachments are marked attached without calling it")
 		handler = controller.NewTrivialHandler(d.Client)
-	} else {
+	case o.DisableFencing:
+		// external-attacher's main, verbatim: its handler on its attacher.
+		logger.Info("Fencing disabled (--disable-fencing): external-attacher's controller runs unchanged")
+		handler = controller.NewCSIHandler(d.Client, d.DriverName, d.CSI.Attacher, d.CSI.Lister,
+			pvInformer.Lister(), factory.Storage().V1().CSINodes().Lister(), vaInformer.Lister(), &o.Timeout,
+			d.Mode.PublishReadOnly, d.Mode.SingleNodeMultiWriter, csitrans.New(), o.DefaultFSType)
+	default:
 		csiNodeInformer := factory.Storage().V1().CSINodes()
 		nodeIDs, err := attacher.NewNodeIDs(d.DriverName, csiNodeInformer.Informer())
 		if err != nil {
@@ -155,6 +163,10 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			PVs:        pvInformer.Lister(),
 			VAs:        vaInformer.Lister(),
 			Recorder:   broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}),
+			// As many fences at once as external-attacher's workers would
+			// have sent, in workers of their own.
+			FenceWorkers: int(o.WorkerThreads),
+			Timeout:      o.Timeout,
 		}
 		if d.Access.Failover {
 			cfg.FencesOnOutOfService = FencesOnOutOfService(ctx, d.Client, d.DriverName)
@@ -169,7 +181,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			cfg.FencingRequests = fencingv1alpha1.NewLister(frInformer.Lister())
 			cfg.FenceRecord = fencingv1alpha1.NewClient(d.Dynamic)
 		}
-		fencing, err := attacher.NewAttacher(cfg)
+		fencing, err = attacher.NewAttacher(cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -180,6 +192,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		if err != nil {
 			return nil, err
 		}
+		h.FencesFrom(fencing)
 		if d.Access.Nodes {
 			if err := h.WatchNodes(factory.Core().V1().Nodes().Informer()); err != nil {
 				return nil, err
@@ -214,6 +227,9 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		// with its ReleaseLeaderElectionOnExit gate; without it, they stop
 		// with ctx as it returns.
 		var wg sync.WaitGroup
+		if fencing != nil {
+			wg.Go(func() { fencing.RunFences(ctx) })
+		}
 		ctrl.Run(ctx, int(o.WorkerThreads), &wg)
 		wg.Wait()
 		factory.Shutdown()

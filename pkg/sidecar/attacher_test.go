@@ -260,9 +260,19 @@ func waitVA(t *testing.T, ctx context.Context, client *fake.Clientset, what stri
 }
 
 // NewAttacher wires informers (including the dynamic FencingRequest one),
-// the CSI handler and the controller: a VA is attached, then detached with a
-// fence as its node is NotReady, and the fence is recorded.
+// the CSI handler, the fence pool and the controller: a VA is attached,
+// then detached with a fence as its node is NotReady, and the fence is
+// recorded. With --disable-fencing it is external-attacher's controller
+// unchanged: the same detach is a plain unpublish, nothing recorded.
 func TestNewAttacherFencesAndRecords(t *testing.T) {
+	for _, disabled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fencing", true: "disable-fencing"}[disabled], func(t *testing.T) {
+			testNewAttacherFences(t, disabled)
+		})
+	}
+}
+
+func testNewAttacherFences(t *testing.T, disabled bool) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -273,7 +283,11 @@ func TestNewAttacherFencesAndRecords(t *testing.T) {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
 	d := &fakeDriver{}
-	opts, _ := parse(t, "--retry-interval-start=10ms", "--retry-interval-max=100ms", "--worker-threads=2")
+	args := []string{"--retry-interval-start=10ms", "--retry-interval-max=100ms", "--worker-threads=2"}
+	if disabled {
+		args = append(args, "--disable-fencing")
+	}
+	opts, _ := parse(t, args...)
 	run, err := NewAttacher(ctx, AttacherDeps{
 		DriverName: drv, Options: opts, Client: client, Dynamic: dyn, CSI: d.clients(), Access: FullAccess,
 		Mode: AttacherMode{CSIHandler: true, Reconcile: true, Fence: true},
@@ -296,11 +310,18 @@ func TestNewAttacherFencesAndRecords(t *testing.T) {
 	}
 	waitVA(t, ctx, client, "detached", func(va *storagev1.VolumeAttachment) bool { return len(va.Finalizers) == 0 })
 	calls := d.seen()
-	if len(calls) != 2 || calls[0] != "attach vol-1 node-1-id" || calls[1] != "detach vol-1 node-1-id fence" {
-		t.Errorf("driver calls %q", calls)
+	want := []string{"attach vol-1 node-1-id", "detach vol-1 node-1-id fence"}
+	if disabled {
+		want[1] = "detach vol-1 node-1-id"
+	}
+	if !slices.Equal(calls, want) {
+		t.Errorf("driver calls %q, want %q", calls, want)
 	}
 	fr, err := fencingv1alpha1.NewClient(dyn).Get(ctx, "node-1")
-	if err != nil || !fencerecord.IsFenced(fr, drv, "vol-1") {
+	if disabled && !apierrors.IsNotFound(err) {
+		t.Errorf("--disable-fencing wrote a FencingRequest: %+v, %v", fr, err)
+	}
+	if !disabled && (err != nil || !fencerecord.IsFenced(fr, drv, "vol-1")) {
 		t.Errorf("fence not recorded: %+v, %v", fr, err)
 	}
 	cancel()

@@ -44,6 +44,11 @@ type Options struct {
 	MaxGRPCLogLength   int
 
 	Role string
+	// DisableFencing runs external-attacher's controller exactly as
+	// external-attacher does (its own attacher, no fence, no publish
+	// refusal), to compare with it or to rule the fence out while
+	// troubleshooting. The zero value fences: nothing turns it off unasked.
+	DisableFencing bool
 }
 
 // AddFlags registers the options on fs with external-attacher's defaults.
@@ -57,6 +62,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Resync, "resync", 10*time.Minute, "Resync period of the informers: every object is processed again this often.")
 	fs.StringVar(&o.DefaultFSType, "default-fstype", "", "Filesystem type to publish a mount volume with when its PersistentVolume has none. Empty by default.")
 	fs.IntVar(&o.MaxGRPCLogLength, "max-grpc-log-length", -1, "Maximum number of characters logged of each gRPC response; -1 logs them whole.")
+	fs.BoolVar(&o.DisableFencing, "disable-fencing", false, "Run external-attacher's controller unchanged: no fenced detach, no refusal to publish where a volume may be quarantined or is still attached elsewhere. For comparison and troubleshooting; the automatic failover is governed by the NonGracefulFailover feature gate.")
 	fs.StringVar(&o.Role, "role", RoleController, "Which part to run: '"+RoleController+"' next to the driver's controller plugin (the attacher), or '"+RoleNode+"' next to its node plugin (the cleanup of fenced volumes).")
 }
 
@@ -88,6 +94,9 @@ func (o *Options) Warnings() []string {
 	}
 	if o.ReconcileSync <= 0 {
 		w = append(w, fmt.Sprintf("--reconcile-sync=%v: the VolumeAttachment reconciler runs without pause", o.ReconcileSync))
+	}
+	if o.DisableFencing {
+		w = append(w, "--disable-fencing: detaches are never fenced and publishes are never refused, as with external-attacher")
 	}
 	if o.MaxEntries < 0 || o.MaxEntries > math.MaxInt32 {
 		w = append(w, fmt.Sprintf("--max-entries=%d: sent to the driver as ListVolumes max_entries %d, which it should reject", o.MaxEntries, int32(o.MaxEntries)))

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+// attachOptions are the flags of --mode=attach.
+type attachOptions struct {
+	counts      []int    // VolumeAttachments per round (--counts)
+	qps         []string // "default" or a --kube-api-qps value; burst = qps
+	burstVols   int      // VolumeAttachments of the fence burst; 0: no burst phase
+	burstQPS    []string
+	fenceDelay  time.Duration
+	attachCount int // attaches measured alone and during the burst
+}
+
+// apiSetting is one --kube-api-qps/--kube-api-burst of the attacher.
+type apiSetting string
+
+func (s apiSetting) args() []string {
+	if s == "default" {
+		return nil // external-attacher's: 5 and 10
+	}
+	return []string{"--kube-api-qps=" + string(s), "--kube-api-burst=" + string(s)}
+}
+
+func (s apiSetting) String() string {
+	if s == "default" {
+		return "5/10"
+	}
+	return string(s) + "/" + string(s)
+}
+
+// fencingModes: the fencing Attacher on (the product), and off
+// (--disable-fencing: external-attacher's own controller and attacher).
+var fencingModes = []string{"fence", "plain"}
+
+func fencingArgs(mode string) []string {
+	if mode == "plain" {
+		return []string{"--disable-fencing"}
+	}
+	return nil
+}
+
+// roundResult is what attaching, then detaching, n VolumeAttachments cost.
+type roundResult struct {
+	setting                 apiSetting
+	fencing                 string
+	n                       int
+	attach, detach          time.Duration
+	attachWrites, detWrites int
+	attachReads, detReads   int
+}
+
+// burstAttachResult is what attaches cost alone and during a fence burst.
+type burstAttachResult struct {
+	setting          apiSetting
+	fencing          string
+	alone, during    attachLatencies
+	burstVols        int
+	burstDone        time.Duration // from the burst's start to its last detach
+	unpublishInBurst float64
+}
+
+type attachLatencies struct {
+	p50, p95, all time.Duration
+}
+
+// runAttach measures attach and detach throughput on a Ready node, with the
+// fencing Attacher and with external-attacher's controller unchanged, side
+// by side in one control plane, at each API client setting; then the
+// attaches to a Ready node while another node's volumes are fenced, each
+// fence taking fenceDelay in the driver (external-attacher issue #761).
+func runAttach(ctx context.Context, o attachOptions) error {
+	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Cleanup(false)
+	// NonGracefulFailover off: only the attacher acts on the node that
+	// fails in the burst, so that its fences are the attacher's.
+	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=false"}})
+	if err != nil {
+		return err
+	}
+	nodes, err := c.CreateNodes(ctx, "ready", 1, framework.DriverName)
+	if err != nil {
+		return err
+	}
+	if err := p.Array.RegisterNode(nodes[0], 0); err != nil {
+		return err
+	}
+	target := nodes[0]
+
+	var rounds []roundResult
+	for i, q := range o.qps {
+		for j, f := range fencingModes {
+			if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
+				return err
+			}
+			for k, n := range o.counts {
+				// Fresh volumes each round: the first attach of a PV also
+				// adds external-attacher's finalizer to it, which a round on
+				// volumes attached before would not pay.
+				handles, err := createVolumes(ctx, c, p, fmt.Sprintf("r%d%d%d", i, j, k), n)
+				if err != nil {
+					return err
+				}
+				r, err := attachRound(ctx, c, target, handles)
+				if err != nil {
+					return fmt.Errorf("%s, qps %s, %d volumes: %w", f, q, n, err)
+				}
+				r.setting, r.fencing = apiSetting(q), f
+				fmt.Printf("%s qps %s n=%d: attach %.1fs, detach %.1fs\n", f, r.setting, n, r.attach.Seconds(), r.detach.Seconds())
+				rounds = append(rounds, r)
+			}
+		}
+	}
+
+	var bursts []burstAttachResult
+	if o.burstVols > 0 {
+		for i, q := range o.burstQPS {
+			for j, f := range fencingModes {
+				if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
+					return err
+				}
+				b, err := burstAttach(ctx, c, p, fmt.Sprintf("fail%d%d", i, j), target, o)
+				if err != nil {
+					return fmt.Errorf("burst, %s, qps %s: %w", f, q, err)
+				}
+				b.setting, b.fencing = apiSetting(q), f
+				bursts = append(bursts, b)
+			}
+		}
+	}
+	printAttach(rounds, bursts, o)
+	return nil
+}
+
+// restartAttacher runs csi-fence-attacher with external-attacher's retry
+// and timeout defaults (the e2e harness shortens them), less verbose
+// logging, the API client setting q and the fencing mode f, and waits until
+// it leads.
+func restartAttacher(ctx context.Context, p *framework.Product, q apiSetting, f string) error {
+	args := []string{"--v=2", "--timeout=15s", "--retry-interval-start=1s", "--retry-interval-max=5m", "--reconcile-sync=1m"}
+	args = append(append(args, q.args()...), fencingArgs(f)...)
+	if err := p.RestartAttacher(ctx, args...); err != nil {
+		return err
+	}
+	// The killed replica's Lease has to expire first.
+	return framework.WaitFor(ctx, 60*time.Second, "csi-fence-attacher leading", func(ctx context.Context) (bool, error) {
+		return framework.Leading(ctx, p.AttacherHTTP)
+	})
+}
+
+// createVolumes creates n volumes of the mock driver and their PVs.
+func createVolumes(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix string, n int) ([]string, error) {
+	handles := make([]string, n)
+	for i := range handles {
+		handles[i] = fmt.Sprintf("%s-%04d", prefix, i)
+	}
+	err := parallel(8, handles, func(h string) error { return scenario.CreateVolume(ctx, c, p.Driver, h, nil) })
+	return handles, err
+}
+
+// parallel runs fn on every item, at most workers at a time, and returns
+// the first error.
+func parallel(workers int, items []string, fn func(string) error) error {
+	ch := make(chan string)
+	errs := make(chan error, len(items))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for it := range ch {
+				if err := fn(it); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for _, it := range items {
+		ch <- it
+	}
+	close(ch)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// createVAs creates a VolumeAttachment of each handle's PV to node, named
+// after the handle and labelled label, and returns when each was created.
+func createVAs(ctx context.Context, c *framework.Cluster, node, label string, handles []string) (map[string]time.Time, error) {
+	var mu sync.Mutex
+	created := map[string]time.Time{}
+	err := parallel(8, handles, func(h string) error {
+		pvName := h
+		va := &storagev1.VolumeAttachment{
+			ObjectMeta: metav1.ObjectMeta{Name: h, Labels: map[string]string{burstLabel: label}},
+			Spec: storagev1.VolumeAttachmentSpec{
+				Attacher: framework.DriverName, NodeName: node,
+				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName},
+			},
+		}
+		begin := time.Now()
+		if _, err := c.Client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		mu.Lock()
+		created[h] = begin
+		mu.Unlock()
+		return nil
+	})
+	return created, err
+}
+
+// waitAttached waits until every VolumeAttachment labelled label is
+// attached and returns when the watch saw each attached.
+func waitAttached(ctx context.Context, c *framework.Cluster, label string, n int, timeout time.Duration) (map[string]time.Time, error) {
+	seen := map[string]time.Time{}
+	err := waitVAs(ctx, c, burstLabel+"="+label, timeout, func(vas map[string]*storagev1.VolumeAttachment) bool {
+		for name, va := range vas {
+			if _, ok := seen[name]; !ok && va.Status.Attached {
+				seen[name] = time.Now()
+			}
+		}
+		return len(seen) == n
+	})
+	return seen, err
+}
+
+// detachAll deletes the VolumeAttachments labelled label and waits until
+// they are gone (detached, finalizer removed).
+func detachAll(ctx context.Context, c *framework.Cluster, label string, timeout time.Duration) error {
+	sel := burstLabel + "=" + label
+	if err := c.Client.StorageV1().VolumeAttachments().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+		return err
+	}
+	return waitVAs(ctx, c, sel, timeout, func(vas map[string]*storagev1.VolumeAttachment) bool { return len(vas) == 0 })
+}
+
+// attachRound attaches handles to node, then detaches them, and counts the
+// attacher's API requests of each phase in the audit log.
+func attachRound(ctx context.Context, c *framework.Cluster, node string, handles []string) (roundResult, error) {
+	r := roundResult{n: len(handles)}
+	const label = "round"
+	ev0, err := c.AuditEvents()
+	if err != nil {
+		return r, err
+	}
+	begin := time.Now()
+	if _, err := createVAs(ctx, c, node, label, handles); err != nil {
+		return r, err
+	}
+	if _, err := waitAttached(ctx, c, label, len(handles), 30*time.Minute); err != nil {
+		return r, fmt.Errorf("attaching: %w", err)
+	}
+	r.attach = time.Since(begin)
+	ev1, err := c.AuditEvents()
+	if err != nil {
+		return r, err
+	}
+	begin = time.Now()
+	if err := detachAll(ctx, c, label, 30*time.Minute); err != nil {
+		return r, fmt.Errorf("detaching: %w", err)
+	}
+	r.detach = time.Since(begin)
+	ev2, err := c.AuditEvents()
+	if err != nil {
+		return r, err
+	}
+	var a, d burstResult
+	a.countRequests(ev1[len(ev0):])
+	d.countRequests(ev2[len(ev1):])
+	r.attachWrites, r.attachReads, r.detWrites, r.detReads = a.writes, a.reads, d.writes, d.reads
+	return r, nil
+}
+
+// burstAttach measures attaching handles to target alone, then again while
+// burstVols volumes are detached at once from a node that failed, each
+// unpublish taking o.fenceDelay in the driver.
+func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, target string, o attachOptions) (burstAttachResult, error) {
+	b := burstAttachResult{burstVols: o.burstVols}
+	failing, err := c.CreateNodes(ctx, prefix, 1, framework.DriverName)
+	if err != nil {
+		return b, err
+	}
+	if err := p.Array.RegisterNode(failing[0], 0); err != nil {
+		return b, err
+	}
+	burstHandles, err := createVolumes(ctx, c, p, prefix, o.burstVols)
+	if err != nil {
+		return b, err
+	}
+	if _, err := createVAs(ctx, c, failing[0], prefix, burstHandles); err != nil {
+		return b, err
+	}
+	if _, err := waitAttached(ctx, c, prefix, len(burstHandles), 20*time.Minute); err != nil {
+		return b, fmt.Errorf("attaching the burst's volumes: %w", err)
+	}
+
+	// Attaches alone, the baseline, and during the burst, each on fresh
+	// volumes.
+	alone, err := createVolumes(ctx, c, p, prefix+"-alone", o.attachCount)
+	if err != nil {
+		return b, err
+	}
+	during, err := createVolumes(ctx, c, p, prefix+"-during", o.attachCount)
+	if err != nil {
+		return b, err
+	}
+	if b.alone, err = timedAttaches(ctx, c, target, alone); err != nil {
+		return b, err
+	}
+	if err := detachAll(ctx, c, "timed", 20*time.Minute); err != nil {
+		return b, err
+	}
+
+	if err := c.ShutDown(ctx, failing[0]); err != nil {
+		return b, err
+	}
+	// The taint follows the NotReady condition: by then the attacher's
+	// cache has the node NotReady too.
+	if err := c.WaitTaint(ctx, failing[0], corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute, true, 90*time.Second); err != nil {
+		return b, err
+	}
+	store := faults.NewStore(p.Driver.StateDir)
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: o.fenceDelay}); err != nil {
+		return b, err
+	}
+	unpub0, err := unpublishCalls(ctx, p)
+	if err != nil {
+		return b, err
+	}
+	begin := time.Now()
+	if err := c.Client.StorageV1().VolumeAttachments().DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: burstLabel + "=" + prefix}); err != nil {
+		return b, err
+	}
+	if b.during, err = timedAttaches(ctx, c, target, during); err != nil {
+		return b, err
+	}
+	if err := waitVAs(ctx, c, burstLabel+"="+prefix, 30*time.Minute, func(vas map[string]*storagev1.VolumeAttachment) bool { return len(vas) == 0 }); err != nil {
+		return b, fmt.Errorf("detaching the burst: %w", err)
+	}
+	b.burstDone = time.Since(begin)
+	unpub, err := unpublishCalls(ctx, p)
+	if err != nil {
+		return b, err
+	}
+	b.unpublishInBurst = unpub - unpub0
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{}); err != nil {
+		return b, err
+	}
+	fmt.Printf("burst %s: attaches alone p50 %.2fs all %.2fs; during the burst p50 %.2fs all %.2fs; burst done in %.1fs\n", prefix,
+		b.alone.p50.Seconds(), b.alone.all.Seconds(), b.during.p50.Seconds(), b.during.all.Seconds(), b.burstDone.Seconds())
+	return b, detachAll(ctx, c, "timed", 20*time.Minute)
+}
+
+// timedAttaches attaches handles to node at once and returns the latency
+// of each attach, from its VolumeAttachment's creation to attached.
+func timedAttaches(ctx context.Context, c *framework.Cluster, node string, handles []string) (attachLatencies, error) {
+	var l attachLatencies
+	begin := time.Now()
+	created, err := createVAs(ctx, c, node, "timed", handles)
+	if err != nil {
+		return l, err
+	}
+	attached, err := waitAttached(ctx, c, "timed", len(handles), 20*time.Minute)
+	if err != nil {
+		return l, fmt.Errorf("timed attaches: %w", err)
+	}
+	var samples []time.Duration
+	last := begin
+	for h, t := range attached {
+		samples = append(samples, t.Sub(created[h]))
+		if t.After(last) {
+			last = t
+		}
+	}
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	l.p50, l.p95, l.all = timeline.Percentile(samples, 50), timeline.Percentile(samples, 95), last.Sub(begin)
+	return l, nil
+}
+
+func printAttach(rounds []roundResult, bursts []burstAttachResult, o attachOptions) {
+	fmt.Printf("\nAttach, then detach, N VolumeAttachments on a Ready node (attacher's API requests from the audit log):\n")
+	fmt.Printf("%-9s %-6s %5s | %9s %9s %8s | %9s %9s %8s | %8s\n", "qps/burst", "attach", "N",
+		"attach/s", "writes/op", "reads/op", "detach/s", "writes/op", "reads/op", "time vs")
+	fmt.Printf("%-9s %-6s %5s | %9s %9s %8s | %9s %9s %8s | %8s\n", "", "er", "", "", "", "", "", "", "", "plain")
+	plain := map[string]roundResult{}
+	for _, r := range rounds {
+		if r.fencing == "plain" {
+			plain[fmt.Sprint(r.setting, r.n)] = r
+		}
+	}
+	for _, r := range rounds {
+		n := float64(r.n)
+		vs := ""
+		if base, ok := plain[fmt.Sprint(r.setting, r.n)]; ok && r.fencing == "fence" {
+			vs = fmt.Sprintf("%+.1f%%", 100*((r.attach+r.detach).Seconds()/(base.attach+base.detach).Seconds()-1))
+		}
+		fmt.Printf("%-9s %-6s %5d | %9.1f %9.2f %8.2f | %9.1f %9.2f %8.2f | %8s\n", r.setting, r.fencing, r.n,
+			n/r.attach.Seconds(), float64(r.attachWrites)/n, float64(r.attachReads)/n,
+			n/r.detach.Seconds(), float64(r.detWrites)/n, float64(r.detReads)/n, vs)
+	}
+	if len(bursts) == 0 {
+		return
+	}
+	fmt.Printf("\n%d attaches to a Ready node, alone and while %d volumes are detached from a NotReady node (%v per ControllerUnpublishVolume):\n",
+		o.attachCount, o.burstVols, o.fenceDelay)
+	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s | %8s | %8s %8s\n", "qps/burst", "attach", "alone p50", "p95", "all",
+		"burst p50", "p95", "all", "p50 vs", "burst", "unpub")
+	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s | %8s | %8s %8s\n", "", "er", "", "", "", "", "", "", "alone", "done", "RPCs")
+	for _, b := range bursts {
+		fmt.Printf("%-9s %-6s | %8.2fs %8.2fs %8.2fs | %8.2fs %8.2fs %8.2fs | %+7.0f%% | %7.1fs %8.0f\n", b.setting, b.fencing,
+			b.alone.p50.Seconds(), b.alone.p95.Seconds(), b.alone.all.Seconds(),
+			b.during.p50.Seconds(), b.during.p95.Seconds(), b.during.all.Seconds(),
+			100*(b.during.p50.Seconds()/b.alone.p50.Seconds()-1), b.burstDone.Seconds(), b.unpublishInBurst)
+	}
+}
+
+// parseInts reads "100,500".
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: want positive integers separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

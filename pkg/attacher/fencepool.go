@@ -1,0 +1,191 @@
+package attacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/klog/v2"
+)
+
+// DefaultFenceWorkers is the size of the fence pool when Config leaves it
+// zero: external-attacher's default --worker-threads, so that as many
+// fences run at once as its workers would have run.
+const DefaultFenceWorkers = 10
+
+// fenceQueueSize bounds the fences waiting for a fence worker: beyond it a
+// Detach is retried with external-attacher's backoff. It holds every
+// attachment of several large nodes, so that a node failure does not spill
+// over.
+const fenceQueueSize = 4096
+
+// resultTTL is how long the failure of a fence waits for the Detach that
+// reports it. A VolumeAttachment whose Detach never comes back (deleted by
+// someone else) must not keep its entry forever.
+const resultTTL = 30 * time.Minute
+
+// ErrFencePending is what Detach returns while the fence of the volume runs
+// in the fence pool: external-attacher's handler keeps the finalizer and
+// requeues the VolumeAttachment with backoff, and the pool requeues it
+// again as soon as the fence is over.
+var ErrFencePending = errors.New("fence in progress")
+
+// IsFencePending reports whether err says a fence is still in progress.
+func IsFencePending(err error) bool { return errors.Is(err, ErrFencePending) }
+
+// fencePool runs the fenced unpublishes outside external-attacher's
+// workers. external-attacher has one pool of workers for every
+// VolumeAttachment (issue #761): a fence that takes the driver seconds
+// would hold one of them for as long, and a burst of them, the failure of
+// one node, would starve the attaches of the replacements, which are the
+// failover's own latency. Detach hands the fence to this pool and returns
+// ErrFencePending at once; the pool records and sends it (write-ahead, as
+// Attacher.fence always does) and requeues the VolumeAttachment; the next
+// Detach finds the fence recorded and detaches without a call.
+//
+// It is bounded: a fixed number of workers, a bounded queue, at most one
+// fence per volume and node ID at a time (a requeue of the same detach
+// never starts a second one).
+type fencePool struct {
+	workers int
+	timeout time.Duration
+	jobs    chan *fenceJob
+	// fence does the work of a job (Attacher.fence).
+	fence func(ctx context.Context, j *fenceJob) error
+
+	mu sync.Mutex
+	// pending holds the fences queued or running; pendingVAs their
+	// VolumeAttachments.
+	pending    map[fenceKey]bool
+	pendingVAs map[string]bool
+	// failed holds the fences that failed until a Detach reports them; a
+	// success is not kept: the record says it (IsFenced).
+	failed map[fenceKey]fenceFailure
+	// requeue is told the VolumeAttachment whose fence is over.
+	requeue func(vaName string)
+	now     func() time.Time
+}
+
+type fenceKey struct{ volumeID, nodeID string }
+
+type fenceJob struct {
+	key              fenceKey
+	va               *storagev1.VolumeAttachment // nil when Detach was not called through Handler
+	nodeName, reason string
+	secrets          map[string]string
+	logger           klog.Logger
+}
+
+type fenceFailure struct {
+	err error
+	at  time.Time
+}
+
+func newFencePool(workers int, timeout time.Duration, fence func(context.Context, *fenceJob) error) *fencePool {
+	if workers <= 0 {
+		workers = DefaultFenceWorkers
+	}
+	return &fencePool{
+		workers: workers, timeout: timeout, fence: fence,
+		jobs:    make(chan *fenceJob, fenceQueueSize),
+		pending: map[fenceKey]bool{}, pendingVAs: map[string]bool{}, failed: map[fenceKey]fenceFailure{},
+		now: time.Now,
+	}
+}
+
+// submit returns the failure of the job's last fence, if one is waiting to
+// be reported, and otherwise queues the fence unless one runs already.
+// It never blocks.
+func (p *fencePool) submit(j *fenceJob) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, ok := p.failed[j.key]; ok {
+		// Reported once: the next Detach, after external-attacher's
+		// backoff, fences again.
+		delete(p.failed, j.key)
+		return f.err
+	}
+	if p.pending[j.key] {
+		return fmt.Errorf("volume %s is being fenced from node %s: %w", j.key.volumeID, j.nodeName, ErrFencePending)
+	}
+	p.prune()
+	// Once sent, j is the worker's.
+	queued := fmt.Errorf("fencing volume %s from node %s (%s): %w", j.key.volumeID, j.nodeName, j.reason, ErrFencePending)
+	select {
+	case p.jobs <- j:
+		p.pending[j.key] = true
+		if j.va != nil {
+			p.pendingVAs[j.va.Name] = true
+		}
+		return queued
+	default:
+		return fmt.Errorf("%d fences are queued already, volume %s will be fenced from node %s on a retry", fenceQueueSize, j.key.volumeID, j.nodeName)
+	}
+}
+
+// prune drops the failures nobody came to collect. Called with mu held.
+func (p *fencePool) prune() {
+	for k, f := range p.failed {
+		if p.now().Sub(f.at) > resultTTL {
+			delete(p.failed, k)
+		}
+	}
+}
+
+// fencing reports whether the fence of the VolumeAttachment is queued or
+// running.
+func (p *fencePool) fencing(vaName string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pendingVAs[vaName]
+}
+
+// setRequeue sets what is told of each fence that is over.
+func (p *fencePool) setRequeue(fn func(vaName string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.requeue = fn
+}
+
+// run runs the workers until ctx is done and they have returned. Queued
+// fences left then are not sent; their detaches stay pending, with their
+// finalizers, until the next leader fences them.
+func (p *fencePool) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range p.workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case j := <-p.jobs:
+					p.do(ctx, j)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (p *fencePool) do(ctx context.Context, j *fenceJob) {
+	// --timeout bounds the fence as it bounds external-attacher's Detach.
+	fctx, cancel := context.WithTimeout(klog.NewContext(ctx, j.logger), p.timeout)
+	err := p.fence(fctx, j)
+	cancel()
+	p.mu.Lock()
+	delete(p.pending, j.key)
+	if j.va != nil {
+		delete(p.pendingVAs, j.va.Name)
+	}
+	if err != nil {
+		p.failed[j.key] = fenceFailure{err: err, at: p.now()}
+	}
+	requeue := p.requeue
+	p.mu.Unlock()
+	if requeue != nil && j.va != nil {
+		requeue(j.va.Name)
+	}
+}

@@ -1,0 +1,237 @@
+package attacher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+)
+
+// manyObjs are the objects of n volumes vol-i (PV pvi, VolumeAttachment
+// vai) being detached from node-1, NotReady: each detach is a fence.
+func manyObjs(n int) []runtime.Object {
+	out := []runtime.Object{csiNode("node-1"), node("node-1", readyStatus(v1.ConditionUnknown)), pv("pv-ready", "vol-ready")}
+	for i := range n {
+		out = append(out, pv(fmt.Sprintf("pv%d", i), fmt.Sprintf("vol-%d", i)), detachingVA(fmt.Sprintf("va%d", i), fmt.Sprintf("pv%d", i), "node-1"))
+	}
+	return out
+}
+
+// detachVol runs Detach of vol-i from node-1 as external-attacher's
+// handler calls it, once.
+func (e *env) detachVol(i int) error {
+	ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, detachingVA(fmt.Sprintf("va%d", i), fmt.Sprintf("pv%d", i), "node-1")), 2*time.Second)
+	defer cancel()
+	return e.a.Detach(ctx, fmt.Sprintf("vol-%d", i), "node-1-id", nil)
+}
+
+// external-attacher issue #761: a fence the driver takes long to answer
+// does not hold the worker that synced its VolumeAttachment. Detach hands it
+// over and returns at once; a requeue of the same detach meanwhile starts no
+// second fence; once the fence is over, the next Detach finds it recorded
+// and detaches without a call to the driver.
+func TestDetachDoesNotWaitForTheFence(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan string, 10)
+	e := newEnv(t, envConfig{objects: manyObjs(1), timeout: time.Minute,
+		unpublish: func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) error {
+			started <- req.GetVolumeId()
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	returned := make(chan error, 1)
+	go func() { returned <- e.detachVol(0) }()
+	select {
+	case err := <-returned:
+		if !IsFencePending(err) {
+			t.Fatalf("Detach returned %v, want the fence pending", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Detach waited for the driver's fence: it holds one of external-attacher's workers (#761)")
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence was not sent")
+	}
+	// The driver still holds the fence: a requeue is told so, and sends
+	// nothing more.
+	if err := e.detachVol(0); !IsFencePending(err) {
+		t.Fatalf("Detach during the fence returned %v, want the fence pending", err)
+	}
+	if !fencerecord.MayBeQuarantined(e.getFR("node-1"), drv, "vol-0") {
+		t.Errorf("the fence was sent before its intent was recorded: %+v", e.getFR("node-1"))
+	}
+	close(release)
+	e.waitFenceDone("va0")
+	if !fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-0") {
+		t.Fatalf("the fence is over but not recorded: %+v", e.getFR("node-1"))
+	}
+	if err := e.detachVol(0); err != nil {
+		t.Fatalf("Detach after the recorded fence: %v", err)
+	}
+	if got := e.sent(); len(got) != 1 || got[0] != "unpublish vol-0 node-1-id fence" {
+		t.Errorf("the driver received %q, want one fence", got)
+	}
+}
+
+// Several of external-attacher's workers detach many volumes of a failed
+// node at once (run with -race): each volume is fenced exactly once,
+// never more fences run at once than the pool has workers, and every
+// detach ends once its fence is recorded.
+func TestFencePoolUnderConcurrentDetaches(t *testing.T) {
+	const volumes, fenceWorkers, syncWorkers = 20, 3, 5
+	var running, most atomic.Int32
+	e := newEnv(t, envConfig{objects: manyObjs(volumes), fenceWorkers: fenceWorkers,
+		unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					return nil
+				}
+			}
+		}})
+	// A queue of the volumes to sync, as external-attacher's: a pending
+	// detach goes back when the pool says its fence is over.
+	queue := make(chan int, volumes)
+	for i := range volumes {
+		queue <- i
+	}
+	var pending sync.Map // va name -> volume index
+	var done atomic.Int32
+	allDone := make(chan struct{})
+	finish := func() {
+		if done.Add(1) == volumes {
+			close(allDone)
+		}
+	}
+	e.a.OnFenceDone(func(va string) {
+		if i, ok := pending.LoadAndDelete(va); ok {
+			queue <- i.(int)
+		}
+	})
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range syncWorkers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-allDone:
+					return
+				case i := <-queue:
+					// Stored before the call: the fence may be over before
+					// Detach returns.
+					pending.Store(fmt.Sprintf("va%d", i), i)
+					err := e.detachVol(i)
+					switch {
+					case err == nil:
+						pending.Delete(fmt.Sprintf("va%d", i))
+						finish()
+					case !IsFencePending(err):
+						t.Errorf("vol-%d: %v", i, err)
+						finish()
+					}
+				case <-ctx.Done():
+					t.Errorf("%d of %d detaches done after 30s", done.Load(), volumes)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	sent := map[string]int{}
+	for _, s := range e.sent() {
+		sent[s]++
+	}
+	for i := range volumes {
+		if s := fmt.Sprintf("unpublish vol-%d node-1-id fence", i); sent[s] != 1 {
+			t.Errorf("%s sent %d times, want once", s, sent[s])
+		}
+		if !fencerecord.IsFenced(e.getFR("node-1"), drv, fmt.Sprintf("vol-%d", i)) {
+			t.Errorf("vol-%d not recorded fenced", i)
+		}
+	}
+	if m := most.Load(); m > fenceWorkers {
+		t.Errorf("%d fences ran at once, the pool has %d workers", m, fenceWorkers)
+	}
+}
+
+// S4 across the fence pool's queue: a fence decided on a NotReady node
+// that waited for a fence worker while the node became Ready again is not
+// sent (the worker decides again on live reads); the requeued detach is a
+// plain unpublish.
+func TestQueuedFenceDecidesAgain(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan string, 10)
+	e := newEnv(t, envConfig{objects: manyObjs(2), fenceWorkers: 1, timeout: time.Minute,
+		unpublish: func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) error {
+			started <- req.GetVolumeId()
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	// vol-0's fence holds the one fence worker; vol-1's waits behind it.
+	if err := e.detachVol(0); !IsFencePending(err) {
+		t.Fatalf("vol-0: %v, want the fence pending", err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("vol-0's fence was not sent")
+	}
+	if err := e.detachVol(1); !IsFencePending(err) {
+		t.Fatalf("vol-1: %v, want the fence pending", err)
+	}
+	// The node is back before vol-1's turn (the caches still say NotReady).
+	if _, err := e.client.CoreV1().Nodes().Update(e.ctx, node("node-1"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for range 2 {
+		e.waitFenceDone("")
+	}
+	if fencerecord.MayBeQuarantined(e.getFR("node-1"), drv, "vol-1") {
+		t.Errorf("vol-1 was fenced from a Ready node without a manual request (S4): %+v", e.getFR("node-1"))
+	}
+	if err := e.detachVol(1); err != nil {
+		t.Fatalf("vol-1 after the node is back: %v", err)
+	}
+	want := []string{"unpublish vol-0 node-1-id fence", "unpublish vol-1 node-1-id"}
+	if got := e.sent(); !slices.Equal(got, want) {
+		t.Errorf("the driver received %q, want %q", got, want)
+	}
+}
