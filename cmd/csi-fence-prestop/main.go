@@ -130,4 +130,3 @@ func install(dest string) error {
 	}
 	return os.Rename(tmp, dest)
 }
-
