@@ -157,20 +157,23 @@ func (r *PreStopRunner) sync(ctx context.Context, pod *v1.Pod) {
 		return
 	}
 	held := slices.Contains(pod.Finalizers, PreStopFinalizer)
-	if pod.DeletionTimestamp == nil {
-		r.mu.Lock()
-		_, haveEnv := r.env[pod.UID]
-		r.mu.Unlock()
-		if !haveEnv && r.opts.PodEnv != nil {
-			env, err := r.opts.PodEnv(ctx, pod)
-			if err != nil {
-				logger.Error(err, "Preparing the pod's environment")
-				return
-			}
-			r.mu.Lock()
-			r.env[pod.UID] = env
-			r.mu.Unlock()
+	// A runner started after the pod (a node back from a partition, as a
+	// kubelet after a reboot) prepares its environment when it first sees
+	// it, terminating or not.
+	r.mu.Lock()
+	_, haveEnv := r.env[pod.UID]
+	r.mu.Unlock()
+	if !haveEnv && r.opts.PodEnv != nil && (held || pod.DeletionTimestamp == nil) {
+		env, err := r.opts.PodEnv(ctx, pod)
+		if err != nil {
+			logger.Error(err, "Preparing the pod's environment")
+			return
 		}
+		r.mu.Lock()
+		r.env[pod.UID] = env
+		r.mu.Unlock()
+	}
+	if pod.DeletionTimestamp == nil {
 		if !held {
 			if err := r.finalizer(ctx, pod, true); err != nil {
 				logger.Error(err, "Adding the preStop finalizer")
@@ -252,8 +255,8 @@ func (r *PreStopRunner) runHooks(ctx context.Context, pod *v1.Pod, env []string)
 	wg.Wait()
 }
 
-func (r *PreStopRunner) runHook(ctx context.Context, pod *v1.Pod, c v1.Container, extra []string) HookRun {
-	run := HookRun{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, UID: pod.UID, Start: time.Now()}
+func (r *PreStopRunner) runHook(ctx context.Context, pod *v1.Pod, c v1.Container, extra []string) (run HookRun) {
+	run = HookRun{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, UID: pod.UID, Start: time.Now()}
 	defer func() { run.Took = time.Since(run.Start) }()
 	h := c.Lifecycle.PreStop
 	switch {
