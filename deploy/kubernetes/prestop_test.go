@@ -19,14 +19,14 @@ func TestPreStopWebhookRenders(t *testing.T) {
 		wantAbsent []string
 	}{
 		{dir: "prestop", want: map[string][]string{
-			"MutatingWebhookConfiguration/csi-fence-prestop": {"failurePolicy: Ignore", "'" + termreason.OptInKey + "'", "== '" + termreason.OptInEnabled + "'", "operations:\n    - CREATE"},
+			"MutatingWebhookConfiguration/csi-fence-prestop":  {"failurePolicy: Ignore", "'" + termreason.OptInKey + "'", "== '" + termreason.OptInEnabled + "'", "operations:\n    - CREATE"},
 			"Deployment/csi-fence-prestop-webhook":            {"--generate-certificate", "--webhook-configuration=csi-fence-prestop", "--helper-image="},
 			"ClusterRole/csi-fence-prestop-webhook":           {"mutatingwebhookconfigurations", "csi-fence-prestop"},
 			"ClusterRole/csi-fence-termination-reason-reader": {"controllerrevisions"},
 			"Service/csi-fence-prestop-webhook":               {"targetPort: https"},
 		}},
 		{dir: "prestop-cert-manager", want: map[string][]string{
-			"MutatingWebhookConfiguration/csi-fence-prestop": {"cert-manager.io/inject-ca-from: default/csi-fence-prestop-webhook", "failurePolicy: Ignore"},
+			"MutatingWebhookConfiguration/csi-fence-prestop":  {"cert-manager.io/inject-ca-from: default/csi-fence-prestop-webhook", "failurePolicy: Ignore"},
 			"Deployment/csi-fence-prestop-webhook":            {"--tls-cert-file=/tls/tls.crt", "secretName: csi-fence-prestop-webhook-tls"},
 			"Certificate/csi-fence-prestop-webhook":           {"csi-fence-prestop-webhook.default.svc"},
 			"ClusterRole/csi-fence-termination-reason-reader": {"pods"},
