@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -280,6 +281,35 @@ func TestTerminationReasons(t *testing.T) {
 			},
 		},
 		{
+			name: "Deployment rolling update: Update", hook: execHook, want: termreason.Update,
+			setup: func(ctx context.Context, t *testing.T, ns, node string, tmpl corev1.PodTemplateSpec) string {
+				tmpl.Labels["app"] = "web"
+				d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: appsv1.DeploymentSpec{
+					Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Template: tmpl}}
+				if _, err := apps.Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				var name string
+				if err := framework.WaitFor(ctx, 60*time.Second, "the Deployment's pod", func(ctx context.Context) (bool, error) {
+					pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+					if err != nil || len(pods.Items) != 1 {
+						return false, err
+					}
+					name = pods.Items[0].Name
+					return true, nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				return name
+			},
+			terminate: func(ctx context.Context, t *testing.T, ns, _ string) {
+				patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"e2e/version":"2"}}}}}`)
+				if _, err := apps.Deployments(ns).Patch(ctx, "web", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
 			name: "eviction API: Eviction, in the header of an HTTP GET hook", hook: httpHook, want: termreason.Eviction,
 			setup: createBarePod,
 			terminate: func(ctx context.Context, t *testing.T, ns, pod string) {
@@ -538,4 +568,68 @@ func TestTerminationReasonFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNoViolations(t)
+}
+
+// The seed's delivery rules, enforced by the webhook the real apiserver
+// calls: a pod that breaks one is denied at creation with the rule in the
+// message, and one that follows them is admitted.
+func TestTerminationReasonDeliveryRules(t *testing.T) {
+	e := termSetup(t)
+	ctx := context.Background()
+	ns := termNamespace(ctx, t, fmt.Sprintf("term-rules-%d", time.Now().UnixNano()%100000))
+	for _, tc := range []struct {
+		name    string
+		hook    string
+		ann     map[string]string
+		wantErr string
+	}{
+		{name: "a variable for an HTTP GET hook", hook: httpHook, ann: map[string]string{termreason.EnvAnnotation: "WHY"}, wantErr: "a variable only reaches command hooks"},
+		{name: "a header for a command hook", hook: execHook, ann: map[string]string{termreason.HeaderAnnotation: "X-Why"}, wantErr: "a header only reaches HTTP GET hooks"},
+		{name: "both", hook: execHook, ann: map[string]string{termreason.EnvAnnotation: "WHY", termreason.HeaderAnnotation: "X-Why"}, wantErr: "not both"},
+		{name: "an invalid variable name", hook: execHook, ann: map[string]string{termreason.EnvAnnotation: "WHY-NOT"}, wantErr: "not a valid environment variable name"},
+		{name: "an invalid header name", hook: httpHook, ann: map[string]string{termreason.HeaderAnnotation: "X Why"}, wantErr: "not a valid HTTP header name"},
+		{name: "a valid renamed header", hook: httpHook, ann: map[string]string{termreason.HeaderAnnotation: "X-Why"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := e.optedInTemplate(ns, e.nodes[0], tc.hook, tc.ann)
+			pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+			pod.Namespace, pod.Name = ns, "rules"
+			got, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("denied: %v", err)
+				}
+				if got.Spec.InitContainers[0].Name != prestop.InitName || !slices.Contains(got.Spec.Containers[0].Lifecycle.PreStop.Exec.Command, "--header=X-Why") {
+					t.Fatalf("not mutated with the renamed header: %+v", got.Spec.Containers[0].Lifecycle.PreStop)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "csi-fence-prestop") {
+				t.Fatalf("error %v, want the webhook's denial with %q", err, tc.wantErr)
+			}
+			t.Logf("denied as expected: %v", err)
+		})
+	}
+}
+
+// The webhook fails open: while it is down, the apiserver admits an
+// opted-in pod unmodified (its hooks run without a reason) instead of
+// refusing pods; restarted with a new CA, it writes that CA into its
+// configuration and the apiserver mutates through it again.
+func TestTerminationReasonWebhookFailsOpen(t *testing.T) {
+	e := termSetup(t)
+	ctx := context.Background()
+	e.ps.StopWebhook()
+	defer func() {
+		if err := e.ps.RestartWebhook(ctx); err != nil {
+			t.Fatalf("the webhook did not come back: %v", err)
+		}
+	}()
+	mutated, err := e.ps.MutatesPods(ctx)
+	if err != nil {
+		t.Fatalf("an opted-in pod was refused while the webhook is down: %v", err)
+	}
+	if mutated {
+		t.Fatalf("an opted-in pod was mutated with the webhook stopped: the test proves nothing")
+	}
 }

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/yaml"
@@ -39,7 +40,8 @@ type PreStop struct {
 	Webhook *Process
 	Addr    string
 
-	c *Cluster
+	c          *Cluster
+	kubeconfig string
 }
 
 // PreStopWebhookConfig is the MutatingWebhookConfiguration of deploy/.
@@ -64,32 +66,12 @@ func (c *Cluster) StartPreStop(ctx context.Context) (*PreStop, error) {
 	if err != nil {
 		return nil, err
 	}
+	ps.kubeconfig = kubeconfig
 	// The webhook first, so that it is there to write the caBundle as soon
 	// as the configuration exists (it retries until then), as in a cluster
 	// where both are applied at once.
-	insecure := &tls.Config{InsecureSkipVerify: true}
-	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		ps.Addr = "127.0.0.1:" + strconv.Itoa(ports[0])
-		ps.Webhook, err = c.StartProcess("prestop-webhook", filepath.Join(ps.BinDir, "csi-fence-prestop-webhook"),
-			"--listen="+ps.Addr, "--generate-certificate", "--certificate-hosts=127.0.0.1",
-			"--webhook-configuration="+PreStopWebhookConfig, "--kubeconfig="+kubeconfig,
-			"--helper-image=ghcr.io/csi-fence/csi-fence-prestop:canary", "--v=2")
-		if err != nil {
-			return nil, err
-		}
-		err = waitHTTPOf(ctx, ps.Webhook, "https://"+ps.Addr+"/healthz", insecure, 30*time.Second)
-		if err == nil {
-			break
-		}
-		ps.Webhook.Stop(5 * time.Second)
-		var exited *ExitedError
-		if attempt == startAttempts || !errors.As(err, &exited) || !exited.PortConflict {
-			return nil, err
-		}
+	if err := ps.startWebhook(ctx); err != nil {
+		return nil, err
 	}
 	b, err := os.ReadFile(filepath.Join(RepoRoot(), "deploy/kubernetes/prestop/mutatingwebhookconfiguration.yaml"))
 	if err != nil {
@@ -111,21 +93,7 @@ func (c *Cluster) StartPreStop(ctx context.Context) (*PreStop, error) {
 	if _, err := cfgs.Create(ctx, &cfg, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
 		return nil, err
 	}
-	probe := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "prestop-probe", Namespace: "default", Labels: map[string]string{termreason.OptInKey: termreason.OptInEnabled}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
-			Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}}}},
-	}
-	if err := WaitFor(ctx, 30*time.Second, "the apiserver mutating pods through the webhook", func(ctx context.Context) (bool, error) {
-		if err := c.alive(); err != nil {
-			return false, err
-		}
-		got, err := c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return false, err
-		}
-		return len(got.Spec.InitContainers) > 0 && got.Spec.InitContainers[0].Name == prestop.InitName, nil
-	}); err != nil {
+	if err := ps.waitMutating(ctx); err != nil {
 		return nil, err
 	}
 	c.log.Logf("csi-fence-prestop-webhook serving on %s, called by the apiserver (%.1fs)", ps.Addr, time.Since(begin).Seconds())
@@ -175,4 +143,88 @@ func (ps *PreStop) PodTokenEnv(ctx context.Context, pod *corev1.Pod) ([]string, 
 		return nil, err
 	}
 	return []string{"KUBECONFIG=" + kc}, nil
+}
+
+// startWebhook starts csi-fence-prestop-webhook on a free port.
+func (ps *PreStop) startWebhook(ctx context.Context) error {
+	insecure := &tls.Config{InsecureSkipVerify: true}
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		ps.Addr = "127.0.0.1:" + strconv.Itoa(ports[0])
+		ps.Webhook, err = ps.c.StartProcess("prestop-webhook", filepath.Join(ps.BinDir, "csi-fence-prestop-webhook"),
+			"--listen="+ps.Addr, "--generate-certificate", "--certificate-hosts=127.0.0.1",
+			"--webhook-configuration="+PreStopWebhookConfig, "--kubeconfig="+ps.kubeconfig,
+			"--helper-image=ghcr.io/csi-fence/csi-fence-prestop:canary", "--v=2")
+		if err != nil {
+			return err
+		}
+		err = waitHTTPOf(ctx, ps.Webhook, "https://"+ps.Addr+"/healthz", insecure, 30*time.Second)
+		if err == nil {
+			return nil
+		}
+		ps.Webhook.Stop(5 * time.Second)
+		var exited *ExitedError
+		if attempt == startAttempts || !errors.As(err, &exited) || !exited.PortConflict {
+			return err
+		}
+	}
+}
+
+// MutatesPods reports whether the apiserver mutates an opted-in pod now
+// (a server-side dry run, which runs the mutating webhooks).
+func (ps *PreStop) MutatesPods(ctx context.Context) (bool, error) {
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "prestop-probe", Namespace: "default", Labels: map[string]string{termreason.OptInKey: termreason.OptInEnabled}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
+			Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}}}},
+	}
+	got, err := ps.c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false, err
+	}
+	return len(got.Spec.InitContainers) > 0 && got.Spec.InitContainers[0].Name == prestop.InitName, nil
+}
+
+func (ps *PreStop) waitMutating(ctx context.Context) error {
+	return WaitFor(ctx, 30*time.Second, "the apiserver mutating pods through the webhook", func(ctx context.Context) (bool, error) {
+		if err := ps.c.alive(); err != nil {
+			return false, err
+		}
+		return ps.MutatesPods(ctx)
+	})
+}
+
+// StopWebhook stops the webhook process (an outage).
+func (ps *PreStop) StopWebhook() {
+	ps.Webhook.Stop(5 * time.Second)
+}
+
+// RestartWebhook starts the webhook again, with a new generated CA as a
+// restarted replica has, and returns once the apiserver mutates through it.
+func (ps *PreStop) RestartWebhook(ctx context.Context) error {
+	if err := ps.startWebhook(ctx); err != nil {
+		return err
+	}
+	// The configuration still points at the old port: point it at the
+	// new one (a Service would hide this), keeping the caBundle the
+	// webhook writes.
+	url := "https://" + ps.Addr + "/mutate"
+	cfgs := ps.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cfg, err := cfgs.Get(ctx, PreStopWebhookConfig, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range cfg.Webhooks {
+			cfg.Webhooks[i].ClientConfig.URL = &url
+		}
+		_, err = cfgs.Update(ctx, cfg, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	return ps.waitMutating(ctx)
 }
