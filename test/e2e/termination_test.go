@@ -633,3 +633,22 @@ func TestTerminationReasonWebhookFailsOpen(t *testing.T) {
 		t.Fatalf("an opted-in pod was mutated with the webhook stopped: the test proves nothing")
 	}
 }
+
+// The webhook's manifests as users apply them (`kubectl apply -k
+// deploy/kubernetes/prestop`) pass the real apiserver's strict validation
+// (server-side dry run: here the webhook runs as a process, not a pod).
+func TestTerminationReasonDeployManifests(t *testing.T) {
+	objs, err := cluster.ApplyKustomization(context.Background(), "deploy/kubernetes/prestop", framework.ApplyOptions{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = true
+	}
+	for _, k := range []string{"Deployment", "Service", "MutatingWebhookConfiguration", "ClusterRole", "ServiceAccount"} {
+		if !kinds[k] {
+			t.Errorf("deploy/kubernetes/prestop has no %s", k)
+		}
+	}
+}
