@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/pem"
+	"os"
 	"testing"
 	"time"
 
@@ -63,5 +65,57 @@ func TestInjectCABundle(t *testing.T) {
 	}
 	if _, err := InjectCABundle(ctx, client, "missing", []byte("x")); err == nil {
 		t.Fatal("no error for a missing configuration")
+	}
+}
+
+// A rotated certificate (cert-manager renewed its Secret) is served from
+// the next handshake on; a half-written one never replaces a good one.
+func TestFileCertificateReloads(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := dir+"/tls.crt", dir+"/tls.key"
+	write := func(host string, mtime time.Time) []byte {
+		_, cert, err := GenerateCertificate([]string{host}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// An explicit modification time: the reload must not depend on
+		// the file system's timestamp resolution.
+		if err := os.Chtimes(certFile, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		return cert.Certificate[0]
+	}
+	f := &FileCertificate{CertFile: certFile, KeyFile: keyFile}
+	base := time.Now().Add(-time.Hour)
+	for i, step := range []struct {
+		name    string
+		prepare func() []byte // returns the certificate expected next
+	}{
+		{"first load", func() []byte { return write("a.example", base) }},
+		{"rotated", func() []byte { return write("b.example", base.Add(time.Minute)) }},
+		{"a broken file keeps the last good one", func() []byte {
+			good, _ := f.Get(nil)
+			if err := os.WriteFile(certFile, []byte("garbage"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chtimes(certFile, base.Add(2*time.Minute), base.Add(2*time.Minute))
+			return good.Certificate[0]
+		}},
+	} {
+		want := step.prepare()
+		got, err := f.Get(nil)
+		if err != nil || !bytes.Equal(got.Certificate[0], want) {
+			t.Fatalf("step %d (%s): got another certificate (err %v)", i, step.name, err)
+		}
 	}
 }
