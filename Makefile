@@ -1,7 +1,7 @@
 # fence-attacher: `make demo` runs a node failover on a local real control
 # plane; `make test` runs every test (verify, unit, sanity, end-to-end).
 
-CMDS = csi-fence-attacher csi-fence-mock csi-fence-sanity
+CMDS = csi-fence-attacher csi-fence-mock csi-fence-sanity csi-fence-prestop csi-fence-prestop-webhook kubectl-fence
 
 all: build
 

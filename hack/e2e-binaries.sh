@@ -77,4 +77,16 @@ if [ ! -f "$out/kwok-stages/pod-create.yaml" ]; then
 	chmod u+w "$out"/kwok-stages.tmp/*
 	mv "$out/kwok-stages.tmp" "$out/kwok-stages"
 fi
+# Pods with init containers (the preStop webhook injects one) need the init
+# container stages; a cache made before them gets them added, each file
+# whole (cp to a temporary name, then mv), so that a run starting meanwhile
+# reads either set.
+for f in pod-init-container-running.yaml pod-init-container-completed.yaml; do
+	if [ ! -f "$out/kwok-stages/$f" ]; then
+		moddir=${moddir:-$(cd "$tools/kwok" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)}
+		cp "$moddir/kustomize/stage/pod/general/$f" "$out/kwok-stages/.$f.tmp"
+		chmod u+w "$out/kwok-stages/.$f.tmp"
+		mv "$out/kwok-stages/.$f.tmp" "$out/kwok-stages/$f"
+	fi
+done
 echo "$out"

@@ -52,6 +52,9 @@ type Options struct {
 	// claim templates are data, data2, ...); every node runs them all. The
 	// product's first driver must be the first. Default: that driver only.
 	Drivers []*framework.Driver
+	// Template, when set, changes the StatefulSet's pod template before it
+	// is created (a test's labels, annotations or hooks).
+	Template func(*corev1.PodTemplateSpec)
 }
 
 // Setup creates nodes with their mock node instances, one pre-provisioned
@@ -149,6 +152,9 @@ func SetupWith(ctx context.Context, c *framework.Cluster, p *framework.Product, 
 			},
 			VolumeClaimTemplates: templates,
 		},
+	}
+	if opts.Template != nil {
+		opts.Template(&sts.Spec.Template)
 	}
 	if _, err := c.Client.AppsV1().StatefulSets(e.NS).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		return nil, err

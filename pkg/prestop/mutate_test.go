@@ -1,0 +1,219 @@
+package prestop
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-fence/fence-attacher/pkg/termreason"
+)
+
+const image = "example.com/csi-fence-prestop:v1"
+
+// apply applies Mutate's patch (whole-field "add" operations) to a copy.
+func apply(t *testing.T, pod *v1.Pod, patch []Patch) *v1.Pod {
+	t.Helper()
+	out := pod.DeepCopy()
+	for _, p := range patch {
+		if p.Op != "add" {
+			t.Fatalf("unexpected op %+v", p)
+		}
+		b, _ := json.Marshal(p.Value)
+		var target interface{}
+		switch p.Path {
+		// Each field is replaced whole, as the apiserver's JSON patch
+		// does (decoding into the old slice would merge into its elements).
+		case "/metadata/annotations":
+			out.Annotations, target = nil, &out.Annotations
+		case "/spec/volumes":
+			out.Spec.Volumes, target = nil, &out.Spec.Volumes
+		case "/spec/initContainers":
+			out.Spec.InitContainers, target = nil, &out.Spec.InitContainers
+		case "/spec/containers":
+			out.Spec.Containers, target = nil, &out.Spec.Containers
+		default:
+			t.Fatalf("unexpected path %s", p.Path)
+		}
+		if err := json.Unmarshal(b, target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func optedIn(cs ...v1.Container) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{termreason.OptInKey: termreason.OptInEnabled}},
+		Spec: v1.PodSpec{Containers: cs}}
+}
+
+func hook(h v1.LifecycleHandler) *v1.Lifecycle { return &v1.Lifecycle{PreStop: &h} }
+
+func TestMutate(t *testing.T) {
+	execC := v1.Container{Name: "db", Lifecycle: hook(v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"/bin/sh", "-c", "nodetool drain"}}})}
+	httpC := v1.Container{Name: "web", Ports: []v1.ContainerPort{{Name: "admin", ContainerPort: 9000}},
+		Lifecycle: hook(v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/quit", Port: intstr.FromString("admin"), Host: "localhost",
+			HTTPHeaders: []v1.HTTPHeader{{Name: "X-Token", Value: "t"}}}})}
+	sleepC := v1.Container{Name: "s", Lifecycle: hook(v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 5}})}
+	plain := v1.Container{Name: "plain"}
+	sidecar := v1.Container{Name: "side", RestartPolicy: ptr.To(v1.ContainerRestartPolicyAlways), Lifecycle: hook(v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"flush"}}})}
+	for _, tc := range []struct {
+		name    string
+		pod     func() *v1.Pod
+		wantErr string
+		// want maps a container name to its rewritten preStop command;
+		// nil: no patch at all.
+		want map[string][]string
+	}{
+		{name: "not opted in: untouched", pod: func() *v1.Pod { p := optedIn(execC); p.Labels = nil; return p }},
+		{name: "opted in by annotation", pod: func() *v1.Pod {
+			p := optedIn(execC)
+			p.Labels, p.Annotations = nil, map[string]string{termreason.OptInKey: termreason.OptInEnabled}
+			return p
+		}, want: map[string][]string{"db": {HelperPath, "exec", "--env=KUBE_POD_TERM_REASON", "--", "/bin/sh", "-c", "nodetool drain"}}},
+		{name: "no hook to rewrite: untouched", pod: func() *v1.Pod { return optedIn(plain, sleepC) }},
+		{name: "command hook with a renamed variable", pod: func() *v1.Pod {
+			p := optedIn(execC, plain)
+			p.Annotations = map[string]string{termreason.EnvAnnotation: "WHY"}
+			return p
+		}, want: map[string][]string{"db": {HelperPath, "exec", "--env=WHY", "--", "/bin/sh", "-c", "nodetool drain"}}},
+		{name: "HTTP GET hook with a named port and headers", pod: func() *v1.Pod { return optedIn(httpC) },
+			want: map[string][]string{"web": {HelperPath, "http-get", "--header=KUBE-POD-TERM-REASON", "--scheme=HTTP", "--port=9000", "--path=/quit", "--host=localhost", "--http-header=X-Token:t"}}},
+		{name: "both kinds, sleep hook left alone, sidecar rewritten", pod: func() *v1.Pod {
+			p := optedIn(execC, httpC, sleepC)
+			p.Spec.InitContainers = []v1.Container{{Name: "setup"}, sidecar}
+			return p
+		}, want: map[string][]string{
+			"db":   {HelperPath, "exec", "--env=KUBE_POD_TERM_REASON", "--", "/bin/sh", "-c", "nodetool drain"},
+			"web":  {HelperPath, "http-get", "--header=KUBE-POD-TERM-REASON", "--scheme=HTTP", "--port=9000", "--path=/quit", "--host=localhost", "--http-header=X-Token:t"},
+			"side": {HelperPath, "exec", "--env=KUBE_POD_TERM_REASON", "--", "flush"},
+		}},
+		{name: "unknown named port: denied", pod: func() *v1.Pod {
+			c := httpC.DeepCopy()
+			c.Ports = nil
+			return optedIn(*c)
+		}, wantErr: `port "admin" is not the name`},
+		{name: "variable with an HTTP hook: denied", pod: func() *v1.Pod {
+			p := optedIn(httpC)
+			p.Annotations = map[string]string{termreason.EnvAnnotation: "WHY"}
+			return p
+		}, wantErr: "only reaches command hooks"},
+		{name: "already mutated (reinvocation): untouched", pod: func() *v1.Pod {
+			p := optedIn(execC)
+			p.Spec.InitContainers = []v1.Container{{Name: InitName}}
+			return p
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := tc.pod()
+			orig := pod.DeepCopy()
+			patch, err := Mutate(pod, MutateOptions{Image: image})
+			if !reflect.DeepEqual(pod, orig) {
+				t.Fatalf("Mutate changed its input")
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == nil {
+				if patch != nil {
+					t.Fatalf("want no patch, got %+v", patch)
+				}
+				return
+			}
+			out := apply(t, pod, patch)
+			if out.Spec.InitContainers[0].Name != InitName || out.Spec.InitContainers[0].Image != image ||
+				!reflect.DeepEqual(out.Spec.InitContainers[0].Command, []string{ImageBinary, "install", HelperPath}) {
+				t.Errorf("first init container is not the installer: %+v", out.Spec.InitContainers[0])
+			}
+			if v := out.Spec.Volumes[len(out.Spec.Volumes)-1]; v.Name != VolumeName || v.EmptyDir == nil {
+				t.Errorf("no helper volume: %+v", out.Spec.Volumes)
+			}
+			all := append(append([]v1.Container(nil), out.Spec.InitContainers...), out.Spec.Containers...)
+			for _, c := range all {
+				want, rewritten := tc.want[c.Name]
+				mounted, hasEnv := false, 0
+				for _, m := range c.VolumeMounts {
+					mounted = mounted || (m.Name == VolumeName && m.MountPath == MountDir && m.ReadOnly)
+				}
+				for _, e := range c.Env {
+					if (e.Name == PodNameEnv && e.ValueFrom.FieldRef.FieldPath == "metadata.name") || (e.Name == PodNamespaceEnv && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace") {
+						hasEnv++
+					}
+				}
+				if !rewritten {
+					if c.Name != InitName && (mounted || hasEnv > 0) {
+						t.Errorf("container %s has no hook to rewrite but was changed: %+v", c.Name, c)
+					}
+					continue
+				}
+				if got := c.Lifecycle.PreStop; got.Exec == nil || got.HTTPGet != nil || !reflect.DeepEqual(got.Exec.Command, want) {
+					t.Errorf("container %s preStop %+v, want command %q", c.Name, got, want)
+				}
+				if !mounted || hasEnv != 2 {
+					t.Errorf("container %s: helper mounted %v, pod identity env %d of 2", c.Name, mounted, hasEnv)
+				}
+			}
+			if again, err := Mutate(out, MutateOptions{Image: image}); err != nil || again != nil {
+				t.Errorf("a second pass changed the mutated pod again: %+v, %v", again, err)
+			}
+		})
+	}
+}
+
+func TestHandler(t *testing.T) {
+	srv := httptest.NewServer(Handler(MutateOptions{Image: image}))
+	defer srv.Close()
+	execC := v1.Container{Name: "db", Lifecycle: hook(v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"stop"}}})}
+	bad := optedIn(execC)
+	bad.Annotations = map[string]string{termreason.EnvAnnotation: "NOT-VALID"}
+	for _, tc := range []struct {
+		name      string
+		pod       *v1.Pod
+		allowed   bool
+		patched   bool
+		wantInMsg string
+	}{
+		{name: "opted in: patched", pod: optedIn(execC), allowed: true, patched: true},
+		{name: "not opted in: allowed as is", pod: &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{execC}}}, allowed: true},
+		{name: "invalid settings: denied with the rule", pod: bad, wantInMsg: "not a valid environment variable name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, _ := json.Marshal(tc.pod)
+			review := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+				Request: &admissionv1.AdmissionRequest{UID: "u1", Namespace: "ns", Object: runtime.RawExtension{Raw: raw}}}
+			b, _ := json.Marshal(review)
+			rsp, err := http.Post(srv.URL, "application/json", bytes.NewReader(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rsp.Body.Close()
+			var out admissionv1.AdmissionReview
+			if err := json.NewDecoder(rsp.Body).Decode(&out); err != nil {
+				t.Fatal(err)
+			}
+			r := out.Response
+			if r == nil || r.UID != "u1" || r.Allowed != tc.allowed || (len(r.Patch) > 0) != tc.patched {
+				t.Fatalf("response %+v", r)
+			}
+			if tc.wantInMsg != "" && (r.Result == nil || !strings.Contains(r.Result.Message, tc.wantInMsg)) {
+				t.Fatalf("denial %+v lacks %q", r.Result, tc.wantInMsg)
+			}
+		})
+	}
+}

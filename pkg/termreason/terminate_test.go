@@ -1,0 +1,70 @@
+package termreason
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func TestTerminate(t *testing.T) {
+	now := metav1.Now()
+	live := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns, UID: "u1"}}
+	terminating := live.DeepCopy()
+	terminating.DeletionTimestamp = &now
+	for _, tc := range []struct {
+		name, reason string
+		pod          *v1.Pod
+		wantErr      string
+		// wantActions are the verbs after the get, in order.
+		wantActions []string
+	}{
+		{name: "records, then deletes", reason: "Moving to rack B", pod: live, wantActions: []string{"patch", "delete"}},
+		{name: "an invalid reason touches nothing", reason: "two\nlines", pod: live, wantErr: "not printable"},
+		{name: "an empty reason touches nothing", reason: "", pod: live, wantErr: "empty"},
+		{name: "a terminating pod is refused", reason: "x", pod: terminating, wantErr: "already terminating"},
+		{name: "no pod", reason: "x", wantErr: "not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.pod != nil {
+				objs = append(objs, tc.pod.DeepCopy())
+			}
+			client := fake.NewClientset(objs...)
+			err := Terminate(context.Background(), client, ns, "p", tc.reason, -1)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			var verbs []string
+			for _, a := range client.Actions() {
+				if a.GetVerb() != "get" {
+					verbs = append(verbs, a.GetVerb())
+				}
+			}
+			if strings.Join(verbs, ",") != strings.Join(tc.wantActions, ",") {
+				t.Fatalf("actions %v, want %v", verbs, tc.wantActions)
+			}
+			for _, a := range client.Actions() {
+				switch a := a.(type) {
+				case k8stesting.PatchAction:
+					if !strings.Contains(string(a.GetPatch()), `"uid":"u1"`) || !strings.Contains(string(a.GetPatch()), tc.reason) {
+						t.Errorf("patch %s lacks the uid precondition or the reason", a.GetPatch())
+					}
+				case k8stesting.DeleteAction:
+					if p := a.GetDeleteOptions().Preconditions; p == nil || p.UID == nil || *p.UID != "u1" {
+						t.Errorf("delete without the uid precondition: %+v", a.GetDeleteOptions())
+					}
+				}
+			}
+		})
+	}
+}
