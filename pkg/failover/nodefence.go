@@ -121,6 +121,11 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 			if _, ours := node.Annotations[contract.OutOfServiceProvenanceAnnotation]; !ours && podgc.Taint(node, contract.OutOfServiceTaintKey) == nil {
 				logger.V(2).Info("Escalating to the out-of-service taint: the drivers fence on it", "why", why)
 				c.recorder.Eventf(node, v1.EventTypeWarning, "FenceEscalated", "Node %s: %s; every attachment on it is of a driver that fences on the out-of-service taint or fences storage: adding the taint", node.Name, why)
+				// The step in the record, before the taint: the fences
+				// themselves are the attachers' entries, one per volume.
+				if err := fencerecord.RecordNodeFenceIntent(ctx, c.frClient, node.Name, "NodeUnreachable", b, "", ""); err != nil {
+					return fr, errors.Join(errs, fmt.Errorf("recording the out-of-service step: %w", err))
+				}
 			}
 			backendAttempts.WithLabelValues(b).Inc()
 			return fr, errors.Join(errs, c.addOutOfServiceTaint(ctx, node))

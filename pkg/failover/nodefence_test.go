@@ -374,6 +374,11 @@ func TestOutOfServiceBackend(t *testing.T) {
 			if taint != tc.want || ours != tc.want {
 				t.Errorf("out-of-service taint = %v (ours %v), want %v; %v", taint, ours, tc.want, e.steps.log)
 			}
+			if tc.want {
+				if nf := e.record(t).Status.NodeFence; nf == nil || nf.Backend != fencingv1alpha1.BackendOutOfService || nf.StartedTime == nil || nf.ConfirmedTime != nil {
+					t.Errorf("the out-of-service step is not in the record: %+v", nf)
+				}
+			}
 			if e.steps.index("delete db-0") >= 0 && !tc.ours {
 				return // our driver fenced its volume: the pod may go
 			}

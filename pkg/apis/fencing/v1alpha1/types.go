@@ -119,7 +119,9 @@ const (
 
 // NodeFence is one node-level fence: which backend, what it did.
 type NodeFence struct {
-	// Backend is the node-level backend (power).
+	// Backend is the node-level backend: power, or out-of-service (the taint
+	// was added; the drivers' fences are the volumes' entries, and
+	// confirmedTime stays empty).
 	Backend string `json:"backend"`
 	// Config and Agent name the FenceAgentConfig and the agent that ran.
 	Config string `json:"config,omitempty"`
