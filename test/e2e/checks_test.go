@@ -22,6 +22,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 	"github.com/csi-fence/fence-attacher/test/kubeletsim"
 )
 
@@ -177,4 +178,38 @@ func podSummary(p *corev1.Pod, err error) string {
 		return err.Error()
 	}
 	return fmt.Sprintf("UID %s on %s, phase %s, deletionTimestamp %v", p.UID, p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp)
+}
+
+// twoDriverPod is a scenario of one pod with a volume of the product's
+// driver and one of a second driver, added with opts: the nodes (prefix,
+// count) run both; prepare runs between the driver's start and the nodes'.
+type twoDriverPod struct {
+	env        *scenario.Env
+	d1, d2     *framework.Driver
+	victim     string // the node the pod runs on
+	vol1, vol2 string
+}
+
+func setupTwoDriverPod(ctx context.Context, t *testing.T, opts framework.DriverOptions, prefix string, nodes int, prepare func(d2 *framework.Driver)) twoDriverPod {
+	t.Helper()
+	d2, err := product.AddDriver(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { product.RemoveDriver(d2) })
+	if prepare != nil {
+		prepare(d2)
+	}
+	s := twoDriverPod{d1: product.Driver, d2: d2}
+	s.env, err = scenario.SetupWith(ctx, cluster, product, tLogger{t}, scenario.Options{
+		Prefix: prefix, Nodes: nodes, Replicas: 1, Drivers: []*framework.Driver{s.d1, d2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.victim, err = s.env.WaitAttached(ctx, 0, "", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.vol1, s.vol2 = s.env.DriverVolumes[s.d1.Name][0], s.env.DriverVolumes[d2.Name][0]
+	return s
 }

@@ -19,7 +19,6 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
-	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 )
 
 // secondDriver is the name of the driver the multi-driver tests add.
@@ -36,23 +35,8 @@ const secondDriver = "fence2.csi-fence.io"
 // agents clean their volumes and nothing is left.
 func TestTwoDriversOnOneNode(t *testing.T) {
 	ctx := context.Background()
-	d2, err := product.AddDriver(ctx, framework.DriverOptions{Name: secondDriver})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { product.RemoveDriver(d2) })
-	d1 := product.Driver
-	env, err := scenario.SetupWith(ctx, cluster, product, tLogger{t}, scenario.Options{
-		Prefix: "td", Nodes: 3, Replicas: 1, Drivers: []*framework.Driver{d1, d2},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vol1, vol2 := env.DriverVolumes[d1.Name][0], env.DriverVolumes[d2.Name][0]
+	s := setupTwoDriverPod(ctx, t, framework.DriverOptions{Name: secondDriver}, "td", 3, nil)
+	env, d1, d2, victim, vol1, vol2 := s.env, s.d1, s.d2, s.victim, s.vol1, s.vol2
 	pod, err := cluster.Client.CoreV1().Pods(env.NS).Get(ctx, env.PodName(0), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

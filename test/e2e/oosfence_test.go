@@ -36,25 +36,10 @@ const oosDriver = "oos.csi-fence.io"
 func TestOutOfServiceDriverFences(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	d2, err := product.AddDriver(ctx, framework.DriverOptions{Name: oosDriver,
+	s := setupTwoDriverPod(ctx, t, framework.DriverOptions{Name: oosDriver,
 		MockArgs:    []string{"--disable-fence", "--fence-on-out-of-service", "--kubeconfig=" + cluster.Kubeconfig},
-		Annotations: map[string]string{contract.FencesOnOutOfServiceAnnotation: "true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { product.RemoveDriver(d2) })
-	d1 := product.Driver
-	env, err := scenario.SetupWith(ctx, cluster, product, tLogger{t}, scenario.Options{
-		Prefix: "dfo", Nodes: 2, Replicas: 1, Drivers: []*framework.Driver{d1, d2},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vol1, vol2 := env.DriverVolumes[d1.Name][0], env.DriverVolumes[d2.Name][0]
+		Annotations: map[string]string{contract.FencesOnOutOfServiceAnnotation: "true"}}, "dfo", 2, nil)
+	env, d1, d2, victim, vol1, vol2 := s.env, s.d1, s.d2, s.victim, s.vol1, s.vol2
 	inst := product.Nodes[victim]
 	w1 := scenario.StartWriter(ctx, inst.Plugins[0], vol1, 50*time.Millisecond)
 	defer w1.Stop()

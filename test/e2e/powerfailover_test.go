@@ -50,34 +50,20 @@ func TestPowerFenceFailsOverADriverWithoutFence(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	d2, err := product.AddDriver(ctx, framework.DriverOptions{Name: noFenceDriver, MockArgs: []string{"--disable-fence"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { product.RemoveDriver(d2) })
-	d1 := product.Driver
 	password := randomSecret(t)
 	const prefix = "pw"
-	for i := 0; i < 2; i++ {
-		product.SetPowerSwitch(prefix+"-node-"+strconv.Itoa(i), d2, bmcsim.Config{Dir: t.TempDir(), User: "admin", Password: password})
-	}
-	env, err := scenario.SetupWith(ctx, cluster, product, tLogger{t}, scenario.Options{
-		Prefix: prefix, Nodes: 2, Replicas: 1, Drivers: []*framework.Driver{d1, d2},
+	s := setupTwoDriverPod(ctx, t, framework.DriverOptions{Name: noFenceDriver, MockArgs: []string{"--disable-fence"}}, prefix, 2, func(d2 *framework.Driver) {
+		for i := 0; i < 2; i++ {
+			product.SetPowerSwitch(prefix+"-node-"+strconv.Itoa(i), d2, bmcsim.Config{Dir: t.TempDir(), User: "admin", Password: password})
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, d1, d2, victim, vol1, vol2 := s.env, s.d1, s.d2, s.victim, s.vol1, s.vol2
 	unconfigure, err := product.ConfigurePowerSwitches(ctx, "pw-bmc", d2, env.Nodes, "admin", password)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(unconfigure)
 
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vol1, vol2 := env.DriverVolumes[d1.Name][0], env.DriverVolumes[d2.Name][0]
 	machine := product.Nodes[victim].Plugins[1]
 	pid, on := machine.BMC.MachinePID()
 	if !on {
