@@ -220,7 +220,7 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 		// its plain unpublish is the fence, recorded write-ahead as any
 		// other, so that the volume is not published there again until
 		// the node agent cleaned it (S2, S8).
-		return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets)
+		return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets, fr)
 	case !fence:
 		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
 			"volume", volumeID, "node", nodeName, "reason", reason)
@@ -243,17 +243,22 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		return nil
 	}
-	return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets)
+	return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets, fr)
 }
 
 // submitFence hands the fence over: one of external-attacher's workers must
 // not wait for it (#761). The pool requeues the VolumeAttachment when it is
 // over; the next Detach then finds it recorded fenced.
-func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string) error {
-	return a.fences.submit(&fenceJob{
+func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string, fr *fencingv1alpha1.FencingRequest) error {
+	j := &fenceJob{
 		key: fenceKey{volumeID: volumeID, nodeID: nodeID}, va: va, nodeName: nodeName, reason: reason, secrets: secrets,
 		logger: klog.LoggerWithValues(logger, "volume", volumeID, "node", nodeName),
-	})
+	}
+	if e := fencerecord.Find(fr, a.DriverName, volumeID); e != nil && e.FencedTime != nil {
+		t := e.FencedTime.Time
+		j.fencedTime = &t
+	}
+	return a.fences.submit(j)
 }
 
 // RunFences sends the fences Detach hands over until ctx is done, and

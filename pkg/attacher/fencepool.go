@@ -61,9 +61,15 @@ type fencePool struct {
 	// VolumeAttachments.
 	pending    map[fenceKey]bool
 	pendingVAs map[string]bool
-	// failed holds the fences that failed until a Detach reports them; a
-	// success is not kept: the record says it (IsFenced).
+	// failed holds the fences that failed until a Detach reports them.
 	failed map[fenceKey]fenceFailure
+	// succeeded holds when each fence that succeeded started, until a
+	// Detach reports it. The record says it too (IsFenced), but only until
+	// the node agent of a node that is back cleans the volume, which it
+	// may do before the requeued Detach comes: that Detach must then find
+	// the fence done, not start another one (and another, as long as the
+	// agent keeps cleaning).
+	succeeded map[fenceKey]time.Time
 	// requeue is told the VolumeAttachment whose fence is over.
 	requeue func(vaName string)
 	now     func() time.Time
@@ -77,6 +83,11 @@ type fenceJob struct {
 	nodeName, reason string
 	secrets          map[string]string
 	logger           klog.Logger
+	// fencedTime is the record's confirmation of the volume's fence on the
+	// node when Detach decided (nil: none): a success of this pool counts
+	// only if the record confirms that very fence, not an older one and
+	// not one restarted since (a new failure of the node).
+	fencedTime *time.Time
 }
 
 type fenceFailure struct {
@@ -91,7 +102,7 @@ func newFencePool(workers int, timeout time.Duration, fence func(context.Context
 	return &fencePool{
 		workers: workers, timeout: timeout, fence: fence,
 		jobs:    make(chan *fenceJob, fenceQueueSize),
-		pending: map[fenceKey]bool{}, pendingVAs: map[string]bool{}, failed: map[fenceKey]fenceFailure{},
+		pending: map[fenceKey]bool{}, pendingVAs: map[string]bool{}, failed: map[fenceKey]fenceFailure{}, succeeded: map[fenceKey]time.Time{},
 		now: time.Now,
 	}
 }
@@ -107,6 +118,13 @@ func (p *fencePool) submit(j *fenceJob) error {
 		// backoff, fences again.
 		delete(p.failed, j.key)
 		return f.err
+	}
+	if started, ok := p.succeeded[j.key]; ok {
+		delete(p.succeeded, j.key)
+		// The record keeps whole seconds.
+		if j.fencedTime != nil && !j.fencedTime.Before(started.Truncate(time.Second)) {
+			return nil // the fence is done: so is the detach
+		}
 	}
 	if p.pending[j.key] {
 		return fmt.Errorf("volume %s is being fenced from node %s: %w", j.key.volumeID, j.nodeName, ErrFencePending)
@@ -131,6 +149,11 @@ func (p *fencePool) prune() {
 	for k, f := range p.failed {
 		if p.now().Sub(f.at) > resultTTL {
 			delete(p.failed, k)
+		}
+	}
+	for k, at := range p.succeeded {
+		if p.now().Sub(at) > resultTTL {
+			delete(p.succeeded, k)
 		}
 	}
 }
@@ -172,6 +195,7 @@ func (p *fencePool) run(ctx context.Context) {
 
 func (p *fencePool) do(ctx context.Context, j *fenceJob) {
 	// --timeout bounds the fence as it bounds external-attacher's Detach.
+	started := p.now()
 	fctx, cancel := context.WithTimeout(klog.NewContext(ctx, j.logger), p.timeout)
 	err := p.fence(fctx, j)
 	cancel()
@@ -182,6 +206,8 @@ func (p *fencePool) do(ctx context.Context, j *fenceJob) {
 	}
 	if err != nil {
 		p.failed[j.key] = fenceFailure{err: err, at: p.now()}
+	} else {
+		p.succeeded[j.key] = started
 	}
 	requeue := p.requeue
 	p.mu.Unlock()

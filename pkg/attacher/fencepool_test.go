@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
@@ -93,6 +94,50 @@ func TestDetachDoesNotWaitForTheFence(t *testing.T) {
 	}
 	if got := e.sent(); len(got) != 1 || got[0] != "unpublish vol-0 node-1-id fence" {
 		t.Errorf("the driver received %q, want one fence", got)
+	}
+}
+
+// The node agent of a node that is back may clean the fenced volume before
+// the requeued Detach comes: the record then no longer says fenced, and
+// that Detach must find the fence done, not send another (and another, as
+// long as the agent keeps cleaning: seen as a livelock in the e2e test of a
+// node that flaps during a slow fence).
+func TestDetachAfterTheFenceWasCleaned(t *testing.T) {
+	e := newEnv(t, envConfig{objects: manyObjs(1), timeout: time.Minute})
+	if err := e.detachVol(0); !IsFencePending(err) {
+		t.Fatalf("Detach returned %v, want the fence pending", err)
+	}
+	e.waitFenceDone("va0")
+	if err := fencerecord.RecordCleaned(e.ctx, fencingv1alpha1.NewClient(e.dyn), "node-1", drv, "vol-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.detachVol(0); err != nil {
+		t.Fatalf("Detach after the fence and its cleanup: %v", err)
+	}
+	if got := e.sent(); len(got) != 1 {
+		t.Errorf("the driver received %q, want one fence", got)
+	}
+}
+
+// A fence done in an earlier failure of the node is not one of now: once
+// the record starts the volume's fence over (a new intent), a Detach fences
+// again, whatever the pool remembers.
+func TestEarlierFenceIsNotTheDetachOfNow(t *testing.T) {
+	e := newEnv(t, envConfig{objects: manyObjs(1), timeout: time.Minute})
+	if err := e.detachVol(0); !IsFencePending(err) {
+		t.Fatalf("Detach returned %v, want the fence pending", err)
+	}
+	e.waitFenceDone("va0")
+	frs := fencingv1alpha1.NewClient(e.dyn)
+	if err := fencerecord.RecordCleaned(e.ctx, frs, "node-1", drv, "vol-0"); err != nil {
+		t.Fatal(err)
+	}
+	// The node fails again before the pool's success was collected.
+	if err := fencerecord.RecordIntent(e.ctx, frs, "node-1", "NodeUnreachable", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-0", NodeID: "node-1-id"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.detachVol(0); !IsFencePending(err) {
+		t.Fatalf("Detach in a new failure of the node returned %v, want a new fence pending", err)
 	}
 }
 
