@@ -506,7 +506,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 			}
 			if fencerecord.NodeFenced(fr, node) {
 				// Confirmed off in a pass that ended before its taint.
-				if _, err := c.fenceNodeLevel(ctx, node, fr, nil); err != nil {
+				if err := c.addOutOfServiceTaint(ctx, node); err != nil {
 					return err
 				}
 			}

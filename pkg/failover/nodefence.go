@@ -119,6 +119,13 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 			errs = errors.Join(errs, err)
 		case b == fencingv1alpha1.BackendOutOfService && c.outOfServiceFences(node.Name):
 			if _, ours := node.Annotations[contract.OutOfServiceProvenanceAnnotation]; !ours && podgc.Taint(node, contract.OutOfServiceTaintKey) == nil {
+				// The taint lets every pod GC delete the node's pods and the
+				// attach/detach controller detach everything: like a power
+				// off, only on a node down by a live read now, not as it was
+				// before a storage fence that may have been slow (S3, S4).
+				if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
+					return fr, errors.Join(errs, fmt.Errorf("not adding the out-of-service taint: %w", err))
+				}
 				logger.V(2).Info("Escalating to the out-of-service taint: the drivers fence on it", "why", why)
 				c.recorder.Eventf(node, v1.EventTypeWarning, "FenceEscalated", "Node %s: %s; every attachment on it is of a driver that fences on the out-of-service taint or fences storage: adding the taint", node.Name, why)
 				// The step in the record, before the taint: the fences

@@ -349,8 +349,12 @@ func TestOutOfServiceBackend(t *testing.T) {
 		// "oos" fencing on the taint, "none" fencing in no way.
 		other    string
 		backends []string
-		want     bool
+		// aliveLater: the kubelet renews its Lease during the storage
+		// fence of our driver's volume.
+		aliveLater bool
+		want       bool
 	}{
+		{name: "node back during the storage fence", ours: false, other: "oos", backends: all, aliveLater: true},
 		{name: "the only driver fences on the taint", ours: true, backends: all, want: true},
 		{name: "with a driver that fences storage", ours: false, other: "oos", backends: all, want: true},
 		{name: "with a driver that fences in no way", ours: true, other: "none", backends: all},
@@ -368,7 +372,19 @@ func TestOutOfServiceBackend(t *testing.T) {
 					objs[len(objs)-5].(*storagev1.CSIDriver).Annotations[contract.FencesOnOutOfServiceAnnotation] = "true"
 				}
 			}
+			if tc.aliveLater {
+				objs[0].(*v1.Node).Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute))
+			}
 			e := powerEnv(t, objs, !tc.ours, tc.backends, &fakePower{})
+			if tc.aliveLater {
+				e.csi.before = func() {
+					lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: v1.NamespaceNodeLease},
+						Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
+					if _, err := e.client.CoordinationV1().Leases(v1.NamespaceNodeLease).Create(context.Background(), lease, metav1.CreateOptions{}); err != nil {
+						t.Error(err)
+					}
+				}
+			}
 			_ = e.sync(t)
 			taint, ours := outOfService(e.node(t, "n1"))
 			if taint != tc.want || ours != tc.want {
