@@ -204,9 +204,14 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 	down := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown}}}}
 	client := fake.NewClientset(down, p)
-	g := &GC{Client: client, Recorder: record.NewFakeRecorder(10)}
+	rec := record.NewFakeRecorder(10)
+	g := &GC{Client: client, Recorder: rec}
 	if err := g.ForceDelete(context.Background(), p, ReasonSafeDetach, contract.TerminationEviction, "test"); err != nil {
 		t.Fatal(err)
+	}
+	// The reason outlives the pod in the Event (termreason.FromEvents).
+	if ev := <-rec.Events; !strings.Contains(ev, contract.TerminationReasonAnnotation+":"+contract.TerminationEviction) {
+		t.Errorf("the ForceDeleted event does not carry the termination reason: %s", ev)
 	}
 	writes := 0
 	for _, a := range client.Actions() {

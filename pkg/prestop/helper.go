@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,6 +40,10 @@ import (
 const (
 	PodNameEnv      = "CSI_FENCE_POD_NAME"
 	PodNamespaceEnv = "CSI_FENCE_POD_NAMESPACE"
+	// PodUIDEnv lets the helper find the reason of a pod that is gone from
+	// the API already (force-deleted, its node back later): the Event its
+	// deleter left on it (termreason.FromEvents).
+	PodUIDEnv = "CSI_FENCE_POD_UID"
 )
 
 // DefaultTimeout bounds the helper's API reads: a small share of the
@@ -59,11 +65,17 @@ func Reason(ctx context.Context, timeout time.Duration) string {
 		logger.Info("No API access; reason Unknown", "err", err)
 		return termreason.Unknown
 	}
-	return ReasonFrom(ctx, cfg, namespace, name, timeout)
+	return ReasonOf(ctx, cfg, namespace, name, os.Getenv(PodUIDEnv), timeout)
 }
 
 // ReasonFrom is Reason with the API configuration and pod given.
 func ReasonFrom(ctx context.Context, cfg *rest.Config, namespace, name string, timeout time.Duration) string {
+	return ReasonOf(ctx, cfg, namespace, name, "", timeout)
+}
+
+// ReasonOf is ReasonFrom for the pod with uid: a pod gone from the API
+// gets the reason its deleter left in an Event on it, if any.
+func ReasonOf(ctx context.Context, cfg *rest.Config, namespace, name, uid string, timeout time.Duration) string {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(namespace, name))
 	cfg = rest.CopyConfig(cfg)
 	// Each request and the whole decision are bounded: a request that
@@ -85,6 +97,14 @@ func ReasonFrom(ctx context.Context, cfg *rest.Config, namespace, name string, t
 	done := make(chan result, 1)
 	go func() {
 		s, err := termreason.Gather(ctx, client, namespace, name)
+		if apierrors.IsNotFound(err) && uid != "" {
+			// Force-deleted while its node was away: the pod is gone, the
+			// Event of its deletion is not.
+			if d, ok := termreason.FromEvents(ctx, client, namespace, types.UID(uid)); ok {
+				done <- result{d: d}
+				return
+			}
+		}
 		if err != nil {
 			done <- result{err: err}
 			return

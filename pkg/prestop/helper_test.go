@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
 
@@ -38,6 +39,21 @@ func TestReasonFromIsBounded(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		},
+		// The pod was force-deleted while its node was away; the Event of
+		// its deletion, on its UID, carries the reason.
+		"gone": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Path != "/api/v1/namespaces/ns/events" {
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
+				return
+			}
+			_ = json.NewEncoder(w).Encode(&v1.EventList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "EventList"}, Items: []v1.Event{
+				{ObjectMeta: metav1.ObjectMeta{Name: "other"}, InvolvedObject: v1.ObjectReference{UID: "u2"}, Reason: "ForceDeleted"},
+				{ObjectMeta: metav1.ObjectMeta{Name: "p.1", Annotations: map[string]string{contract.TerminationReasonAnnotation: contract.TerminationIntolerableTaint}},
+					InvolvedObject: v1.ObjectReference{UID: "u1"}, Reason: "ForceDeleted"},
+			}})
+		},
 		"forbids": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusForbidden)
@@ -54,8 +70,12 @@ func TestReasonFromIsBounded(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name, server, host string
+		uid                string
 		want               string
 	}{
+		{name: "the pod is gone: the reason on the Event of its force-delete", server: "gone", uid: "u1", want: contract.TerminationIntolerableTaint},
+		{name: "the pod is gone, no Event of it: Unknown", server: "gone", uid: "u3", want: termreason.Unknown},
+		{name: "the pod is gone, its UID not given: Unknown", server: "gone", want: termreason.Unknown},
 		{name: "the API answers: the deleter's reason", server: "answers", want: "Rack B"},
 		{name: "the API hangs: Unknown in time", server: "hangs", want: termreason.Unknown},
 		{name: "the API refuses connections: Unknown", host: refused, want: termreason.Unknown},
@@ -69,7 +89,7 @@ func TestReasonFromIsBounded(t *testing.T) {
 				host = s.URL
 			}
 			start := time.Now()
-			got := ReasonFrom(context.Background(), &rest.Config{Host: host}, "ns", "p", timeout)
+			got := ReasonOf(context.Background(), &rest.Config{Host: host}, "ns", "p", tc.uid, timeout)
 			if took := time.Since(start); took > timeout+300*time.Millisecond {
 				t.Errorf("took %v, the bound is %v", took, timeout)
 			}

@@ -161,7 +161,8 @@ func rewriteContainer(c *v1.Container, d termreason.Delivery, opts MutateOptions
 	c.VolumeMounts = append(append([]v1.VolumeMount(nil), c.VolumeMounts...), v1.VolumeMount{Name: VolumeName, MountPath: MountDir, ReadOnly: true})
 	c.Env = append(append([]v1.EnvVar(nil), c.Env...),
 		v1.EnvVar{Name: PodNameEnv, ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-		v1.EnvVar{Name: PodNamespaceEnv, ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}})
+		v1.EnvVar{Name: PodNamespaceEnv, ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		v1.EnvVar{Name: PodUIDEnv, ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.uid"}}})
 	return true, nil
 }
 
