@@ -19,8 +19,10 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/nodeagent"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
+	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
 
 // runNode runs the node role next to the driver's node plugin: the cleanup
@@ -71,6 +73,9 @@ func runNode(ctx context.Context, opts *sidecar.Options, nodeOpts *sidecar.NodeO
 	if httpAddr != "" {
 		mux := http.NewServeMux()
 		metricsManager.RegisterToServer(mux, sc.MetricsPath)
+		// The termination reason of pods force-deleted from this node while
+		// it was away, for their preStop hooks (pkg/termreason).
+		mux.Handle(termreason.ServedPath, nodeagent.ReasonHandler(ctx, fencingv1alpha1.NewClient(dyn), nodeOpts.NodeName))
 		go func() {
 			logger.Info("Serving metrics", "address", httpAddr, "metricsPath", sc.MetricsPath)
 			if err := http.ListenAndServe(httpAddr, mux); err != nil {

@@ -20,7 +20,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/pkg/prestop"
+	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
 
 func main() {
@@ -46,16 +49,17 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (default: in-cluster)")
 	image := flag.String("helper-image", "", "image of csi-fence-prestop, copied into each mutated pod by an init container")
 	helperTimeout := flag.Duration("helper-timeout", 0, "bound of the helper's API reads (0: its default, 2s)")
+	nodeAgentURL := flag.String("node-agent-url", "", "URL of the node agents' "+termreason.ServedPath+" behind a Service with internalTrafficPolicy Local, which the helper asks when its pod was force-deleted while its node was away (empty: it does not ask, and such hooks get Unknown)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	if err := run(ctx, *listen, *certFile, *keyFile, *generate, *hosts, *webhookConfig, *kubeconfig, *image, *helperTimeout); err != nil {
+	if err := run(ctx, *listen, *certFile, *keyFile, *generate, *hosts, *webhookConfig, *kubeconfig, *image, *helperTimeout, *nodeAgentURL); err != nil {
 		klog.ErrorS(err, "csi-fence-prestop-webhook failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 }
 
-func run(ctx context.Context, listen, certFile, keyFile string, generate bool, hosts, webhookConfig, kubeconfig, image string, helperTimeout time.Duration) error {
+func run(ctx context.Context, listen, certFile, keyFile string, generate bool, hosts, webhookConfig, kubeconfig, image string, helperTimeout time.Duration, nodeAgentURL string) error {
 	logger := klog.FromContext(ctx)
 	if image == "" {
 		return errors.New("--helper-image is required")
@@ -91,7 +95,12 @@ func run(ctx context.Context, listen, certFile, keyFile string, generate bool, h
 	default:
 		return errors.New("either --tls-cert-file and --tls-private-key-file, or --generate-certificate")
 	}
-	opts := prestop.MutateOptions{Image: image}
+	if nodeAgentURL != "" {
+		if u, err := url.Parse(nodeAgentURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--node-agent-url %q: an http(s) URL is required", nodeAgentURL)
+		}
+	}
+	opts := prestop.MutateOptions{Image: image, NodeAgentURL: nodeAgentURL}
 	if helperTimeout > 0 {
 		opts.Timeout = helperTimeout.String()
 	}

@@ -32,8 +32,16 @@ func TestMockExampleRenders(t *testing.T) {
 					t.Errorf("controller Deployment lacks %q:\n%s", want, s)
 				}
 			}
+		case "Service/csi-fence-node-agent":
+			// Only the agent on the pod's own node has its reason.
+			for _, want := range []string{"internalTrafficPolicy: Local", "csi-fence.io/node-agent: \"true\"", "targetPort: fence-http"} {
+				if !strings.Contains(s, want) {
+					t.Errorf("node agent Service lacks %q:\n%s", want, s)
+				}
+			}
 		case "DaemonSet/csi-driver-node":
-			for _, want := range []string{"--role=node", "mountPropagation: HostToContainer", "serviceAccountName: csi-fence-attacher-node", "fieldPath: spec.nodeName", "name: csi-fence-mock"} {
+			for _, want := range []string{"--role=node", "mountPropagation: HostToContainer", "serviceAccountName: csi-fence-attacher-node", "fieldPath: spec.nodeName", "name: csi-fence-mock",
+				"csi-fence.io/node-agent: \"true\"", "name: fence-http"} {
 				if !strings.Contains(s, want) {
 					t.Errorf("node DaemonSet lacks %q:\n%s", want, s)
 				}
@@ -45,6 +53,7 @@ func TestMockExampleRenders(t *testing.T) {
 		"ClusterRole/csi-fence-attacher-runner",
 		"ClusterRole/csi-fence-attacher-node", "CSIDriver/fence.csi-fence.io",
 		"Deployment/csi-driver-controller", "DaemonSet/csi-driver-node",
+		"Service/csi-fence-node-agent",
 	} {
 		if !kinds[want] {
 			t.Errorf("rendered example lacks %s (has %v)", want, kinds)

@@ -20,14 +20,14 @@ func TestPreStopWebhookRenders(t *testing.T) {
 	}{
 		{dir: "prestop", want: map[string][]string{
 			"MutatingWebhookConfiguration/csi-fence-prestop":  {"failurePolicy: Ignore", "'" + termreason.OptInKey + "'", "== '" + termreason.OptInEnabled + "'", "operations:\n    - CREATE"},
-			"Deployment/csi-fence-prestop-webhook":            {"--generate-certificate", "--webhook-configuration=csi-fence-prestop", "--helper-image="},
+			"Deployment/csi-fence-prestop-webhook":            {"--generate-certificate", "--webhook-configuration=csi-fence-prestop", "--helper-image=", "--node-agent-url=http://csi-fence-node-agent.default.svc:8081" + termreason.ServedPath},
 			"ClusterRole/csi-fence-prestop-webhook":           {"mutatingwebhookconfigurations", "csi-fence-prestop"},
 			"ClusterRole/csi-fence-termination-reason-reader": {"controllerrevisions"},
 			"Service/csi-fence-prestop-webhook":               {"targetPort: https"},
 		}},
 		{dir: "prestop-cert-manager", want: map[string][]string{
 			"MutatingWebhookConfiguration/csi-fence-prestop":  {"cert-manager.io/inject-ca-from: default/csi-fence-prestop-webhook", "failurePolicy: Ignore"},
-			"Deployment/csi-fence-prestop-webhook":            {"--tls-cert-file=/tls/tls.crt", "secretName: csi-fence-prestop-webhook-tls"},
+			"Deployment/csi-fence-prestop-webhook":            {"--tls-cert-file=/tls/tls.crt", "secretName: csi-fence-prestop-webhook-tls", "--node-agent-url=http://csi-fence-node-agent.default.svc:8081" + termreason.ServedPath},
 			"Certificate/csi-fence-prestop-webhook":           {"csi-fence-prestop-webhook.default.svc"},
 			"ClusterRole/csi-fence-termination-reason-reader": {"pods"},
 		}, wantAbsent: []string{"ClusterRole/csi-fence-prestop-webhook"}},

@@ -29,6 +29,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
 
 // steps records the side effects of a sync in order.
@@ -431,6 +432,55 @@ func TestTriageOnlyUnreachableNodes(t *testing.T) {
 			}
 			if got := podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingTriaged); got != tc.triaged {
 				t.Errorf("FencingTriaged=%v, want %v", got, tc.triaged)
+			}
+		})
+	}
+}
+
+// A pod that asked for its termination reason has it recorded in the node's
+// FencingRequest before it is force-deleted: its hooks run when the node is
+// back, when the pod is gone from the API, and the node agent serves the
+// reason from the record. Other pods cost no write.
+func TestTerminationReasonRecordedBeforeTheDelete(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		labels, anns map[string]string
+		want         bool
+	}{
+		{name: "opted in by label", labels: map[string]string{termreason.OptInKey: termreason.OptInEnabled}, want: true},
+		{name: "opted in by annotation", anns: map[string]string{termreason.OptInKey: termreason.OptInEnabled}, want: true},
+		{name: "not opted in"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(v1.ConditionUnknown, true)
+			for _, o := range objs {
+				if p, ok := o.(*v1.Pod); ok {
+					p.Labels, p.Annotations = tc.labels, tc.anns
+				}
+			}
+			e := newEnv(t, objs, true)
+			recordedAtDelete := false
+			e.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				fr, err := e.fr.Get(context.Background(), "n1")
+				_, recordedAtDelete = fencerecord.ForceDeletedPodReason(fr, "u1")
+				return false, nil, err
+			})
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if e.steps.index("delete db-0") < 0 {
+				t.Fatalf("pod not force-deleted: %v", e.steps.log)
+			}
+			fr, err := e.fr.Get(context.Background(), "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, recorded := fencerecord.ForceDeletedPodReason(fr, "u1")
+			if recorded != tc.want || recordedAtDelete != tc.want {
+				t.Fatalf("reason recorded %v (before the delete: %v), want %v: %+v", recorded, recordedAtDelete, tc.want, fr.Status.ForceDeletedPods)
+			}
+			if recorded && (p.Namespace != "ns" || p.Name != "db-0" || p.TerminationReason != contract.TerminationEviction) {
+				t.Errorf("recorded %+v", p)
 			}
 		})
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
 
 // signalFencing sets the Node Fencing KEP's signals of a node under
@@ -332,9 +333,23 @@ func setFRCondition(fr *fencingv1alpha1.FencingRequest, t string, s metav1.Condi
 
 // forceDelete hands the pod to the pod GC's one guarded delete, which
 // reads the node live and refuses if it is alive (S3).
+//
+// A pod that asked for its termination reason (termreason.OptedIn) gets it
+// recorded in the node's FencingRequest first: its containers' preStop
+// hooks run when the node is back, once the pod and the ServiceAccount
+// token bound to it are gone from the API, and the node's agent serves the
+// reason from the record. A record that cannot be written does not hold up
+// the failover: those hooks get Unknown.
 func (c *Controller) forceDelete(ctx context.Context, pod *v1.Pod, reason string) bool {
 	msg := fmt.Sprintf("csi-fence-attacher: node %s is not Ready (%s)", pod.Spec.NodeName, reason)
-	if err := c.pgc.ForceDelete(ctx, pod, reason, podgc.TerminationReason(pod), msg); err != nil {
+	termReason := podgc.TerminationReason(pod)
+	if termreason.OptedIn(pod) {
+		if err := fencerecord.RecordForceDeletedPod(ctx, c.frClient, pod.Spec.NodeName, fencingv1alpha1.ForceDeletedPod{
+			Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, TerminationReason: termReason}); err != nil {
+			klog.FromContext(ctx).Error(err, "Termination reason not recorded; the pod's preStop hooks will get Unknown", "pod", klog.KObj(pod))
+		}
+	}
+	if err := c.pgc.ForceDelete(ctx, pod, reason, termReason, msg); err != nil {
 		klog.FromContext(ctx).Error(err, "Pod not force-deleted", "pod", klog.KObj(pod), "reason", reason)
 		return false
 	}

@@ -2,9 +2,11 @@ package fencerecord
 
 import (
 	"context"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 )
@@ -72,4 +74,45 @@ func NodeFenced(fr *fencingv1alpha1.FencingRequest, node *v1.Node) bool {
 		}
 	}
 	return false
+}
+
+// MaxForceDeletedPods bounds status.forceDeletedPods: more than a node's pods
+// (kubelet's default --max-pods is 110), so that a failure's entries outlive
+// the next ones until the node is back.
+const MaxForceDeletedPods = 256
+
+// RecordForceDeletedPod records, before the pod is force-deleted, the
+// termination reason its containers' preStop hooks are to get when the node
+// is back (status.forceDeletedPods); its agent serves it from there. A node
+// without a request has none to keep it in: the hooks get Unknown.
+func RecordForceDeletedPod(ctx context.Context, c Client, nodeName string, pod fencingv1alpha1.ForceDeletedPod) error {
+	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		pods := fr.Status.ForceDeletedPods
+		if i := slices.IndexFunc(pods, func(p fencingv1alpha1.ForceDeletedPod) bool { return p.UID == pod.UID }); i >= 0 {
+			if pods[i].TerminationReason == pod.TerminationReason {
+				return false
+			}
+			pods = slices.Delete(slices.Clone(pods), i, i+1)
+		}
+		pod.DeletedTime = &now
+		pods = append(pods, pod)
+		if n := len(pods) - MaxForceDeletedPods; n > 0 {
+			pods = pods[n:]
+		}
+		fr.Status.ForceDeletedPods = pods
+		return true
+	})
+}
+
+// ForceDeletedPodReason returns the termination reason recorded for the pod
+// with uid, if fr has one.
+func ForceDeletedPodReason(fr *fencingv1alpha1.FencingRequest, uid types.UID) (fencingv1alpha1.ForceDeletedPod, bool) {
+	if fr != nil {
+		for _, p := range fr.Status.ForceDeletedPods {
+			if p.UID == uid {
+				return p, true
+			}
+		}
+	}
+	return fencingv1alpha1.ForceDeletedPod{}, false
 }

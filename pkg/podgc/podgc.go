@@ -288,11 +288,7 @@ func (g *GC) ForceDelete(ctx context.Context, pod *v1.Pod, reason, terminationRe
 	}
 	forceDeletePods.WithLabelValues(reason).Inc()
 	logger.V(2).Info("Force-deleted pod", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "reason", reason, "terminationReason", terminationReason)
-	// The reason also goes on the Event, which outlives the pod: the pod's
-	// containers on a node that was away run their preStop hooks when it
-	// is back, and the hook's helper finds it there by the pod's UID.
-	g.Recorder.AnnotatedEventf(pod, map[string]string{contract.TerminationReasonAnnotation: terminationReason},
-		v1.EventTypeNormal, "ForceDeleted", "Force-deleted (%s), termination reason %s: %s", reason, terminationReason, message)
+	g.Recorder.Eventf(pod, v1.EventTypeNormal, "ForceDeleted", "Force-deleted (%s), termination reason %s: %s", reason, terminationReason, message)
 	return nil
 }
 

@@ -209,8 +209,8 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 	if err := g.ForceDelete(context.Background(), p, ReasonSafeDetach, contract.TerminationEviction, "test"); err != nil {
 		t.Fatal(err)
 	}
-	// The reason outlives the pod in the Event (termreason.FromEvents).
-	if ev := <-rec.Events; !strings.Contains(ev, contract.TerminationReasonAnnotation+":"+contract.TerminationEviction) {
+	// The Event says which termination reason the pod's hooks get.
+	if ev := <-rec.Events; !strings.Contains(ev, "termination reason "+contract.TerminationEviction) {
 		t.Errorf("the ForceDeleted event does not carry the termination reason: %s", ev)
 	}
 	writes := 0

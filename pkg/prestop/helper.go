@@ -15,6 +15,7 @@ package prestop
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -22,10 +23,10 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -40,10 +41,12 @@ import (
 const (
 	PodNameEnv      = "CSI_FENCE_POD_NAME"
 	PodNamespaceEnv = "CSI_FENCE_POD_NAMESPACE"
-	// PodUIDEnv lets the helper find the reason of a pod that is gone from
-	// the API already (force-deleted, its node back later): the Event its
-	// deleter left on it (termreason.FromEvents).
+	// PodUIDEnv tells a pod from its replacement of the same name, and
+	// names it to its node's agent once it is gone from the API.
 	PodUIDEnv = "CSI_FENCE_POD_UID"
+	// NodeAgentURLEnv is the URL of the node agent's termreason.ServedPath
+	// (MutateOptions.NodeAgentURL).
+	NodeAgentURLEnv = "CSI_FENCE_NODE_AGENT_URL"
 )
 
 // DefaultTimeout bounds the helper's API reads: a small share of the
@@ -65,17 +68,30 @@ func Reason(ctx context.Context, timeout time.Duration) string {
 		logger.Info("No API access; reason Unknown", "err", err)
 		return termreason.Unknown
 	}
-	return ReasonOf(ctx, cfg, namespace, name, os.Getenv(PodUIDEnv), timeout)
+	return ReasonOf(ctx, cfg, Pod{Namespace: namespace, Name: name, UID: os.Getenv(PodUIDEnv)}, os.Getenv(NodeAgentURLEnv), timeout)
 }
 
 // ReasonFrom is Reason with the API configuration and pod given.
 func ReasonFrom(ctx context.Context, cfg *rest.Config, namespace, name string, timeout time.Duration) string {
-	return ReasonOf(ctx, cfg, namespace, name, "", timeout)
+	return ReasonOf(ctx, cfg, Pod{Namespace: namespace, Name: name}, "", timeout)
 }
 
-// ReasonOf is ReasonFrom for the pod with uid: a pod gone from the API
-// gets the reason its deleter left in an Event on it, if any.
-func ReasonOf(ctx context.Context, cfg *rest.Config, namespace, name, uid string, timeout time.Duration) string {
+// Pod is the pod the helper runs in.
+type Pod struct {
+	Namespace, Name string
+	// UID, if known, tells the pod from a replacement of the same name.
+	UID string
+}
+
+// ReasonOf is ReasonFrom for pod, asking nodeAgentURL (if not empty) when
+// the pod is gone from the API: force-deleted while its node was away, its
+// hooks run now that the node is back, and its ServiceAccount token, bound
+// to it, is rejected (401) or the pod is not found (404) or replaced (a
+// StatefulSet's pod of the same name, another UID). The node agent, with
+// credentials of its own, serves the reason this system recorded before
+// the delete. Everything stays within timeout.
+func ReasonOf(ctx context.Context, cfg *rest.Config, pod Pod, nodeAgentURL string, timeout time.Duration) string {
+	namespace, name, uid := pod.Namespace, pod.Name, pod.UID
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(namespace, name))
 	cfg = rest.CopyConfig(cfg)
 	// Each request and the whole decision are bounded: a request that
@@ -97,13 +113,17 @@ func ReasonOf(ctx context.Context, cfg *rest.Config, namespace, name, uid string
 	done := make(chan result, 1)
 	go func() {
 		s, err := termreason.Gather(ctx, client, namespace, name)
-		if apierrors.IsNotFound(err) && uid != "" {
-			// Force-deleted while its node was away: the pod is gone, the
-			// Event of its deletion is not.
-			if d, ok := termreason.FromEvents(ctx, client, namespace, types.UID(uid)); ok {
+		if gone := apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) ||
+			(err == nil && uid != "" && string(s.Pod.UID) != uid); gone && uid != "" && nodeAgentURL != "" {
+			d, aerr := askNodeAgent(ctx, nodeAgentURL, pod)
+			if aerr == nil {
 				done <- result{d: d}
 				return
 			}
+			logger.Info("The pod is gone and its node's agent has no reason for it", "apiErr", err, "err", aerr)
+			err = fmt.Errorf("the pod is gone from the API (%v) and its node's agent has no reason for it: %w", err, aerr)
+		} else if err == nil && uid != "" && string(s.Pod.UID) != uid {
+			err = fmt.Errorf("the pod %s/%s is another one now (uid %s, not %s)", namespace, name, s.Pod.UID, uid)
 		}
 		if err != nil {
 			done <- result{err: err}
@@ -193,3 +213,36 @@ const (
 	DefaultEnv    = contract.TerminationReasonEnv
 	DefaultHeader = contract.TerminationReasonHeader
 )
+
+// askNodeAgent asks the node's agent for the reason of pod
+// (termreason.ServedPath), within ctx.
+func askNodeAgent(ctx context.Context, nodeAgentURL string, pod Pod) (termreason.Decision, error) {
+	u, err := url.Parse(nodeAgentURL)
+	if err != nil {
+		return termreason.Decision{}, fmt.Errorf("%s: %w", NodeAgentURLEnv, err)
+	}
+	q := u.Query()
+	q.Set("uid", pod.UID)
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return termreason.Decision{}, err
+	}
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return termreason.Decision{}, err
+	}
+	defer rsp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(rsp.Body, 64<<10))
+	if rsp.StatusCode != http.StatusOK {
+		return termreason.Decision{}, fmt.Errorf("%s: %s", rsp.Status, strings.TrimSpace(string(body)))
+	}
+	var served termreason.ServedReason
+	if err := json.Unmarshal(body, &served); err != nil {
+		return termreason.Decision{}, fmt.Errorf("the node agent's answer: %w", err)
+	}
+	if served.UID != pod.UID || served.Namespace != pod.Namespace || served.Name != pod.Name || served.Reason == "" {
+		return termreason.Decision{}, fmt.Errorf("the node agent answered for another pod: %+v", served)
+	}
+	return termreason.Decision{Reason: served.Reason, Source: "node agent " + u.Host + ": recorded when this system force-deleted the pod"}, nil
+}

@@ -13,14 +13,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/nodeagent"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
 
 // The helper's bound: whatever the API does, the reason comes within the
 // timeout, Unknown unless the API answered.
 func TestReasonFromIsBounded(t *testing.T) {
-	pod := &v1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
+	pod := &v1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1",
 		Annotations: map[string]string{termreason.ReasonAnnotation: "Rack B"}}}
 	release := make(chan struct{})
 	defer close(release)
@@ -39,20 +41,24 @@ func TestReasonFromIsBounded(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		},
-		// The pod was force-deleted while its node was away; the Event of
-		// its deletion, on its UID, carries the reason.
+		// The pod was force-deleted while its node was away: the API has
+		// no such pod, rejects the token bound to it, or has a replacement
+		// of the same name.
 		"gone": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			if r.URL.Path != "/api/v1/namespaces/ns/events" {
-				w.WriteHeader(http.StatusNotFound)
-				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
-				return
-			}
-			_ = json.NewEncoder(w).Encode(&v1.EventList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "EventList"}, Items: []v1.Event{
-				{ObjectMeta: metav1.ObjectMeta{Name: "other"}, InvolvedObject: v1.ObjectReference{UID: "u2"}, Reason: "ForceDeleted"},
-				{ObjectMeta: metav1.ObjectMeta{Name: "p.1", Annotations: map[string]string{contract.TerminationReasonAnnotation: contract.TerminationIntolerableTaint}},
-					InvolvedObject: v1.ObjectReference{UID: "u1"}, Reason: "ForceDeleted"},
-			}})
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
+		},
+		"rejects": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`))
+		},
+		"replaced": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			replacement := pod.DeepCopy()
+			replacement.UID = "u9"
+			_ = json.NewEncoder(w).Encode(replacement)
 		},
 		"forbids": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -67,15 +73,29 @@ func TestReasonFromIsBounded(t *testing.T) {
 	}
 	refused := "http://" + l.Addr().String()
 	l.Close()
+	// The node's agent, with the reason of u1 recorded.
+	record := &fencingv1alpha1.FencingRequest{Status: fencingv1alpha1.FencingRequestStatus{ForceDeletedPods: []fencingv1alpha1.ForceDeletedPod{
+		{Namespace: "ns", Name: "p", UID: "u1", TerminationReason: contract.TerminationIntolerableTaint}}}}
+	agent := httptest.NewServer(nodeagent.ReasonHandler(context.Background(), recordGetter{record}, "n1"))
+	defer agent.Close()
+	agentURL := agent.URL + termreason.ServedPath
+	hangingAgent := httptest.NewServer(servers["hangs"])
+	defer hangingAgent.Close()
 	const timeout = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name, server, host string
-		uid                string
+		uid, agent         string
 		want               string
 	}{
-		{name: "the pod is gone: the reason on the Event of its force-delete", server: "gone", uid: "u1", want: contract.TerminationIntolerableTaint},
-		{name: "the pod is gone, no Event of it: Unknown", server: "gone", uid: "u3", want: termreason.Unknown},
-		{name: "the pod is gone, its UID not given: Unknown", server: "gone", want: termreason.Unknown},
+		{name: "the pod is gone: its node's agent has the reason", server: "gone", uid: "u1", agent: agentURL, want: contract.TerminationIntolerableTaint},
+		{name: "the token bound to the pod is rejected: its node's agent has the reason", server: "rejects", uid: "u1", agent: agentURL, want: contract.TerminationIntolerableTaint},
+		{name: "a replacement of the same name: its node's agent has the reason", server: "replaced", uid: "u1", agent: agentURL, want: contract.TerminationIntolerableTaint},
+		{name: "a replacement of the same name, no agent: Unknown, not the replacement's reason", server: "replaced", uid: "u1", want: termreason.Unknown},
+		{name: "the pod is gone, the agent has no reason for it: Unknown", server: "gone", uid: "u3", agent: agentURL, want: termreason.Unknown},
+		{name: "the pod is gone, its UID not given: Unknown", server: "gone", agent: agentURL, want: termreason.Unknown},
+		{name: "the pod is gone, the agent hangs: Unknown in time", server: "gone", uid: "u1", agent: hangingAgent.URL, want: termreason.Unknown},
+		{name: "the pod is gone, the agent is not there: Unknown", server: "gone", uid: "u1", agent: refused, want: termreason.Unknown},
+		{name: "the API answers for this pod: the agent is not asked", server: "answers", uid: "u1", agent: refused, want: "Rack B"},
 		{name: "the API answers: the deleter's reason", server: "answers", want: "Rack B"},
 		{name: "the API hangs: Unknown in time", server: "hangs", want: termreason.Unknown},
 		{name: "the API refuses connections: Unknown", host: refused, want: termreason.Unknown},
@@ -89,7 +109,7 @@ func TestReasonFromIsBounded(t *testing.T) {
 				host = s.URL
 			}
 			start := time.Now()
-			got := ReasonOf(context.Background(), &rest.Config{Host: host}, "ns", "p", tc.uid, timeout)
+			got := ReasonOf(context.Background(), &rest.Config{Host: host}, Pod{Namespace: "ns", Name: "p", UID: tc.uid}, tc.agent, timeout)
 			if took := time.Since(start); took > timeout+300*time.Millisecond {
 				t.Errorf("took %v, the bound is %v", took, timeout)
 			}
@@ -125,4 +145,10 @@ func TestHTTPGetCarriesTheReason(t *testing.T) {
 			}
 		})
 	}
+}
+
+type recordGetter struct{ fr *fencingv1alpha1.FencingRequest }
+
+func (r recordGetter) Get(context.Context, string) (*fencingv1alpha1.FencingRequest, error) {
+	return r.fr, nil
 }

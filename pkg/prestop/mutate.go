@@ -33,6 +33,10 @@ type MutateOptions struct {
 	Image string
 	// Timeout of the helper's API reads; 0: the helper's default.
 	Timeout string
+	// NodeAgentURL is where the helper asks its node's agent for the
+	// reason when its pod is gone from the API (termreason.ServedPath on
+	// a Service with internalTrafficPolicy Local); empty: it does not ask.
+	NodeAgentURL string
 }
 
 // Patch is one RFC 6902 operation.
@@ -163,6 +167,9 @@ func rewriteContainer(c *v1.Container, d termreason.Delivery, opts MutateOptions
 		v1.EnvVar{Name: PodNameEnv, ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		v1.EnvVar{Name: PodNamespaceEnv, ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 		v1.EnvVar{Name: PodUIDEnv, ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.uid"}}})
+	if opts.NodeAgentURL != "" {
+		c.Env = append(c.Env, v1.EnvVar{Name: NodeAgentURLEnv, Value: opts.NodeAgentURL})
+	}
 	return true, nil
 }
 

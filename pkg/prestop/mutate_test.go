@@ -60,6 +60,7 @@ func optedIn(cs ...v1.Container) *v1.Pod {
 func hook(h v1.LifecycleHandler) *v1.Lifecycle { return &v1.Lifecycle{PreStop: &h} }
 
 func TestMutate(t *testing.T) {
+	const agentURL = "http://csi-fence-node-agent.default.svc:8081" + termreason.ServedPath
 	execC := v1.Container{Name: "db", Lifecycle: hook(v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"/bin/sh", "-c", "nodetool drain"}}})}
 	httpC := v1.Container{Name: "web", Ports: []v1.ContainerPort{{Name: "admin", ContainerPort: 9000}},
 		Lifecycle: hook(v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/quit", Port: intstr.FromString("admin"), Host: "localhost",
@@ -117,7 +118,7 @@ func TestMutate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := tc.pod()
 			orig := pod.DeepCopy()
-			patch, err := Mutate(pod, MutateOptions{Image: image})
+			patch, err := Mutate(pod, MutateOptions{Image: image, NodeAgentURL: agentURL})
 			if !reflect.DeepEqual(pod, orig) {
 				t.Fatalf("Mutate changed its input")
 			}
@@ -152,7 +153,11 @@ func TestMutate(t *testing.T) {
 					mounted = mounted || (m.Name == VolumeName && m.MountPath == MountDir && m.ReadOnly)
 				}
 				for _, e := range c.Env {
-					if (e.Name == PodNameEnv && e.ValueFrom.FieldRef.FieldPath == "metadata.name") || (e.Name == PodNamespaceEnv && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace") {
+					switch {
+					case e.Name == PodNameEnv && e.ValueFrom.FieldRef.FieldPath == "metadata.name",
+						e.Name == PodNamespaceEnv && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace",
+						e.Name == PodUIDEnv && e.ValueFrom.FieldRef.FieldPath == "metadata.uid",
+						e.Name == NodeAgentURLEnv && e.Value == agentURL:
 						hasEnv++
 					}
 				}
@@ -165,8 +170,8 @@ func TestMutate(t *testing.T) {
 				if got := c.Lifecycle.PreStop; got.Exec == nil || got.HTTPGet != nil || !reflect.DeepEqual(got.Exec.Command, want) {
 					t.Errorf("container %s preStop %+v, want command %q", c.Name, got, want)
 				}
-				if !mounted || hasEnv != 2 {
-					t.Errorf("container %s: helper mounted %v, pod identity env %d of 2", c.Name, mounted, hasEnv)
+				if !mounted || hasEnv != 4 {
+					t.Errorf("container %s: helper mounted %v, helper env (pod name, namespace, UID, node agent) %d of 4", c.Name, mounted, hasEnv)
 				}
 			}
 			if again, err := Mutate(out, MutateOptions{Image: image}); err != nil || again != nil {

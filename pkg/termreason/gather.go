@@ -2,17 +2,13 @@ package termreason
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
-
-	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
 // Gather reads the signals of a pod that is being deleted: the pod itself,
@@ -133,24 +129,4 @@ func newestReplicaSet(ctx context.Context, client kubernetes.Interface, namespac
 		}
 	}
 	return newest
-}
-
-// FromEvents finds the reason of a pod that is gone from the API in the
-// Events on it (by its UID) that carry contract.TerminationReasonAnnotation:
-// the pod GC of this project leaves one when it force-deletes a pod, whose
-// containers on a node that was away run their preStop hooks only once the
-// node is back, when the pod itself can no longer be read.
-func FromEvents(ctx context.Context, client kubernetes.Interface, namespace string, uid types.UID) (Decision, bool) {
-	evs, err := client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(uid)).String()})
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Cannot read the pod's Events", "uid", uid, "err", err)
-		return Decision{}, false
-	}
-	for _, e := range evs.Items {
-		if r := e.Annotations[contract.TerminationReasonAnnotation]; r != "" && e.InvolvedObject.UID == uid {
-			return Decision{Reason: r, Source: fmt.Sprintf("Event %s (%s) on the deleted pod", e.Name, e.Reason)}, true
-		}
-	}
-	return Decision{}, false
 }

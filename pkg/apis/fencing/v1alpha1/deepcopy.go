@@ -48,6 +48,13 @@ func (in *FencingRequestStatus) DeepCopyInto(out *FencingRequestStatus) {
 		out.NodeFence = new(NodeFence)
 		in.NodeFence.DeepCopyInto(out.NodeFence)
 	}
+	if in.ForceDeletedPods != nil {
+		out.ForceDeletedPods = make([]ForceDeletedPod, len(in.ForceDeletedPods))
+		for i := range in.ForceDeletedPods {
+			out.ForceDeletedPods[i] = in.ForceDeletedPods[i]
+			out.ForceDeletedPods[i].DeletedTime = in.ForceDeletedPods[i].DeletedTime.DeepCopy()
+		}
+	}
 }
 
 // DeepCopyInto copies in into out.

@@ -7,6 +7,7 @@ package v1alpha1
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
@@ -101,6 +102,25 @@ type FencingRequestStatus struct {
 	// (power), when storage fencing alone could not free its pods: its
 	// intent is recorded before the backend acts (S8), its outcome after.
 	NodeFence *NodeFence `json:"nodeFence,omitempty"`
+	// ForceDeletedPods are the pods of the node this system force-deleted
+	// while the node was away, with their termination reason: when the
+	// node is back, its kubelet stops their containers and runs their
+	// preStop hooks, but the pods are gone from the API, and their
+	// ServiceAccount tokens, bound to them, with them. The node's agent
+	// serves the reason from here (pkg/nodeagent). Bounded: the oldest go
+	// first (fencerecord.MaxForceDeletedPods).
+	ForceDeletedPods []ForceDeletedPod `json:"forceDeletedPods,omitempty"`
+}
+
+// ForceDeletedPod is one pod force-deleted from a node that was away.
+type ForceDeletedPod struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	// TerminationReason is the reason recorded on the pod before its
+	// deletion (contract.TerminationReasonAnnotation).
+	TerminationReason string       `json:"terminationReason"`
+	DeletedTime       *metav1.Time `json:"deletedTime,omitempty"`
 }
 
 // Node-level fencing backends, as --fencing-backends names them.

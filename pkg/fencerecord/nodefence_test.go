@@ -1,0 +1,102 @@
+package fencerecord
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+)
+
+func TestRecordForceDeletedPod(t *testing.T) {
+	ctx := context.Background()
+	pod := func(uid, reason string) fencingv1alpha1.ForceDeletedPod {
+		return fencingv1alpha1.ForceDeletedPod{Namespace: "ns", Name: "p-" + uid, UID: types.UID(uid), TerminationReason: reason}
+	}
+	full := fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced)
+	for i := range MaxForceDeletedPods {
+		p := pod(fmt.Sprint(i), "Eviction")
+		p.DeletedTime = &t0
+		full.Status.ForceDeletedPods = append(full.Status.ForceDeletedPods, p)
+	}
+	for _, tc := range []struct {
+		name     string
+		objs     []*fencingv1alpha1.FencingRequest
+		record   []fencingv1alpha1.ForceDeletedPod
+		wantUIDs []string // in order; nil: no request
+		want     map[string]string
+	}{
+		{
+			name:     "recorded in the node's request",
+			objs:     []*fencingv1alpha1.FencingRequest{fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing)},
+			record:   []fencingv1alpha1.ForceDeletedPod{pod("a", "IntolerableTaint"), pod("b", "Eviction")},
+			wantUIDs: []string{"a", "b"},
+			want:     map[string]string{"a": "IntolerableTaint", "b": "Eviction"},
+		},
+		{
+			name:     "a pod recorded again keeps one entry, the last reason",
+			objs:     []*fencingv1alpha1.FencingRequest{fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing)},
+			record:   []fencingv1alpha1.ForceDeletedPod{pod("a", "Eviction"), pod("b", "Eviction"), pod("a", "IntolerableTaint")},
+			wantUIDs: []string{"b", "a"},
+			want:     map[string]string{"a": "IntolerableTaint"},
+		},
+		{
+			name:     "bounded: the oldest goes",
+			objs:     []*fencingv1alpha1.FencingRequest{full},
+			record:   []fencingv1alpha1.ForceDeletedPod{pod("new", "Eviction")},
+			wantUIDs: append(uids(1, MaxForceDeletedPods), "new"),
+			want:     map[string]string{"new": "Eviction", "1": "Eviction"},
+		},
+		{
+			name:   "no request: nothing is created",
+			record: []fencingv1alpha1.ForceDeletedPod{pod("a", "Eviction")},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, c := newClient(t, tc.objs...)
+			for _, p := range tc.record {
+				if err := RecordForceDeletedPod(ctx, c, "node-1", p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := c.Get(ctx, "node-1")
+			if tc.wantUIDs == nil {
+				if err == nil {
+					t.Fatalf("a request was created: %+v", got.Status)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotUIDs []string
+			for _, p := range got.Status.ForceDeletedPods {
+				gotUIDs = append(gotUIDs, string(p.UID))
+				if p.DeletedTime == nil {
+					t.Errorf("%s: no deletedTime", p.UID)
+				}
+			}
+			if fmt.Sprint(gotUIDs) != fmt.Sprint(tc.wantUIDs) {
+				t.Errorf("entries %v, want %v", gotUIDs, tc.wantUIDs)
+			}
+			for uid, reason := range tc.want {
+				if p, ok := ForceDeletedPodReason(got, types.UID(uid)); !ok || p.TerminationReason != reason {
+					t.Errorf("reason of %s: %q (found %v), want %q", uid, p.TerminationReason, ok, reason)
+				}
+			}
+			if _, ok := ForceDeletedPodReason(got, "0"); ok && len(tc.objs) > 0 && tc.objs[0] == full {
+				t.Errorf("the oldest entry is still there")
+			}
+		})
+	}
+}
+
+func uids(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprint(i))
+	}
+	return out
+}
