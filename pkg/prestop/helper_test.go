@@ -147,7 +147,9 @@ func TestHTTPGetCarriesTheReason(t *testing.T) {
 	}
 }
 
-type recordGetter struct{ fr *fencingv1alpha1.FencingRequest }
+type recordGetter struct {
+	fr *fencingv1alpha1.FencingRequest
+}
 
 func (r recordGetter) Get(context.Context, string) (*fencingv1alpha1.FencingRequest, error) {
 	return r.fr, nil
