@@ -27,6 +27,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/prestop"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
@@ -469,11 +471,14 @@ func TestTerminationReasonAPIUnreachable(t *testing.T) {
 }
 
 // This system's own failover: the pod GC force-deletes the pod of a node
-// that is cut off, after the fence, recording the reason on the pod (its
-// termination-reason annotation). When the node comes back, its kubelet
-// stops the pod's containers, and the hook gets that reason: from the
-// annotation, since the pod's DisruptionTarget is the pod GC's and the node
-// is no longer tainted, which alone would say Unknown.
+// that is cut off, after the fence, recording its reason in the node's
+// FencingRequest first. The pod is gone from the API at once (nothing holds
+// a force-deleted pod) and its replacement runs elsewhere. When the node
+// comes back, its kubelet stops the pod's containers, which still ran: the
+// hook's helper cannot read its pod (gone, and the ServiceAccount token
+// bound to it rejected) and asks the node's agent, which serves the reason
+// from the record. The pod's DisruptionTarget alone, had the pod been
+// readable, would give the same; with the pod gone, nothing else would.
 func TestTerminationReasonFailover(t *testing.T) {
 	e := termSetup(t)
 	ctx := context.Background()
@@ -497,48 +502,73 @@ func TestTerminationReasonFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each node's pods reach the agent of their node, wherever it listens
+	// now (the Service's stand-in).
+	e.ps.NodeAgentURL = func(node string) string {
+		return "http://" + product.Nodes[node].Plugins[0].AgentHTTP + termreason.ServedPath
+	}
+	defer func() { e.ps.NodeAgentURL = nil }()
 	runners := map[string]*kubeletsim.PreStopRunner{}
 	for _, n := range env.Nodes {
 		if runners[n], err = e.ps.RunPreStopHooks(ctx, n, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := waitHeld(ctx, t, env.NS, env.PodName(0))
-	if err := env.PowerOff(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	runners[victim].Stop() // its kubelet is gone with it
-	var deleted *corev1.Pod
-	if err := framework.WaitFor(ctx, 120*time.Second, "the pod force-deleted by the failover", func(ctx context.Context) (bool, error) {
-		p, err := cluster.Client.CoreV1().Pods(env.NS).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil || p.UID != pod.UID {
-			return false, fmt.Errorf("pod %s: %v", pod.Name, podSummary(p, err))
-		}
-		deleted = p
-		return p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	recorded := deleted.Annotations[termreason.ReasonAnnotation]
-	t.Logf("force-deleted by the failover; %s=%q", termreason.ReasonAnnotation, recorded)
-	if recorded == "" {
-		t.Fatalf("the failover recorded no reason on the pod")
-	}
-	if err := env.PowerOn(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	if runners[victim], err = e.ps.RunPreStopHooks(ctx, victim, nil); err != nil {
-		t.Fatal(err)
-	}
 	defer func() {
 		for _, r := range runners {
 			r.Stop()
 		}
 	}()
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := waitHeld(ctx, t, env.NS, env.PodName(0))
+	// The webhook told the helper where its node's agent is.
+	if !slices.ContainsFunc(pod.Spec.Containers[0].Env, func(v corev1.EnvVar) bool {
+		return v.Name == prestop.NodeAgentURLEnv && v.Value == framework.NodeAgentServiceURL
+	}) {
+		t.Fatalf("the webhook gave the container no %s=%s: %+v", prestop.NodeAgentURLEnv, framework.NodeAgentServiceURL, pod.Spec.Containers[0].Env)
+	}
+	// Cut off: the heartbeat, the kubelet and the node agent stop; the
+	// containers and the plugin go on.
+	if err := cluster.Partition(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	product.Nodes[victim].Partition()
+	runners[victim].Stop()
+	var recorded string
+	if err := framework.WaitFor(ctx, 120*time.Second, "the pod force-deleted by the failover and gone from the API", func(ctx context.Context) (bool, error) {
+		if recorded == "" {
+			if fr, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, victim); err == nil {
+				if p, ok := fencerecord.ForceDeletedPodReason(fr, pod.UID); ok {
+					recorded = p.TerminationReason
+				}
+			}
+		}
+		p, err := cluster.Client.CoreV1().Pods(env.NS).Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("force-deleted by the failover; reason recorded in FencingRequest %s: %q", victim, recorded)
+	if recorded != termreason.IntolerableTaint {
+		t.Fatalf("the failover recorded %q for the pod, want %q (the taint manager marked it)", recorded, termreason.IntolerableTaint)
+	}
+	// Nothing holds the force-deleted pod: its replacement runs while the
+	// node is still cut off.
+	if _, err := env.WaitAttached(ctx, 0, victim, 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if runs := runners[victim].Runs(); len(runs) != 0 {
+		t.Fatalf("hooks ran on the node while it was cut off: %+v", runs)
+	}
+	if err := env.PowerOn(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ps.ResumePreStopHooks(victim, runners[victim]); err != nil {
+		t.Fatal(err)
+	}
 	hookCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	run, err := runners[victim].WaitRun(hookCtx, pod.Namespace, pod.Name, "db")
@@ -547,11 +577,14 @@ func TestTerminationReasonFailover(t *testing.T) {
 	}
 	t.Logf("preStop hook of %s: %q, took %v, err %v, output %q", pod.Name, run.Command, run.Took, run.Err, run.Output)
 	i := strings.LastIndex(run.Output, "reason=")
-	if run.Err != nil || i < 0 || run.Command[0] != e.ps.Helper {
+	if run.Err != nil || i < 0 || run.Command[0] != e.ps.Helper || run.UID != pod.UID {
 		t.Fatalf("the hook did not run through the helper: %+v", run)
 	}
-	if got := run.Output[i+len("reason="):]; got != recorded || got != termreason.IntolerableTaint {
-		t.Fatalf("the hook got %q; the failover recorded %q (want %q: the taint manager marked it)", got, recorded, termreason.IntolerableTaint)
+	if got := run.Output[i+len("reason="):]; got != recorded {
+		t.Fatalf("the hook got %q; the failover recorded %q", got, recorded)
+	}
+	if !strings.Contains(run.Output, "node agent") {
+		t.Fatalf("the reason did not come from the node's agent: %q", run.Output)
 	}
 	// The replacement runs and the node is released, as after any failover.
 	if _, err := env.WaitAttached(ctx, 0, "", 120*time.Second); err != nil {

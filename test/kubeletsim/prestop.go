@@ -29,7 +29,9 @@ import (
 // API while its containers stop. KWOK, which stands in for the kubelet's
 // status reporting, deletes a terminating pod after a second unless a
 // finalizer holds it; this one holds it until the hooks have run, as the
-// running containers would.
+// running containers would. It never holds a pod deleted with grace period
+// 0 (ReleaseForceDeleted): that one is gone from the API at once, whatever
+// its containers do.
 const PreStopFinalizer = "kubeletsim.csi-fence.io/prestop"
 
 // minGracePeriod is the kubelet's floor for a hook's time, also for a pod
@@ -48,6 +50,10 @@ type PreStopOptions struct {
 	// spec's, called once per pod while it is alive (a real pod's mounted
 	// ServiceAccount token, which the helper finds through KUBECONFIG here).
 	PodEnv func(ctx context.Context, pod *v1.Pod) ([]string, error)
+	// HookEnv returns environment a hook gets when it runs, last (it
+	// overrides the spec's): what the node's network gives the pod then,
+	// e.g. where a Service routes from this node.
+	HookEnv func(pod *v1.Pod) []string
 	// HTTPHost is where HTTP GET hooks without a host go (the kubelet uses
 	// the pod IP; KWOK's pod IPs are not routable). Default 127.0.0.1.
 	HTTPHost string
@@ -76,8 +82,13 @@ type HookRun struct {
 type PreStopRunner struct {
 	opts PreStopOptions
 
-	mu      sync.Mutex
-	env     map[types.UID][]string
+	mu  sync.Mutex
+	env map[types.UID][]string
+	// known is the last state seen of each pod with a hook on the node,
+	// kept across Stop and Run as a kubelet keeps its pods across a
+	// partition: a pod deleted from the API meanwhile is stopped, hooks
+	// first, from this copy when the runner runs again.
+	known   map[types.UID]*v1.Pod
 	started map[types.UID]bool
 	runs    []HookRun
 	changed chan struct{}
@@ -93,16 +104,20 @@ func NewPreStopRunner(opts PreStopOptions) (*PreStopRunner, error) {
 	if opts.HTTPHost == "" {
 		opts.HTTPHost = "127.0.0.1"
 	}
-	return &PreStopRunner{opts: opts, env: map[types.UID][]string{}, started: map[types.UID]bool{}, changed: make(chan struct{}), done: make(chan struct{})}, nil
+	return &PreStopRunner{opts: opts, env: map[types.UID][]string{}, known: map[types.UID]*v1.Pod{}, started: map[types.UID]bool{}, changed: make(chan struct{})}, nil
 }
 
-// Run watches the node's pods until ctx is done or Stop is called.
+// Run watches the node's pods until ctx is done or Stop is called. It may
+// run again after Stop (a node back from a partition): the pods it knew
+// that are gone from the API then have their hooks run, as a kubelet does
+// with the pods its first list after the partition no longer has.
 func (r *PreStopRunner) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	r.mu.Lock()
-	r.cancel = cancel
+	r.cancel, r.done = cancel, done
 	r.mu.Unlock()
-	defer close(r.done)
+	defer close(done)
 	logger := klog.FromContext(ctx).WithValues("node", r.opts.NodeName)
 	ctx = klog.NewContext(ctx, logger)
 	factory := informers.NewSharedInformerFactoryWithOptions(r.opts.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -114,12 +129,51 @@ func (r *PreStopRunner) Run(ctx context.Context) {
 			r.sync(ctx, pod)
 		}
 	}
-	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	informer := factory.Core().V1().Pods().Informer()
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: handle, UpdateFunc: func(_, o interface{}) { handle(o) },
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				r.removed(ctx, pod.UID)
+			}
+		},
 	})
 	factory.Start(ctx.Done())
 	logger.Info("Simulated kubelet running preStop hooks")
+	if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		listed := map[types.UID]bool{}
+		for _, obj := range informer.GetStore().List() {
+			listed[obj.(*v1.Pod).UID] = true
+		}
+		r.mu.Lock()
+		var gone []types.UID
+		for uid := range r.known {
+			if !listed[uid] {
+				gone = append(gone, uid)
+			}
+		}
+		r.mu.Unlock()
+		for _, uid := range gone {
+			r.removed(ctx, uid)
+		}
+	}
 	<-ctx.Done()
+}
+
+// removed stops a known pod that is gone from the API, hooks first, from
+// the last copy seen of it: one force-deleted (its deletion came with grace
+// period 0, or while the node was cut off).
+func (r *PreStopRunner) removed(ctx context.Context, uid types.UID) {
+	r.mu.Lock()
+	pod := r.known[uid]
+	r.mu.Unlock()
+	if pod != nil {
+		klog.FromContext(ctx).V(2).Info("Pod gone from the API: stopping it from the last copy seen", "pod", klog.KObj(pod), "uid", uid)
+		r.start(ctx, pod)
+	}
 }
 
 // Stop stops the runner (a node that loses power or its network): hooks
@@ -157,6 +211,11 @@ func (r *PreStopRunner) sync(ctx context.Context, pod *v1.Pod) {
 		return
 	}
 	held := slices.Contains(pod.Finalizers, PreStopFinalizer)
+	r.mu.Lock()
+	if !r.started[pod.UID] {
+		r.known[pod.UID] = pod.DeepCopy()
+	}
+	r.mu.Unlock()
 	// A runner started after the pod (a node back from a partition, as a
 	// kubelet after a reboot) prepares its environment when it first sees
 	// it, terminating or not.
@@ -181,15 +240,30 @@ func (r *PreStopRunner) sync(ctx context.Context, pod *v1.Pod) {
 		}
 		return
 	}
-	if !held {
+	if !held && !forceDeleted(pod) {
 		return // not ours to hold (it came before this runner): KWOK lets it go
 	}
+	r.start(ctx, pod)
+}
+
+// forceDeleted reports a deletion with grace period 0, which a kubelet
+// handles at once (and ReleaseForceDeleted lets go at once).
+func forceDeleted(pod *v1.Pod) bool {
+	return pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0
+}
+
+// start runs the pod's hooks once, then lets the pod go.
+func (r *PreStopRunner) start(ctx context.Context, pod *v1.Pod) {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
 	r.mu.Lock()
-	if r.started[pod.UID] {
+	if r.started[pod.UID] || ctx.Err() != nil {
+		// Run once; and not at all by a runner stopped meanwhile (a node
+		// cut off sees no deletion).
 		r.mu.Unlock()
 		return
 	}
 	r.started[pod.UID] = true
+	delete(r.known, pod.UID)
 	env := r.env[pod.UID]
 	r.mu.Unlock()
 	pod = pod.DeepCopy()
@@ -227,8 +301,12 @@ func (r *PreStopRunner) finalizer(ctx context.Context, pod *v1.Pod, add bool) er
 // runHooks runs every container's hook in parallel within the grace period.
 func (r *PreStopRunner) runHooks(ctx context.Context, pod *v1.Pod, env []string) {
 	grace := 30 * time.Second
-	if pod.DeletionGracePeriodSeconds != nil {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
 		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		// A pod gone from the API, stopped from the copy seen before.
+		grace = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 	}
 	grace = max(grace, minGracePeriod)
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
@@ -268,6 +346,9 @@ func (r *PreStopRunner) runHook(ctx context.Context, pod *v1.Pod, c v1.Container
 		run.Command = argv
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = append(containerEnv(pod, c), extra...)
+		if r.opts.HookEnv != nil {
+			cmd.Env = append(cmd.Env, r.opts.HookEnv(pod)...)
+		}
 		cmd.WaitDelay = time.Second
 		out, err := cmd.CombinedOutput()
 		run.Output, run.Err = string(out), err
@@ -369,4 +450,32 @@ func (r *PreStopRunner) summary() string {
 		s = append(s, run.Namespace+"/"+run.Pod+"/"+run.Container)
 	}
 	return strings.Join(s, ", ")
+}
+
+// ReleaseForceDeleted removes PreStopFinalizer from every pod deleted with
+// grace period 0, until ctx is done: the stand-in, on the control plane's
+// side, for a force-deleted pod being gone from the API at once. The
+// runners (on the nodes' side, stopped while a node is cut off) run such a
+// pod's hooks from their last copy of it (PreStopRunner.Run).
+func ReleaseForceDeleted(ctx context.Context, client kubernetes.Interface) {
+	logger := klog.FromContext(ctx)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	defer factory.Shutdown()
+	release := func(obj interface{}) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || !forceDeleted(pod) || !slices.Contains(pod.Finalizers, PreStopFinalizer) {
+			return
+		}
+		r := &PreStopRunner{opts: PreStopOptions{Client: client}}
+		if err := r.finalizer(ctx, pod, false); err != nil {
+			logger.Error(err, "Letting a force-deleted pod go", "pod", klog.KObj(pod))
+			return
+		}
+		logger.V(2).Info("Force-deleted pod let go at once", "pod", klog.KObj(pod))
+	}
+	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: release, UpdateFunc: func(_, o interface{}) { release(o) },
+	})
+	factory.Start(ctx.Done())
+	<-ctx.Done()
 }

@@ -87,3 +87,56 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 		}
 	}
 }
+
+// A node cut off while its pod is force-deleted: the runner, stopped, runs
+// nothing; run again (the node back), it stops the pod gone from the API
+// from its last copy, hooks first, with the environment of now.
+func TestPreStopRunnerAfterAPartition(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{NodeName: "n1",
+		Containers: []v1.Container{{Name: "c", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{
+			Command: []string{"/bin/sh", "-c", `printf '%s %s' "$POD" "$WHERE"`}}}},
+			Env: []v1.EnvVar{{Name: "WHERE", Value: "spec"}, {Name: "POD", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}}}}
+	client := fake.NewClientset(pod)
+	go ReleaseForceDeleted(ctx, client)
+	r, err := NewPreStopRunner(PreStopOptions{Client: client, NodeName: "n1",
+		HookEnv: func(*v1.Pod) []string { return []string{"WHERE=now"} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	pods := client.CoreV1().Pods("ns")
+	var cur *v1.Pod
+	waitFor(t, ctx, "the finalizer", func() bool {
+		cur, _ = pods.Get(ctx, "p1", metav1.GetOptions{})
+		return slices.Contains(cur.Finalizers, PreStopFinalizer)
+	})
+	r.Stop() // the node is cut off
+	// The pod GC's force-delete: grace period 0, and the pod is let go at
+	// once, without its hooks.
+	now := metav1.Now()
+	cur.DeletionTimestamp, cur.DeletionGracePeriodSeconds = &now, ptr.To[int64](0)
+	if _, err := pods.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the force-deleted pod let go", func() bool {
+		cur, _ = pods.Get(ctx, "p1", metav1.GetOptions{})
+		return !slices.Contains(cur.Finalizers, PreStopFinalizer)
+	})
+	if err := pods.Delete(ctx, "p1", metav1.DeleteOptions{}); err != nil { // what the apiserver does without a finalizer
+		t.Fatal(err)
+	}
+	if n := len(r.Runs()); n != 0 {
+		t.Fatalf("a stopped runner ran %d hooks", n)
+	}
+	go r.Run(ctx) // the node is back
+	defer r.Stop()
+	run, err := r.WaitRun(ctx, "ns", "p1", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Err != nil || run.Output != "p1 now" || run.UID != "u1" {
+		t.Fatalf("run %+v, want output %q", run, "p1 now")
+	}
+}

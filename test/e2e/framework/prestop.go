@@ -40,9 +40,19 @@ type PreStop struct {
 	Webhook *Process
 	Addr    string
 
+	// NodeAgentURL, if set, returns where node's pods reach its agent's
+	// termreason.ServedPath now: the stand-in for the Service of
+	// deploy/kubernetes/sidecar (internalTrafficPolicy Local), whose
+	// address the webhook gives every pod (NodeAgentServiceURL). No
+	// Service network here: a runner's hooks get this address instead.
+	NodeAgentURL func(node string) string
+
 	c          *Cluster
 	kubeconfig string
 }
+
+// NodeAgentServiceURL is the webhook's --node-agent-url in deploy/.
+const NodeAgentServiceURL = "http://csi-fence-node-agent.default.svc:8081" + termreason.ServedPath
 
 // PreStopWebhookConfig is the MutatingWebhookConfiguration of deploy/.
 const PreStopWebhookConfig = "csi-fence-prestop"
@@ -67,6 +77,9 @@ func (c *Cluster) StartPreStop(ctx context.Context) (*PreStop, error) {
 		return nil, err
 	}
 	ps.kubeconfig = kubeconfig
+	// A force-deleted pod is gone from the API at once, whether its node's
+	// simulated kubelet runs or not.
+	go kubeletsim.ReleaseForceDeleted(klog.NewContext(context.Background(), klog.Background()), c.Client)
 	// The webhook first, so that it is there to write the caBundle as soon
 	// as the configuration exists (it retries until then), as in a cluster
 	// where both are applied at once.
@@ -111,13 +124,25 @@ func (ps *PreStop) RunPreStopHooks(ctx context.Context, node string, podEnv func
 	}
 	r, err := kubeletsim.NewPreStopRunner(kubeletsim.PreStopOptions{
 		Client: ps.c.Client, NodeName: node, PathMap: map[string]string{prestop.HelperPath: ps.Helper}, PodEnv: podEnv,
+		HookEnv: func(*corev1.Pod) []string {
+			if ps.NodeAgentURL == nil {
+				return nil
+			}
+			return []string{prestop.NodeAgentURLEnv + "=" + ps.NodeAgentURL(node)}
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
+	return r, ps.ResumePreStopHooks(node, r)
+}
+
+// ResumePreStopHooks runs r again after its Stop: the node is back, and
+// its pods deleted meanwhile are stopped, hooks first.
+func (ps *PreStop) ResumePreStopHooks(node string, r *kubeletsim.PreStopRunner) error {
 	f, err := os.OpenFile(filepath.Join(ps.c.WorkDir, "logs", "prestop-kubelet-"+node+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f), textlogger.Verbosity(4)))
 	rctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
@@ -126,7 +151,7 @@ func (ps *PreStop) RunPreStopHooks(ctx context.Context, node string, podEnv func
 		cancel()
 		f.Close()
 	}()
-	return r, nil
+	return nil
 }
 
 // PodTokenEnv is the environment that gives the helper the API access of
@@ -157,7 +182,7 @@ func (ps *PreStop) startWebhook(ctx context.Context) error {
 		ps.Webhook, err = ps.c.StartProcess("prestop-webhook", filepath.Join(ps.BinDir, "csi-fence-prestop-webhook"),
 			"--listen="+ps.Addr, "--generate-certificate", "--certificate-hosts=127.0.0.1",
 			"--webhook-configuration="+PreStopWebhookConfig, "--kubeconfig="+ps.kubeconfig,
-			"--helper-image=ghcr.io/csi-fence/csi-fence-prestop:canary", "--v=2")
+			"--helper-image=ghcr.io/csi-fence/csi-fence-prestop:canary", "--node-agent-url="+NodeAgentServiceURL, "--v=2")
 		if err != nil {
 			return err
 		}

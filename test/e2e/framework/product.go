@@ -112,6 +112,8 @@ type NodePlugin struct {
 	Driver  *Driver
 	Process *Process // mock node plugin
 	Agent   *Process // csi-fence-attacher --role=node
+	// AgentHTTP is the node agent's --http-endpoint address (host:port).
+	AgentHTTP string
 	HTTP    string   // data path: http://HTTP/write?volume=V
 	sock    string
 
@@ -511,7 +513,7 @@ func (pl *NodePlugin) powerOn(ctx context.Context, n *NodeInstance, kubeconfig s
 	pl.kubeletCancel = func() { cancel(); kubeletLog.Close() }
 	go func() { _ = pl.kubelet.Run(kctx) }()
 
-	pl.Agent, _, err = c.startServer(ctx, d.procName("node-agent-"+n.Name), d.fenceBin, "/metrics", 30*time.Second,
+	pl.Agent, pl.AgentHTTP, err = c.startServer(ctx, d.procName("node-agent-"+n.Name), d.fenceBin, "/metrics", 30*time.Second,
 		func(addr string) []string {
 			return []string{"--role=node", "--node-name=" + n.Name, "--kubelet-dir=" + n.KubeletDir, "--csi-address=" + pl.sock,
 				"--kubeconfig=" + kubeconfig, "--http-endpoint=" + addr, "--v=4",
