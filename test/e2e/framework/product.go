@@ -114,8 +114,8 @@ type NodePlugin struct {
 	Agent   *Process // csi-fence-attacher --role=node
 	// AgentHTTP is the node agent's --http-endpoint address (host:port).
 	AgentHTTP string
-	HTTP    string   // data path: http://HTTP/write?volume=V
-	sock    string
+	HTTP      string // data path: http://HTTP/write?volume=V
+	sock      string
 
 	// BMC powers the plugin when its node has a power switch
 	// (SetPowerSwitch); then Process is nil.
