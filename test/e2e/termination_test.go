@@ -291,22 +291,29 @@ func TestTerminationReasons(t *testing.T) {
 				if _, err := apps.Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				var name string
-				if err := framework.WaitFor(ctx, 60*time.Second, "the Deployment's pod", func(ctx context.Context) (bool, error) {
-					pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-					if err != nil || len(pods.Items) != 1 {
-						return false, err
-					}
-					name = pods.Items[0].Name
-					return true, nil
-				}); err != nil {
-					t.Fatal(err)
-				}
-				return name
+				return onlyPod(ctx, t, ns, "app=web")
 			},
 			terminate: func(ctx context.Context, t *testing.T, ns, _ string) {
 				patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"e2e/version":"2"}}}}}`)
 				if _, err := apps.Deployments(ns).Patch(ctx, "web", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "DaemonSet rolling update: Update", hook: execHook, want: termreason.Update,
+			setup: func(ctx context.Context, t *testing.T, ns, node string, tmpl corev1.PodTemplateSpec) string {
+				tmpl.Labels["app"] = "agent"
+				ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}, Template: tmpl}}
+				if _, err := apps.DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				return onlyPod(ctx, t, ns, "app=agent")
+			},
+			terminate: func(ctx context.Context, t *testing.T, ns, _ string) {
+				patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"e2e/version":"2"}}}}}`)
+				if _, err := apps.DaemonSets(ns).Patch(ctx, "agent", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -362,6 +369,24 @@ func TestTerminationReasons(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onlyPod waits for the one pod of ns that selector selects, and returns
+// its name.
+func onlyPod(ctx context.Context, t *testing.T, ns, selector string) string {
+	t.Helper()
+	var name string
+	if err := framework.WaitFor(ctx, 60*time.Second, "the pod "+selector, func(ctx context.Context) (bool, error) {
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil || len(pods.Items) != 1 {
+			return false, err
+		}
+		name = pods.Items[0].Name
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 func createStatefulSet(ctx context.Context, t *testing.T, ns string, replicas int32, tmpl corev1.PodTemplateSpec) {

@@ -362,7 +362,7 @@ var Controllers = []string{
 	"pod-garbage-collector-controller", "node-lifecycle-controller", "taint-eviction-controller",
 	"persistentvolume-attach-detach-controller", "persistentvolume-binder-controller",
 	"persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller",
-	"statefulset-controller", "replicaset-controller", "deployment-controller",
+	"statefulset-controller", "replicaset-controller", "deployment-controller", "daemonset-controller",
 }
 
 // alive returns an ExitedError for the first process that has ended
