@@ -21,27 +21,63 @@ import (
 // would silently lose it), and rejects an object that misses a field the
 // schema requires.
 func TestFencingRequestSchemaMatchesTypes(t *testing.T) {
-	b, err := os.ReadFile("base/crd-fencingrequests.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range schemaMismatches(b) {
-		t.Error(m)
-	}
-
-	// Negative controls: the check sees a field the schema lost, a type
-	// that differs and a required field Go may omit.
-	for _, tc := range []struct{ from, to, want string }{
+	checkSchema(t, "base/crd-fencingrequests.yaml", schemaMismatches, []negativeControl{
 		{"cleanupError: {type: string}", "", ".status.volumes[].cleanupError (string) is in the Go types but not in the CRD schema"},
 		{"fencedTime: {type: string, format: date-time}", "fencedTime: {type: integer}", ".status.volumes[].fencedTime is integer in the CRD schema"},
 		{"required: [driver, volumeHandle]", "required: [driver, volumeHandle, nodeID]", ".status.volumes[].nodeID is required by the CRD but omitempty"},
+		{"terminationReason: {type: string}", "", ".status.forceDeletedPods[].terminationReason (string) is in the Go types but not in the CRD schema"},
+	})
+}
+
+func schemaMismatches(b []byte) []string {
+	crd, out := typeMismatches(b, contract.FencingResource, "FencingRequest", reflect.TypeOf(fencingv1alpha1.FencingRequest{}), "Spec", "Status")
+	if crd.root == nil {
+		return out
+	}
+	errorf := func(format string, args ...interface{}) { out = append(out, fmt.Sprintf(format, args...)) }
+	if !crd.status {
+		errorf("no status subresource: UpdateStatus would fail")
+	}
+	for path, want := range map[string][]string{
+		".spec.origin":                {string(fencingv1alpha1.OriginManual), string(fencingv1alpha1.OriginAutomatic)},
+		".status.phase":               {string(fencingv1alpha1.PhasePending), string(fencingv1alpha1.PhaseFencing), string(fencingv1alpha1.PhaseFenced), string(fencingv1alpha1.PhaseCleaning), string(fencingv1alpha1.PhaseComplete)},
+		".status.conditions[].status": {string(metav1.ConditionTrue), string(metav1.ConditionFalse), string(metav1.ConditionUnknown)},
 	} {
+		got := slices.Clone(crd.enums[path])
+		sort.Strings(got)
+		sort.Strings(want)
+		if !slices.Equal(got, want) {
+			errorf("%s: CRD enum %v, Go constants %v", path, got, want)
+		}
+	}
+	if !crd.required[".spec.nodeName"] {
+		errorf(".spec.nodeName must be required: a request names its node")
+	}
+	return out
+}
+
+// negativeControl replaces from by to in a CRD, after which the check must
+// report want: it shows the check sees what it is for.
+type negativeControl struct{ from, to, want string }
+
+// checkSchema runs mismatches on the CRD at path, which must report
+// nothing, then on each negative control's mutation, which must report it.
+func checkSchema(t *testing.T, path string, mismatches func([]byte) []string, controls []negativeControl) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mismatches(b) {
+		t.Error(m)
+	}
+	for _, tc := range controls {
 		mutated := strings.Replace(string(b), tc.from, tc.to, 1)
 		if mutated == string(b) {
 			t.Fatalf("negative control: %q not in the CRD", tc.from)
 		}
 		found := false
-		for _, m := range schemaMismatches([]byte(mutated)) {
+		for _, m := range mismatches([]byte(mutated)) {
 			found = found || strings.Contains(m, tc.want)
 		}
 		if !found {
@@ -50,9 +86,22 @@ func TestFencingRequestSchemaMatchesTypes(t *testing.T) {
 	}
 }
 
-func schemaMismatches(b []byte) (out []string) {
+// crdSchema is a CRD of deploy/ as typeMismatches read it.
+type crdSchema struct {
+	root     map[string]interface{} // the version's openAPIV3Schema; nil: unreadable
+	status   bool                   // it has the status subresource
+	types    map[string]string      // JSON path -> schema type
+	required map[string]bool
+	enums    map[string][]string
+}
+
+// typeMismatches reads the CRD in b and reports how it differs from
+// goType: its group, plural, kind and scope (Cluster), its one version, and
+// the fields under goType's fields tops (Spec, Status) both ways, with what
+// the CRD requires that Go may omit.
+func typeMismatches(b []byte, plural, kind string, goType reflect.Type, tops ...string) (crd crdSchema, out []string) {
 	errorf := func(format string, args ...interface{}) { out = append(out, fmt.Sprintf(format, args...)) }
-	var crd struct {
+	var doc struct {
 		Spec struct {
 			Group string `json:"group"`
 			Scope string `json:"scope"`
@@ -71,40 +120,34 @@ func schemaMismatches(b []byte) (out []string) {
 			} `json:"versions"`
 		} `json:"spec"`
 	}
-	if err := yaml.Unmarshal(b, &crd); err != nil {
-		return []string{err.Error()}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return crd, []string{err.Error()}
 	}
-	if crd.Spec.Group != contract.FencingGroup || crd.Spec.Names.Plural != contract.FencingResource ||
-		crd.Spec.Names.Kind != "FencingRequest" || crd.Spec.Scope != "Cluster" {
-		errorf("CRD names %s/%s kind %s scope %s, want %s/%s FencingRequest Cluster", crd.Spec.Group, crd.Spec.Names.Plural,
-			crd.Spec.Names.Kind, crd.Spec.Scope, contract.FencingGroup, contract.FencingResource)
+	if doc.Spec.Group != contract.FencingGroup || doc.Spec.Names.Plural != plural || doc.Spec.Names.Kind != kind || doc.Spec.Scope != "Cluster" {
+		errorf("CRD names %s/%s kind %s scope %s, want %s/%s %s Cluster", doc.Spec.Group, doc.Spec.Names.Plural,
+			doc.Spec.Names.Kind, doc.Spec.Scope, contract.FencingGroup, plural, kind)
 	}
-	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != contract.FencingVersion {
+	if len(doc.Spec.Versions) != 1 || doc.Spec.Versions[0].Name != contract.FencingVersion {
 		errorf("want one version %s", contract.FencingVersion)
-		return out
+		return crd, out
 	}
-	v := crd.Spec.Versions[0]
-	if v.Subresources.Status == nil {
-		errorf("no status subresource: UpdateStatus would fail")
-	}
-	root := v.Schema.OpenAPIV3Schema
-
-	schema := map[string]string{}
-	required := map[string]bool{}
-	enums := map[string][]string{}
-	walkSchema(root, "", schema, required, enums)
+	v := doc.Spec.Versions[0]
+	crd = crdSchema{root: v.Schema.OpenAPIV3Schema, status: v.Subresources.Status != nil,
+		types: map[string]string{}, required: map[string]bool{}, enums: map[string][]string{}}
+	walkSchema(crd.root, "", crd.types, crd.required, crd.enums)
 	goFields := map[string]string{}
 	omitEmpty := map[string]bool{}
-	typ := reflect.TypeOf(fencingv1alpha1.FencingRequest{})
-	for _, top := range []string{"Spec", "Status"} {
-		f, _ := typ.FieldByName(top)
+	var prefixes []string
+	for _, top := range tops {
+		f, _ := goType.FieldByName(top)
 		name, omit := jsonName(f)
 		walkType(f.Type, "."+name, goFields, omitEmpty)
 		goFields["."+name] = "object"
 		omitEmpty["."+name] = omit
+		prefixes = append(prefixes, "."+name)
 	}
 	for path, want := range goFields {
-		got, ok := schema[path]
+		got, ok := crd.types[path]
 		switch {
 		case !ok:
 			errorf("%s (%s) is in the Go types but not in the CRD schema: the apiserver would prune it", path, want)
@@ -112,34 +155,19 @@ func schemaMismatches(b []byte) (out []string) {
 			errorf("%s is %s in the CRD schema, %s in the Go types", path, got, want)
 		}
 	}
-	for path := range schema {
-		if strings.HasPrefix(path, ".spec") || strings.HasPrefix(path, ".status") {
+	for path := range crd.types {
+		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(path, p) }) {
 			if _, ok := goFields[path]; !ok {
 				errorf("%s is in the CRD schema but not in the Go types", path)
 			}
 		}
 	}
-	for path := range required {
+	for path := range crd.required {
 		if omitEmpty[path] {
 			errorf("%s is required by the CRD but omitempty in Go: an empty value would be rejected", path)
 		}
 	}
-	for path, want := range map[string][]string{
-		".spec.origin":                {string(fencingv1alpha1.OriginManual), string(fencingv1alpha1.OriginAutomatic)},
-		".status.phase":               {string(fencingv1alpha1.PhasePending), string(fencingv1alpha1.PhaseFencing), string(fencingv1alpha1.PhaseFenced), string(fencingv1alpha1.PhaseCleaning), string(fencingv1alpha1.PhaseComplete)},
-		".status.conditions[].status": {string(metav1.ConditionTrue), string(metav1.ConditionFalse), string(metav1.ConditionUnknown)},
-	} {
-		got := slices.Clone(enums[path])
-		sort.Strings(got)
-		sort.Strings(want)
-		if !slices.Equal(got, want) {
-			errorf("%s: CRD enum %v, Go constants %v", path, got, want)
-		}
-	}
-	if !required[".spec.nodeName"] {
-		errorf(".spec.nodeName must be required: a request names its node")
-	}
-	return out
+	return crd, out
 }
 
 func walkSchema(s map[string]interface{}, path string, types map[string]string, required map[string]bool, enums map[string][]string) {
