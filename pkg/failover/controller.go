@@ -710,13 +710,18 @@ func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv
 }
 
 func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {
-	objs, err := c.factory.Core().V1().Pods().Informer().GetIndexer().ByIndex(byNode, node)
+	return onNode[*v1.Pod](c.factory.Core().V1().Pods().Informer(), node)
+}
+
+// onNode returns the objects of informer, indexed byNode, on node.
+func onNode[T any](informer cache.SharedIndexInformer, node string) ([]T, error) {
+	objs, err := informer.GetIndexer().ByIndex(byNode, node)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*v1.Pod, 0, len(objs))
+	out := make([]T, 0, len(objs))
 	for _, o := range objs {
-		out = append(out, o.(*v1.Pod))
+		out = append(out, o.(T))
 	}
 	return out, nil
 }

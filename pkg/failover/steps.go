@@ -609,13 +609,5 @@ func (c *Controller) mutateNode(ctx context.Context, name string, status bool, m
 }
 
 func (c *Controller) vasOn(node string) ([]*storagev1.VolumeAttachment, error) {
-	objs, err := c.factory.Storage().V1().VolumeAttachments().Informer().GetIndexer().ByIndex(byNode, node)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*storagev1.VolumeAttachment, 0, len(objs))
-	for _, o := range objs {
-		out = append(out, o.(*storagev1.VolumeAttachment))
-	}
-	return out, nil
+	return onNode[*storagev1.VolumeAttachment](c.factory.Storage().V1().VolumeAttachments().Informer(), node)
 }
