@@ -259,6 +259,29 @@ func waitVA(t *testing.T, ctx context.Context, client *fake.Clientset, what stri
 	}
 }
 
+// start runs the attacher NewAttacher made until ctx is done; the channel
+// closes when it returned.
+func start(ctx context.Context, run func(context.Context)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { run(ctx); close(done) }()
+	return done
+}
+
+// attachThenDelete waits until va1 is attached, deletes it as the ADC
+// does (a deletionTimestamp under its finalizer) and waits until it is
+// detached.
+func attachThenDelete(t *testing.T, ctx context.Context, client *fake.Clientset) {
+	t.Helper()
+	waitVA(t, ctx, client, "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached })
+	va, _ := client.StorageV1().VolumeAttachments().Get(ctx, "va1", metav1.GetOptions{})
+	now := metav1.Now()
+	va.DeletionTimestamp = &now
+	if _, err := client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVA(t, ctx, client, "detached", func(va *storagev1.VolumeAttachment) bool { return len(va.Finalizers) == 0 })
+}
+
 // NewAttacher wires informers (including the dynamic FencingRequest one),
 // the CSI handler, the fence pool and the controller: a VA is attached,
 // then detached with a fence as its node is NotReady, and the fence is
@@ -295,20 +318,11 @@ func testNewAttacherFences(t *testing.T, disabled bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { run(ctx); close(done) }()
-
+	done := start(ctx, run)
 	// The node is NotReady from the start (attach does not mind; only a
 	// quarantine would stop it), so that the detach is non-graceful however
 	// late the informers are.
-	waitVA(t, ctx, client, "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached })
-	va, _ := client.StorageV1().VolumeAttachments().Get(ctx, "va1", metav1.GetOptions{})
-	now := metav1.Now()
-	va.DeletionTimestamp = &now
-	if _, err := client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitVA(t, ctx, client, "detached", func(va *storagev1.VolumeAttachment) bool { return len(va.Finalizers) == 0 })
+	attachThenDelete(t, ctx, client)
 	calls := d.seen()
 	want := []string{"attach vol-1 node-1-id", "detach vol-1 node-1-id fence"}
 	if disabled {
@@ -342,8 +356,7 @@ func TestNewAttacherTrivial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { run(ctx); close(done) }()
+	done := start(ctx, run)
 	waitVA(t, ctx, client, "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached && len(va.Finalizers) == 0 })
 	cancel()
 	<-done
@@ -396,17 +409,8 @@ func TestNewAttacherWithStockRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { run(ctx); close(done) }()
-
-	waitVA(t, ctx, client, "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached })
-	va, _ := client.StorageV1().VolumeAttachments().Get(ctx, "va1", metav1.GetOptions{})
-	now := metav1.Now()
-	va.DeletionTimestamp = &now
-	if _, err := client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitVA(t, ctx, client, "detached", func(va *storagev1.VolumeAttachment) bool { return len(va.Finalizers) == 0 })
+	done := start(ctx, run)
+	attachThenDelete(t, ctx, client)
 	if calls := d.seen(); !slices.Equal(calls, []string{"attach vol-1 node-1-id", "detach vol-1 node-1-id"}) {
 		t.Errorf("driver calls %q, want a publish and a plain unpublish", calls)
 	}
