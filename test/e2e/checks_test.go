@@ -23,6 +23,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
 	"github.com/csi-fence/fence-attacher/test/kubeletsim"
 )
 
@@ -212,4 +213,18 @@ func setupTwoDriverPod(ctx context.Context, t *testing.T, opts framework.DriverO
 	}
 	s.vol1, s.vol2 = s.env.DriverVolumes[s.d1.Name][0], s.env.DriverVolumes[d2.Name][0]
 	return s
+}
+
+// watchTimeline records the milestones of the failover of replica 0 of env
+// from victim (volume pv), logging each, until the test ends.
+func watchTimeline(t *testing.T, env *scenario.Env, victim, pv string) *timeline.Recorder {
+	t.Helper()
+	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: pv},
+		func(e timeline.Event) { t.Logf("milestone: %s %s", e.What, e.Detail) })
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }

@@ -75,13 +75,7 @@ func TestRecordSurvivesDeletions(t *testing.T) {
 		t.Fatal(err)
 	}
 	vol := env.Volumes[0]
-	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: vol},
-		func(e timeline.Event) { t.Logf("milestone: %s %s", e.What, e.Detail) })
-	stop := make(chan struct{})
-	defer close(stop)
-	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
-		t.Fatal(err)
-	}
+	rec := watchTimeline(t, env, victim, vol)
 	if err := env.Failover(ctx, rec, scenario.FailoverOptions{}); err != nil {
 		t.Fatal(err)
 	}

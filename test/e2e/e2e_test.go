@@ -128,13 +128,7 @@ func TestOutOfServiceFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: env.Volumes[0]},
-		func(e timeline.Event) { t.Logf("milestone: %s %s", e.What, e.Detail) })
-	stop := make(chan struct{})
-	defer close(stop)
-	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
-		t.Fatal(err)
-	}
+	rec := watchTimeline(t, env, victim, env.Volumes[0])
 	if err := env.Failover(ctx, rec, scenario.FailoverOptions{OutOfServiceTaint: true, Return: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,13 +180,7 @@ func runFailover(t *testing.T, prefix string, opts scenario.FailoverOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: env.Volumes[0]},
-		func(e timeline.Event) { t.Logf("milestone: %s %s", e.What, e.Detail) })
-	stop := make(chan struct{})
-	defer close(stop)
-	if err := rec.Watch(cluster.Client, cluster.Dynamic, stop); err != nil {
-		t.Fatal(err)
-	}
+	rec := watchTimeline(t, env, victim, env.Volumes[0])
 	// A pod that tolerates the node being unreachable forever chose to wait
 	// for its node: it must never be touched.
 	tolerant := &corev1.Pod{
