@@ -25,27 +25,27 @@ const vaByNodeIndex = "csi-fence-attacher/va-by-node"
 
 // vaUnattachedIndex indexes, under vaUnattached, the VolumeAttachments of
 // this driver that are to be attached and whose attach has not failed: the
-// attaches a detach gives way to (see Handler).
+// attaches a detach gives way to (deferDetach).
 const (
 	vaUnattachedIndex = "csi-fence-attacher/va-unattached"
 	vaUnattached      = "unattached"
 )
 
 // maxDetachDeferral bounds how long a detach's sync gives way to attaches,
-// from the first time it did. Giving way is only worth it while the attaches
-// are the queue's backlog, and 200 attaches at once, at 1000 QPS on a
-// 2-core machine, are all through external-attacher's workers in about 5 s
-// (cmd/fence-bench --mode=attach); past that, attaches still arriving take
-// their turn in the FIFO queue with the detach, as in external-attacher. The
-// bound is also what an attach that looks waiting but is not queued (the
-// informer not yet showing it attached, its attachError not saved) costs a
-// detach at most.
+// from the first time it did. Giving way is worth it while the attaches are
+// the queue's backlog, and 200 attaches at once, at 1000 QPS on a 2-core
+// machine, are all attached in 3 to 5.5 s (cmd/fence-bench --mode=attach,
+// alone); past that, attaches still arriving take their turn in the FIFO
+// queue with the detach, as in external-attacher. The bound is also the
+// most that an attach which only looks waiting (the cache not yet showing
+// it attached, its attachError not saved) costs a detach.
 const maxDetachDeferral = 5 * time.Second
 
 // detachRetryDelay is how soon a detach that gave way before is looked at
-// again when it still has to: the attaches it first went behind are done, and
-// those left are new or not queued at all, so polling at this pace, rather
-// than at once, keeps a queue holding only such detaches from spinning.
+// again when it still has to: the attaches it first went behind have been
+// taken by workers, and those still waiting are newer or not queued at all,
+// so looking again at this pace, rather than at once, keeps a queue holding
+// only such detaches from spinning.
 const detachRetryDelay = 100 * time.Millisecond
 
 // Handler decorates external-attacher's CSI handler (controller.NewCSIHandler)
