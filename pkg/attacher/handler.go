@@ -174,13 +174,17 @@ func (h *Handler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *stor
 // they delay; they are unrelated, or failovers whose detach is done, which
 // now end sooner. (One that did wait on it would be refused by Attacher's
 // single-node check, get an attachError and stop waiting.) The work is the
-// same, only reordered, so a burst of detaches is over about when it was;
-// no detach is later by more than the bound per sync. The fences run in Attacher's pool, on workers of
-// their own, untouched: a detach that gives way hands its fence over later,
-// but no fence under way waits for an attach. And since a detach is only
-// delayed, never skipped, no volume is attached to two nodes (S1) that was
-// not before: the publish is decided as it was, on the same checks.
+// same, only reordered, so a burst of detaches is over about when it was,
+// and no sync of a detach is later by more than the bound. The fences run
+// in Attacher's pool, on workers of their own, untouched: a detach that
+// gives way hands its fence over later, but no fence under way waits for an
+// attach. And since a detach is only delayed, never skipped, and every
+// publish is decided on the same checks as before, no volume gets attached
+// to two nodes (S1).
 func (h *Handler) deferDetach(ctx context.Context, vaName string) bool {
+	if h.vaQueue == nil {
+		return false // not Init'ed: nowhere to put it back
+	}
 	logger := klog.FromContext(ctx)
 	now := h.clock.Now()
 	h.mu.Lock()
@@ -269,8 +273,9 @@ func indexVAByNode(obj any) ([]string, error) {
 }
 
 // vaDeleted forgets that the VolumeAttachment gave way to attaches, and
-// requeues the other attachments of its PV that wait to be published: the single-node check may have refused them while this one
-// was there, and their backoff would add seconds to every failover.
+// requeues the other attachments of its PV that wait to be published: the
+// single-node check may have refused them while this one was there, and
+// their backoff would add seconds to every failover.
 func (h *Handler) vaDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
