@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,10 +76,16 @@ type burstAttachResult struct {
 	burstVols        int
 	burstDone        time.Duration // from the burst's start to its last detach
 	unpublishInBurst float64
+	// detachWrites are the attacher's writes to the burst's
+	// VolumeAttachments while the attaches ran, from the audit log.
+	detachWrites int
 }
 
 type attachLatencies struct {
 	p50, p95, all time.Duration
+	// begin is when the first VolumeAttachment was created, end when the
+	// last was seen attached.
+	begin, end time.Time
 }
 
 // runAttach measures attach and detach throughput on a Ready node, with the
@@ -346,6 +353,10 @@ func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product
 	if err != nil {
 		return b, err
 	}
+	ev0, err := c.AuditEvents()
+	if err != nil {
+		return b, err
+	}
 	begin := time.Now()
 	if err := c.Client.StorageV1().VolumeAttachments().DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{LabelSelector: burstLabel + "=" + prefix}); err != nil {
@@ -363,12 +374,35 @@ func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product
 		return b, err
 	}
 	b.unpublishInBurst = unpub - unpub0
+	ev1, err := c.AuditEvents()
+	if err != nil {
+		return b, err
+	}
+	b.detachWrites = writesDuring(ev1[len(ev0):], burstHandles, b.during.begin, b.during.end)
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{}); err != nil {
 		return b, err
 	}
-	fmt.Printf("burst %s: attaches alone p50 %.2fs all %.2fs; during the burst p50 %.2fs all %.2fs; burst done in %.1fs\n", prefix,
-		b.alone.p50.Seconds(), b.alone.all.Seconds(), b.during.p50.Seconds(), b.during.all.Seconds(), b.burstDone.Seconds())
+	fmt.Printf("burst %s: attaches alone p50 %.2fs all %.2fs; during the burst p50 %.2fs all %.2fs, %d detach writes meanwhile; burst done in %.1fs\n", prefix,
+		b.alone.p50.Seconds(), b.alone.all.Seconds(), b.during.p50.Seconds(), b.during.all.Seconds(), b.detachWrites, b.burstDone.Seconds())
 	return b, detachAll(ctx, c, "timed", 20*time.Minute)
+}
+
+// writesDuring counts the attacher's writes to the VolumeAttachments named
+// in names among events received from begin to end.
+func writesDuring(events []framework.AuditEvent, names []string, begin, end time.Time) int {
+	n := 0
+	for _, e := range events {
+		switch e.Verb {
+		case "create", "update", "patch", "delete":
+		default:
+			continue
+		}
+		if e.User == attacherUser && e.Resource == "volumeattachments" && slices.Contains(names, e.Name) &&
+			!e.Time.Before(begin) && !e.Time.After(end) {
+			n++
+		}
+	}
+	return n
 }
 
 // timedAttaches attaches handles to node at once and returns the latency
@@ -394,6 +428,7 @@ func timedAttaches(ctx context.Context, c *framework.Cluster, node string, handl
 	}
 	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
 	l.p50, l.p95, l.all = timeline.Percentile(samples, 50), timeline.Percentile(samples, 95), last.Sub(begin)
+	l.begin, l.end = begin, last
 	return l, nil
 }
 
@@ -423,13 +458,13 @@ func printAttach(rounds []roundResult, bursts []burstAttachResult, o attachOptio
 	}
 	fmt.Printf("\n%d attaches to a Ready node, alone and while %d volumes are detached from a NotReady node (%v per ControllerUnpublishVolume):\n",
 		o.attachCount, o.burstVols, o.fenceDelay)
-	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s | %8s | %8s %8s\n", "qps/burst", "attach", "alone p50", "p95", "all",
-		"burst p50", "p95", "all", "p50 vs", "burst", "unpub")
-	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s | %8s | %8s %8s\n", "", "er", "", "", "", "", "", "", "alone", "done", "RPCs")
+	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "qps/burst", "attach", "alone p50", "p95", "all",
+		"burst p50", "p95", "all", "detach", "p50 vs", "burst", "unpub")
+	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "", "er", "", "", "", "", "", "", "writes", "alone", "done", "RPCs")
 	for _, b := range bursts {
-		fmt.Printf("%-9s %-6s | %8.2fs %8.2fs %8.2fs | %8.2fs %8.2fs %8.2fs | %+7.0f%% | %7.1fs %8.0f\n", b.setting, b.fencing,
+		fmt.Printf("%-9s %-6s | %8.2fs %8.2fs %8.2fs | %8.2fs %8.2fs %8.2fs %8d | %+7.0f%% | %7.1fs %8.0f\n", b.setting, b.fencing,
 			b.alone.p50.Seconds(), b.alone.p95.Seconds(), b.alone.all.Seconds(),
-			b.during.p50.Seconds(), b.during.p95.Seconds(), b.during.all.Seconds(),
+			b.during.p50.Seconds(), b.during.p95.Seconds(), b.during.all.Seconds(), b.detachWrites,
 			100*(b.during.p50.Seconds()/b.alone.p50.Seconds()-1), b.burstDone.Seconds(), b.unpublishInBurst)
 	}
 }

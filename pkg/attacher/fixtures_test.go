@@ -211,6 +211,8 @@ type envConfig struct {
 	frReactors        []reactor
 	// unpublish answers ControllerUnpublishVolume; nil: success.
 	unpublish func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) error
+	// publish, when given, runs before ControllerPublishVolume succeeds.
+	publish func(ctx context.Context, req *csi.ControllerPublishVolumeRequest)
 	// timeout bounds each fence (--timeout); 0: 2s.
 	timeout time.Duration
 	// fenceWorkers: 0 is 2, so that fences may run at once.
@@ -244,7 +246,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	e.fillCaches(cached)
 
-	conn := e.startDriver(cfg.unpublish)
+	conn := e.startDriver(cfg.publish, cfg.unpublish)
 	c := Config{
 		DriverName:           drv,
 		CanFence:             !cfg.cannotFence,
@@ -340,11 +342,14 @@ func (e *env) fillCaches(objs []runtime.Object) {
 
 // startDriver serves csi-test's mock controller on a unix socket and
 // returns a connection to it, made as main makes it.
-func (e *env) startDriver(unpublish func(context.Context, *csi.ControllerUnpublishVolumeRequest) error) *grpc.ClientConn {
+func (e *env) startDriver(publish func(context.Context, *csi.ControllerPublishVolumeRequest), unpublish func(context.Context, *csi.ControllerUnpublishVolumeRequest) error) *grpc.ClientConn {
 	e.t.Helper()
 	srv := driver.NewMockControllerServer(gomock.NewController(e.t))
 	srv.EXPECT().ControllerPublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
-		func(_ context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+		func(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+			if publish != nil {
+				publish(ctx, req)
+			}
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.publishes = append(e.publishes, proto.Clone(req).(*csi.ControllerPublishVolumeRequest))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/kubernetes-csi/external-attacher/v4/pkg/controller"
 	v1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -19,6 +22,31 @@ import (
 // vaByNodeIndex indexes VolumeAttachments by spec.nodeName, so that a change
 // of a node's health finds the attachments whose next sync it changes.
 const vaByNodeIndex = "csi-fence-attacher/va-by-node"
+
+// vaUnattachedIndex indexes, under vaUnattached, the VolumeAttachments of
+// this driver that are to be attached and whose attach has not failed: the
+// attaches a detach gives way to (deferDetach).
+const (
+	vaUnattachedIndex = "csi-fence-attacher/va-unattached"
+	vaUnattached      = "unattached"
+)
+
+// maxDetachDeferral bounds how long a detach's sync gives way to attaches,
+// from the first time it did. Giving way is worth it while the attaches are
+// the queue's backlog, and 200 attaches at once, at 1000 QPS on a 2-core
+// machine, are all attached in 3 to 5.5 s (cmd/fence-bench --mode=attach,
+// alone); past that, attaches still arriving take their turn in the FIFO
+// queue with the detach, as in external-attacher. The bound is also the
+// most that an attach which only looks waiting (the cache not yet showing
+// it attached, its attachError not saved) costs a detach.
+const maxDetachDeferral = 5 * time.Second
+
+// detachRetryDelay is how soon a detach that gave way before is looked at
+// again when it still has to: the attaches it first went behind have been
+// taken by workers, and those still waiting are newer or not queued at all,
+// so looking again at this pace, rather than at once, keeps a queue holding
+// only such detaches from spinning.
+const detachRetryDelay = 100 * time.Millisecond
 
 // Handler decorates external-attacher's CSI handler (controller.NewCSIHandler)
 // with what the fence needs of the controller and external-attacher does
@@ -37,7 +65,10 @@ const vaByNodeIndex = "csi-fence-attacher/va-by-node"
 //     is not synced: its detach could only say so again, with a write of
 //     its detachError and live reads each time its backoff expires, which
 //     a burst of fences would multiply. The end of the fence requeues it
-//     (FencesFrom).
+//     (FencesFrom);
+//   - attaches go before detaches (external-attacher issue #761): a
+//     detach's sync does not take a worker while an attach of this driver
+//     waits for one, see deferDetach.
 //
 // The backoff stays external-attacher's: the inner handler still Forgets or
 // AddRateLimits every item it syncs; Handler only Adds.
@@ -48,6 +79,14 @@ type Handler struct {
 	vaQueue    workqueue.TypedRateLimitingInterface[string]
 	// fencing reports a fence under way (Attacher.Fencing); nil: none.
 	fencing func(vaName string) bool
+	clock   clock.PassiveClock
+
+	mu sync.Mutex
+	// attaching counts the syncs of each attach under way in a worker.
+	attaching map[string]int
+	// deferred is when each detach first gave way to attaches, since the
+	// last time its sync ran.
+	deferred map[string]time.Time
 }
 
 var _ controller.Handler = &Handler{}
@@ -56,10 +95,11 @@ var _ controller.Handler = &Handler{}
 // watches VolumeAttachments with; it must not have started yet (an index is
 // added to it).
 func NewHandler(inner controller.Handler, driverName string, vaInformer cache.SharedIndexInformer) (*Handler, error) {
-	if err := vaInformer.AddIndexers(cache.Indexers{vaByNodeIndex: indexVAByNode}); err != nil {
-		return nil, fmt.Errorf("indexing VolumeAttachments by node: %w", err)
+	h := &Handler{Handler: inner, driverName: driverName, vas: vaInformer.GetIndexer(), clock: clock.RealClock{},
+		attaching: map[string]int{}, deferred: map[string]time.Time{}}
+	if err := vaInformer.AddIndexers(cache.Indexers{vaByNodeIndex: indexVAByNode, vaUnattachedIndex: h.indexUnattached}); err != nil {
+		return nil, fmt.Errorf("indexing VolumeAttachments: %w", err)
 	}
-	h := &Handler{Handler: inner, driverName: driverName, vas: vaInformer.GetIndexer()}
 	if _, err := vaInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: h.vaDeleted}); err != nil {
 		return nil, err
 	}
@@ -88,7 +128,110 @@ func (h *Handler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *stor
 		klog.FromContext(ctx).V(4).Info("Fence under way: the detach waits for it", "VolumeAttachment", va.Name)
 		return
 	}
+	if va.DeletionTimestamp != nil {
+		if h.deferDetach(ctx, va.Name) {
+			return
+		}
+	} else {
+		h.mu.Lock()
+		h.attaching[va.Name]++
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			if h.attaching[va.Name]--; h.attaching[va.Name] <= 0 {
+				delete(h.attaching, va.Name)
+			}
+			h.mu.Unlock()
+		}()
+	}
 	h.Handler.SyncNewOrUpdatedVolumeAttachment(withVolumeAttachment(ctx, va), va)
+}
+
+// deferDetach puts the detach of vaName back in the queue, without syncing
+// it, while an attach of this driver waits for a worker, and reports whether
+// it did. external-attacher has one FIFO queue: each detach of a burst (a
+// status patch, a detachError saying a fence is under way, a finalizer
+// removal) would otherwise hold a worker and API requests ahead of every
+// attach queued after it. Giving way costs no API request and no backoff:
+// the detach is Added, not rate-limited, so it comes back behind the
+// attaches queued now, its backoff untouched.
+//
+// An attach waits when its VolumeAttachment, in the informer's cache, is to
+// be attached and is not being synced; one whose attach failed (attachError)
+// is in backoff, not waiting, and one being synced does not need the worker
+// the detach would take. A sync of a detach gives way for at most
+// maxDetachDeferral from its first time, then runs whatever waits: nothing
+// starves, and an attach that only looks waiting (the cache lags) holds it no
+// longer than that. After its first time, a detach that gives way again
+// comes back after detachRetryDelay, not at once. (A fenced detach is synced
+// twice, to hand its fence to the pool and, once it is over, to end the
+// detach: each sync may give way.)
+//
+// This does not slow a failover. A failover is a detach, then an attach of
+// the same volume, and the attach/detach controller creates the
+// replacement's VolumeAttachment of a ReadWriteOnce volume only once the old
+// one's detach is over: the attaches that go first never wait on a detach
+// they delay; they are unrelated, or failovers whose detach is done, which
+// now end sooner. (One that did wait on it would be refused by Attacher's
+// single-node check, get an attachError and stop waiting.) The work is the
+// same, only reordered, so a burst of detaches is over about when it was,
+// and no sync of a detach is later by more than the bound. The fences run
+// in Attacher's pool, on workers of their own, untouched: a detach that
+// gives way hands its fence over later, but no fence under way waits for an
+// attach. And since a detach is only delayed, never skipped, and every
+// publish is decided on the same checks as before, no volume gets attached
+// to two nodes (S1).
+func (h *Handler) deferDetach(ctx context.Context, vaName string) bool {
+	if h.vaQueue == nil {
+		return false // not Init'ed: nowhere to put it back
+	}
+	logger := klog.FromContext(ctx)
+	now := h.clock.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first, before := h.deferred[vaName]
+	waiting := h.waitingAttach()
+	if waiting == "" || (before && now.Sub(first) >= maxDetachDeferral) {
+		if before {
+			logger.V(4).Info("Detach no longer gives way to attaches", "deferredFor", now.Sub(first), "waitingAttach", waiting)
+		}
+		delete(h.deferred, vaName)
+		return false
+	}
+	if !before {
+		h.deferred[vaName] = now
+		logger.V(4).Info("Attach waiting: the detach goes behind it", "waitingAttach", waiting)
+		h.vaQueue.Add(vaName)
+		return true
+	}
+	logger.V(5).Info("Attach still waiting: the detach goes behind it again", "waitingAttach", waiting, "deferredFor", now.Sub(first))
+	h.vaQueue.AddAfter(vaName, detachRetryDelay)
+	return true
+}
+
+// waitingAttach returns an attach of this driver that waits for a worker, or
+// "" if none does. h.mu must be held.
+func (h *Handler) waitingAttach() string {
+	names, err := h.vas.IndexKeys(vaUnattachedIndex, vaUnattached)
+	if err != nil {
+		return ""
+	}
+	for _, name := range names {
+		if h.attaching[name] == 0 {
+			return name
+		}
+	}
+	return ""
+}
+
+// indexUnattached indexes the VolumeAttachments of this driver that are to
+// be attached and have not failed to be.
+func (h *Handler) indexUnattached(obj any) ([]string, error) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok || va.Spec.Attacher != h.driverName || va.DeletionTimestamp != nil || va.Status.Attached || va.Status.AttachError != nil {
+		return nil, nil
+	}
+	return []string{vaUnattached}, nil
 }
 
 // Requeue syncs the VolumeAttachment again at once, e.g. when its fence is
@@ -129,15 +272,22 @@ func indexVAByNode(obj any) ([]string, error) {
 	return []string{va.Spec.NodeName}, nil
 }
 
-// vaDeleted requeues the other attachments of the PV that wait to be
-// published: the single-node check may have refused them while this one
-// was there, and their backoff would add seconds to every failover.
+// vaDeleted forgets that the VolumeAttachment gave way to attaches, and
+// requeues the other attachments of its PV that wait to be published: the
+// single-node check may have refused them while this one was there, and
+// their backoff would add seconds to every failover.
 func (h *Handler) vaDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	va, ok := obj.(*storagev1.VolumeAttachment)
-	if !ok || pvName(va) == "" {
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	delete(h.deferred, va.Name)
+	h.mu.Unlock()
+	if pvName(va) == "" {
 		return
 	}
 	for _, o := range h.vas.List() {
