@@ -73,7 +73,22 @@ type fencePool struct {
 	// requeue is told the VolumeAttachment whose fence is over.
 	requeue func(vaName string)
 	now     func() time.Time
+
+	// attachesWaiting reports an attach waiting for one of
+	// external-attacher's workers (Handler.attachesWaiting); nil: never.
+	attachesWaiting func() bool
+	// giveWayFor bounds how long the workers give way to waiting attaches
+	// in one episode (giveWay).
+	giveWayFor time.Duration
+	// givingWaySince is when the current episode of attaches waiting
+	// began to hold fences back; zero: none is. It is reset only when a
+	// worker finds no attach waiting: past giveWayFor, the episode holds
+	// nothing back any more.
+	givingWaySince time.Time
 }
+
+// giveWayPoll is how often a worker that gives way looks again.
+const giveWayPoll = 50 * time.Millisecond
 
 type fenceKey struct{ volumeID, nodeID string }
 
@@ -103,7 +118,7 @@ func newFencePool(workers int, timeout time.Duration, fence func(context.Context
 		workers: workers, timeout: timeout, fence: fence,
 		jobs:    make(chan *fenceJob, fenceQueueSize),
 		pending: map[fenceKey]bool{}, pendingVAs: map[string]bool{}, failed: map[fenceKey]fenceFailure{}, succeeded: map[fenceKey]time.Time{},
-		now: time.Now,
+		now: time.Now, giveWayFor: maxDetachDeferral,
 	}
 }
 
@@ -185,12 +200,66 @@ func (p *fencePool) run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case j := <-p.jobs:
+					p.giveWay(ctx)
 					p.do(ctx, j)
 				}
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// setAttachesWaiting sets what tells the workers that attaches wait.
+func (p *fencePool) setAttachesWaiting(fn func() bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.attachesWaiting = fn
+}
+
+// giveWay holds a worker, before it starts its fence, while attaches of the
+// driver wait for external-attacher's workers: as a detach gives way to
+// them in the queue (Handler.deferDetach), the fences' own API requests
+// (the live reads of S4, the record writes of S8, their Events) give way to
+// theirs on the apiserver, which a burst of fences otherwise shares with
+// them. It does not slow a failover's attaches: the attaches that wait
+// are never those of the volumes whose fences wait (a replacement's
+// VolumeAttachment comes once its volume's detach is over), and the same
+// fences then run, deciding again on live reads, as they would have.
+//
+// Bounded per episode, not per fence, so that a pool of workers cannot
+// multiply it: once attaches have held the fences back for giveWayFor, no
+// worker gives way again until a worker finds no attach waiting. An attach
+// that only looks waiting (the cache lags; an attach in upstream's backoff
+// whose error could not be saved) holds the fences back once, for
+// giveWayFor, not at every fence.
+func (p *fencePool) giveWay(ctx context.Context) {
+	p.mu.Lock()
+	waitingFn := p.attachesWaiting
+	p.mu.Unlock()
+	if waitingFn == nil {
+		return
+	}
+	for {
+		waiting := waitingFn()
+		p.mu.Lock()
+		switch {
+		case !waiting:
+			p.givingWaySince = time.Time{}
+			p.mu.Unlock()
+			return
+		case p.givingWaySince.IsZero():
+			p.givingWaySince = p.now()
+		case p.now().Sub(p.givingWaySince) >= p.giveWayFor:
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(giveWayPoll):
+		}
+	}
 }
 
 func (p *fencePool) do(ctx context.Context, j *fenceJob) {

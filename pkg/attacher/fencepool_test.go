@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
@@ -279,4 +280,105 @@ func TestQueuedFenceDecidesAgain(t *testing.T) {
 	if got := e.sent(); !slices.Equal(got, want) {
 		t.Errorf("the driver received %q, want %q", got, want)
 	}
+}
+
+// The fence workers give way to attaches waiting for external-attacher's
+// workers, and only for a bounded time per episode of waiting, however many
+// fences wait: an attach that only looks waiting holds them back once.
+func TestFencesGiveWayToWaitingAttaches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	fenced := make(chan string, 10)
+	p := newFencePool(1, time.Second, func(_ context.Context, j *fenceJob) error {
+		fenced <- j.key.volumeID
+		return nil
+	})
+	bound := func(d time.Duration) {
+		p.mu.Lock()
+		p.giveWayFor = d
+		p.mu.Unlock()
+	}
+	var waiting atomic.Bool
+	asked := make(chan struct{}, 1000)
+	p.setAttachesWaiting(func() bool {
+		asked <- struct{}{}
+		return waiting.Load()
+	})
+	go p.run(ctx)
+	submit := func(vol string) {
+		t.Helper()
+		if err := p.submit(&fenceJob{key: fenceKey{volumeID: vol, nodeID: "n1"}, nodeName: "node-1", logger: klog.Background()}); !IsFencePending(err) {
+			t.Fatalf("submit %s: %v", vol, err)
+		}
+	}
+	expectFenced := func(vol string) {
+		t.Helper()
+		select {
+		case got := <-fenced:
+			if got != vol {
+				t.Fatalf("fenced %s, want %s", got, vol)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s never fenced", vol)
+		}
+	}
+	askedTimes := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case <-asked:
+			case <-ctx.Done():
+				t.Fatal("the worker stopped asking whether attaches wait")
+			}
+		}
+	}
+
+	// Attaches wait: the fence waits for them, looking again and again.
+	bound(time.Minute)
+	waiting.Store(true)
+	submit("vol-1")
+	askedTimes(3)
+	select {
+	case v := <-fenced:
+		t.Fatalf("%s fenced while attaches waited", v)
+	default:
+	}
+	// They are taken: the fence goes.
+	waiting.Store(false)
+	expectFenced("vol-1")
+
+	// An attach that looks waiting for good holds the fences back once,
+	// for the bound, then never again in that episode.
+	const short = 300 * time.Millisecond
+	bound(short)
+	waiting.Store(true)
+	start := time.Now()
+	submit("vol-2")
+	expectFenced("vol-2")
+	if took := time.Since(start); took < short {
+		t.Fatalf("vol-2 fenced after %v, before the bound %v: no way given", took, short)
+	}
+	for len(asked) > 0 {
+		<-asked
+	}
+	submit("vol-3")
+	expectFenced("vol-3")
+	if n := len(asked); n > 1 {
+		t.Fatalf("vol-3 looked %d times at the attaches after the episode's bound was spent", n)
+	}
+	// Once no attach waits, the next episode gives way again.
+	bound(time.Minute)
+	waiting.Store(false)
+	submit("vol-4")
+	expectFenced("vol-4")
+	waiting.Store(true)
+	submit("vol-5")
+	askedTimes(3)
+	select {
+	case v := <-fenced:
+		t.Fatalf("%s fenced while attaches waited in a new episode", v)
+	default:
+	}
+	waiting.Store(false)
+	expectFenced("vol-5")
 }

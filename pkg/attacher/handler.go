@@ -118,6 +118,17 @@ func (h *Handler) Init(vaQueue, pvQueue workqueue.TypedRateLimitingInterface[str
 func (h *Handler) FencesFrom(a *Attacher) {
 	h.fencing = a.Fencing
 	a.OnFenceDone(h.Requeue)
+	if a.fences != nil {
+		a.fences.setAttachesWaiting(h.attachesWaiting)
+	}
+}
+
+// attachesWaiting reports whether an attach of this driver waits for a
+// worker (waitingAttach); the fence pool gives way to it.
+func (h *Handler) attachesWaiting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.vaQueue != nil && h.waitingAttach() != ""
 }
 
 // SyncNewOrUpdatedVolumeAttachment implements controller.Handler.
