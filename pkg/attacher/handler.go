@@ -113,8 +113,9 @@ func (h *Handler) Init(vaQueue, pvQueue workqueue.TypedRateLimitingInterface[str
 }
 
 // FencesFrom connects the handler to a's fence pool: the VolumeAttachment
-// of a fence that is over is synced at once, and none is synced while its
-// fence is under way. Call it before the controller runs.
+// of a fence that is over is synced at once, none is synced while its
+// fence is under way, and the fence workers give way to attaches waiting
+// for a worker (fencePool.giveWay). Call it before the controller runs.
 func (h *Handler) FencesFrom(a *Attacher) {
 	h.fencing = a.Fencing
 	a.OnFenceDone(h.Requeue)
