@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
@@ -136,13 +137,7 @@ func TestPowerFenceEscalation(t *testing.T) {
 			power := &fakePower{configured: tc.configured, err: tc.powerErr, confirmed: !tc.unconfirmed}
 			e := powerEnv(t, objs, tc.canFence, tc.backends, power)
 			if tc.aliveLater {
-				e.csi.before = func() {
-					lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: v1.NamespaceNodeLease},
-						Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
-					if _, err := e.client.CoordinationV1().Leases(v1.NamespaceNodeLease).Create(context.Background(), lease, metav1.CreateOptions{}); err != nil {
-						t.Error(err)
-					}
-				}
+				e.csi.before = func() { renewLease(t, e.client, "n1") }
 			}
 			if tc.refuse {
 				e.csi.err = errors.New("FAILED_PRECONDITION: node still writing")
@@ -377,13 +372,7 @@ func TestOutOfServiceBackend(t *testing.T) {
 			}
 			e := powerEnv(t, objs, !tc.ours, tc.backends, &fakePower{})
 			if tc.aliveLater {
-				e.csi.before = func() {
-					lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: v1.NamespaceNodeLease},
-						Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
-					if _, err := e.client.CoordinationV1().Leases(v1.NamespaceNodeLease).Create(context.Background(), lease, metav1.CreateOptions{}); err != nil {
-						t.Error(err)
-					}
-				}
+				e.csi.before = func() { renewLease(t, e.client, "n1") }
 			}
 			_ = e.sync(t)
 			taint, ours := outOfService(e.node(t, "n1"))
@@ -446,4 +435,14 @@ func compareAndSwapLeases(c *fake.Clientset) {
 		l.ResourceVersion = strconv.Itoa(rv + 1)
 		return true, l, c.Tracker().Update(a.GetResource(), l, l.Namespace)
 	})
+}
+
+// renewLease is the node's kubelet renewing its Lease now: the node is
+// alive, whatever its Ready condition still says.
+func renewLease(t *testing.T, client kubernetes.Interface, node string) {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: v1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
+	if _, err := client.CoordinationV1().Leases(v1.NamespaceNodeLease).Create(context.Background(), lease, metav1.CreateOptions{}); err != nil {
+		t.Error(err)
+	}
 }

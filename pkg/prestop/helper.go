@@ -113,8 +113,11 @@ func ReasonOf(ctx context.Context, cfg *rest.Config, pod Pod, nodeAgentURL strin
 	done := make(chan result, 1)
 	go func() {
 		s, err := termreason.Gather(ctx, client, namespace, name)
-		if gone := apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) ||
-			(err == nil && uid != "" && string(s.Pod.UID) != uid); gone && uid != "" && nodeAgentURL != "" {
+		replaced := err == nil && uid != "" && string(s.Pod.UID) != uid
+		if replaced {
+			err = fmt.Errorf("the pod %s/%s is another one now (uid %s, not %s)", namespace, name, s.Pod.UID, uid)
+		}
+		if gone := replaced || apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err); gone && uid != "" && nodeAgentURL != "" {
 			d, aerr := askNodeAgent(ctx, nodeAgentURL, pod)
 			if aerr == nil {
 				done <- result{d: d}
@@ -122,8 +125,6 @@ func ReasonOf(ctx context.Context, cfg *rest.Config, pod Pod, nodeAgentURL strin
 			}
 			logger.Info("The pod is gone and its node's agent has no reason for it", "apiErr", err, "err", aerr)
 			err = fmt.Errorf("the pod is gone from the API (%v) and its node's agent has no reason for it: %w", err, aerr)
-		} else if err == nil && uid != "" && string(s.Pod.UID) != uid {
-			err = fmt.Errorf("the pod %s/%s is another one now (uid %s, not %s)", namespace, name, s.Pod.UID, uid)
 		}
 		if err != nil {
 			done <- result{err: err}
