@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -110,6 +112,10 @@ type Controller struct {
 	// registry: what the other drivers can do.
 	registry   *registry
 	regFactory informers.SharedInformerFactory
+	// heartbeats watches the kubelets' Leases, so that health sees every
+	// renewal on its own clock (pkg/nodehealth).
+	heartbeats informers.SharedInformerFactory
+	health     *nodehealth.Observer
 	// eligible remembers when each pod was first seen eligible, for the
 	// failover duration metric; shared by the workers.
 	eligible eligibleSince
@@ -191,12 +197,23 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-failover"}),
-		pgc:        &podgc.GC{Client: client, Recorder: recorder},
+		health:     nodehealth.NewObserver(client),
 		guard:      &stormGuard{client: client, namespace: opts.StormGuardNamespace},
 		owner:      AlwaysOwner{},
 		registry:   &registry{client: client, namespace: opts.StormGuardNamespace},
 		regFactory: newRegistryInformers(client, opts.StormGuardNamespace, opts.Resync),
 	}
+	c.pgc = &podgc.GC{Client: client, Recorder: recorder, Health: c.health}
+	c.heartbeats = informers.NewSharedInformerFactoryWithOptions(client, opts.Resync, informers.WithNamespace(nodehealth.LeaseNamespace))
+	heartbeats := c.heartbeats.Coordination().V1().Leases().Informer()
+	if _, err := heartbeats.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o interface{}) { c.observeHeartbeat(o, false) },
+		UpdateFunc: func(_, o interface{}) { c.observeHeartbeat(o, false) },
+		DeleteFunc: func(o interface{}) { c.observeHeartbeat(o, true) },
+	}); err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, heartbeats.HasSynced)
 	if opts.Election.Identity != "" {
 		c.election = &leaseOwner{}
 		c.owner = c.election
@@ -360,6 +377,7 @@ func (c *Controller) startInformers(ctx context.Context) bool {
 	c.factory.Start(ctx.Done())
 	c.dfactory.Start(ctx.Done())
 	c.regFactory.Start(ctx.Done())
+	c.heartbeats.Start(ctx.Done())
 	return cache.WaitForNamedCacheSync("csi-fence-failover", ctx.Done(), c.synced...)
 }
 
@@ -391,6 +409,34 @@ func (c *Controller) enqueueAll() {
 	for _, o := range frs {
 		add(objName(o))
 	}
+}
+
+// observeHeartbeat hands a kubelet's Lease to health, which times its
+// renewals on this process's clock.
+func (c *Controller) observeHeartbeat(o interface{}, deleted bool) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	l, ok := o.(*coordinationv1.Lease)
+	switch {
+	case !ok:
+	case deleted:
+		c.health.Forget(l.Name)
+	default:
+		c.health.Observe(l)
+	}
+}
+
+// down reads the node and its heartbeat Lease live and returns nil only if
+// the node is down (pkg/nodehealth). A node found alive only because its
+// Lease changed too recently is looked at again once it would have expired:
+// no event announces a silence.
+func (c *Controller) down(ctx context.Context, node string) error {
+	err := c.pgc.NodeDown(ctx, node)
+	if d := nodehealth.RecheckAfter(err); d > 0 {
+		c.queue.AddAfter(node, d)
+	}
+	return err
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -517,7 +563,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if !manual {
 		// Fencing a node nobody asked for needs it down by a live read,
 		// not by the cache (S4).
-		if err := c.pgc.NodeDown(ctx, nodeName); err != nil {
+		if err := c.down(ctx, nodeName); err != nil {
 			logger.V(2).Info("Not fencing: the node is alive", "why", err)
 			return nil
 		}
@@ -582,7 +628,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		// The fence was slow: the node may be back (the pod GC read it
 		// live for each pod already). A node that is alive gets no
 		// fencing signal; its next pass releases it.
-		if err := c.pgc.NodeDown(ctx, nodeName); err != nil {
+		if err := c.down(ctx, nodeName); err != nil {
 			logger.V(2).Info("The node came back during the fence", "why", err)
 			return fenceErr
 		}

@@ -123,7 +123,7 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 				// attach/detach controller detach everything: like a power
 				// off, only on a node down by a live read now, not as it was
 				// before a storage fence that may have been slow (S3, S4).
-				if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
+				if err := c.down(ctx, node.Name); err != nil {
 					return fr, errors.Join(errs, fmt.Errorf("not adding the out-of-service taint: %w", err))
 				}
 				logger.V(2).Info("Escalating to the out-of-service taint: the drivers fence on it", "why", why)
@@ -199,7 +199,7 @@ func (c *Controller) powerFence(ctx context.Context, node *v1.Node, fr *fencingv
 	}
 	// The intent is recorded: from here on the node may be off. It is
 	// powered off only if it is down by a live read now, not a cache.
-	if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
+	if err := c.down(ctx, node.Name); err != nil {
 		_ = fencerecord.RecordNodeFenceOutcome(ctx, c.frClient, node.Name, backend, false, "not sent: "+err.Error(), "")
 		return c.readRecord(ctx, node.Name, fr, fmt.Errorf("not powering off node %s: %w", node.Name, err))
 	}

@@ -35,6 +35,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -779,5 +780,42 @@ func TestFencingCompleteAfterThePodIsGone(t *testing.T) {
 	}
 	if !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete never set once the pod and its attachment were gone: %+v", e.node(t, "n1").Status.Conditions)
+	}
+}
+
+// S4, issue 19 hole 2: a kubelet that talks is alive. Only a node whose
+// kubelet stopped talking (Ready Unknown, its Lease silent for a lease
+// duration as this controller saw it) is fenced automatically: not one
+// whose kubelet reports it not Ready itself, not one re-registered a moment
+// ago (no Ready condition yet), not one whose Lease was just renewed.
+func TestAliveNodesAreNotFenced(t *testing.T) {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: nodehealth.LeaseNamespace},
+		Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now().Add(-time.Hour))), LeaseDurationSeconds: ptr.To[int32](40)}}
+	tests := []struct {
+		name  string
+		ready v1.ConditionStatus // "": no Ready condition
+		lease bool
+	}{
+		{name: "the kubelet reports the node not Ready", ready: v1.ConditionFalse},
+		{name: "re-registered, no Ready condition yet"},
+		{name: "unreachable, but its Lease changed a moment ago", ready: v1.ConditionUnknown, lease: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(tc.ready, true)
+			if tc.ready == "" {
+				objs[0].(*v1.Node).Status.Conditions = nil
+			}
+			if tc.lease {
+				objs = append(objs, lease.DeepCopy())
+			}
+			e := newEnv(t, objs, true)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if len(e.steps.log) != 0 || e.csi.calls != 0 {
+				t.Fatalf("an alive node was fenced: %v, %d CSI calls", e.steps.log, e.csi.calls)
+			}
+		})
 	}
 }

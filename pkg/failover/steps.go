@@ -200,7 +200,7 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 			if !manual && time.Since(aliveChecked) > c.liveReadValidity {
 				// A node not explicitly requested is fenced only while
 				// it is down by a live read.
-				if err := c.pgc.NodeDown(ctx, node.Name); err != nil {
+				if err := c.down(ctx, node.Name); err != nil {
 					return fmt.Errorf("%w: %w", fencerecord.ErrNotSent, err)
 				}
 				aliveChecked = time.Now()

@@ -11,15 +11,15 @@
 //   - FencingComplete (Node Fencing KEP): the node's FencingComplete
 //     condition is True, which means the whole node is fenced (S9).
 //
-// Whatever the reason, ForceDelete reads the Node live immediately before it
-// deletes and refuses unless the node is not Ready and its kubelet has not
-// renewed its Lease since: a decision made from a cache, or before a slow
-// fence, never deletes a pod on a node that came back.
+// Whatever the reason, ForceDelete reads the Node and its heartbeat Lease
+// live immediately before it deletes and refuses unless the node is down by
+// pkg/nodehealth's test (its kubelet stopped talking): a decision made from a
+// cache, or before a slow fence, never deletes a pod on a node that came
+// back.
 package podgc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 )
 
 // Reasons label the force_delete_pods_total metrics and the events: each
@@ -53,9 +54,6 @@ const (
 	DisruptionReasonTaintManager = "DeletionByTaintManager"
 	DisruptionReasonPodGC        = "DeletionByPodGC"
 )
-
-// NodeLeaseNamespace holds the kubelets' heartbeat Leases.
-const NodeLeaseNamespace = "kube-node-lease"
 
 // Volume is one volume of a pod that outlives its node (not node-local),
 // resolved through its claim to a CSI PersistentVolume.
@@ -207,47 +205,24 @@ func Taint(n *v1.Node, key string) *v1.Taint {
 	return nil
 }
 
-// ErrNodeAlive is returned by ForceDelete for a node that is Ready, or whose
-// kubelet renewed its Lease since the node was marked not Ready.
-var ErrNodeAlive = errors.New("the node is alive")
+// ErrNodeAlive is returned by ForceDelete for a node whose kubelet talks
+// (pkg/nodehealth).
+var ErrNodeAlive = nodehealth.ErrNodeAlive
 
 // GC force-deletes pods.
 type GC struct {
 	Client   kubernetes.Interface
 	Recorder record.EventRecorder
+	// Health decides whether a node is down, by live reads and its own
+	// observation of the node's heartbeat (fed by the caller's Lease
+	// informer).
+	Health *nodehealth.Observer
 }
 
-// NodeDown reads the node live and reports nil only when it is not Ready and
-// its kubelet has not renewed its Lease since the node went not Ready. A
-// missing Node is down: no kubelet can run a pod for it.
+// NodeDown reads the node and its heartbeat Lease live and reports nil only
+// when the node is down (nodehealth.Observer.Down).
 func (g *GC) NodeDown(ctx context.Context, nodeName string) error {
-	node, err := g.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading node %s: %w", nodeName, err)
-	}
-	var since metav1.Time
-	for _, c := range node.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			if c.Status == v1.ConditionTrue {
-				return fmt.Errorf("%w: node %s is Ready", ErrNodeAlive, nodeName)
-			}
-			since = c.LastTransitionTime
-		}
-	}
-	lease, err := g.Client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, nodeName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil // no heartbeat Lease: the condition alone decides
-	case err != nil:
-		return fmt.Errorf("reading the heartbeat Lease of node %s: %w", nodeName, err)
-	}
-	if r := lease.Spec.RenewTime; r != nil && !since.IsZero() && r.After(since.Time) {
-		return fmt.Errorf("%w: the kubelet of node %s renewed its Lease at %s, after the node became not Ready", ErrNodeAlive, nodeName, r.UTC().Format("15:04:05.000"))
-	}
-	return nil
+	return g.Health.Down(ctx, nodeName)
 }
 
 // ForceDelete deletes the pod with a zero grace period for reason, the one

@@ -3,22 +3,19 @@ package podgc
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 )
 
 const driver = "fence.csi-fence.io"
@@ -161,40 +158,6 @@ func TestTolerates(t *testing.T) {
 	}
 }
 
-// S3: the guard reads the node and its heartbeat Lease live, and a kubelet
-// that renewed its Lease after the node went not Ready is alive.
-func TestNodeDown(t *testing.T) {
-	wentDown := metav1.NewTime(time.Now().Add(-time.Minute))
-	before, after := metav1.NewMicroTime(wentDown.Add(-time.Second)), metav1.NewMicroTime(wentDown.Add(time.Second))
-	nodeWith := func(s v1.ConditionStatus) *v1.Node {
-		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-			Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: s, LastTransitionTime: wentDown}}}}
-	}
-	lease := func(renew metav1.MicroTime) *coordinationv1.Lease {
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: NodeLeaseNamespace}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}
-	}
-	tests := []struct {
-		name  string
-		objs  []runtime.Object
-		alive bool
-	}{
-		{"Ready", []runtime.Object{nodeWith(v1.ConditionTrue)}, true},
-		{"NotReady, no heartbeat Lease", []runtime.Object{nodeWith(v1.ConditionUnknown)}, false},
-		{"NotReady, Lease last renewed before", []runtime.Object{nodeWith(v1.ConditionUnknown), lease(before)}, false},
-		{"NotReady, but the kubelet renewed its Lease since", []runtime.Object{nodeWith(v1.ConditionUnknown), lease(after)}, true},
-		{"Node gone", nil, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g := &GC{Client: fake.NewClientset(tc.objs...)}
-			err := g.NodeDown(context.Background(), "n1")
-			if alive := errors.Is(err, ErrNodeAlive); alive != tc.alive || (!tc.alive && err != nil) {
-				t.Errorf("NodeDown = %v, want alive=%v", err, tc.alive)
-			}
-		})
-	}
-}
-
 // A decision made from a cache may be about a pod that is gone and replaced
 // under the same name: every write of ForceDelete names the pod's UID, so
 // that the apiserver refuses it for the replacement.
@@ -205,7 +168,7 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown}}}}
 	client := fake.NewClientset(down, p)
 	rec := record.NewFakeRecorder(10)
-	g := &GC{Client: client, Recorder: rec}
+	g := &GC{Client: client, Recorder: rec, Health: nodehealth.NewObserver(client)}
 	if err := g.ForceDelete(context.Background(), p, ReasonSafeDetach, contract.TerminationEviction, "test"); err != nil {
 		t.Fatal(err)
 	}

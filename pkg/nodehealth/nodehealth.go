@@ -1,0 +1,201 @@
+// Package nodehealth decides whether a node is down: the one test behind
+// every automatic fence (S4) and every force-delete (S3).
+//
+// A node is down only when its kubelet has stopped talking: the node
+// lifecycle controller has set its Ready condition Unknown, and its
+// heartbeat Lease has not been renewed for a whole lease duration as this
+// process saw it. A kubelet that talks is alive, whatever it says: Ready
+// False is its own report (a runtime down, a node registering), and a Node
+// with no Ready condition yet was registered by a kubelet a moment ago.
+//
+// Times written by other machines are never compared with each other or
+// with this process's clock: the kubelet's renewTime is the kubelet's clock
+// and the Ready transition the node lifecycle controller's, and a kubelet
+// whose clock runs behind would look down while it renews. As the node
+// lifecycle controller does, the Observer remembers when, on its own clock,
+// it first saw each value of a Lease's renewTime; a Lease whose value has
+// not changed for its lease duration since is expired. The Lease informer
+// feeds it every renewal, and every decision reads the Node and the Lease
+// live first.
+package nodehealth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// LeaseNamespace holds the kubelets' heartbeat Leases.
+const LeaseNamespace = "kube-node-lease"
+
+// DefaultLeaseDuration is the kubelet's default node lease duration, for a
+// Lease that does not say its own.
+const DefaultLeaseDuration = 40 * time.Second
+
+// ErrNodeAlive is returned for a node whose kubelet talks.
+var ErrNodeAlive = errors.New("the node is alive")
+
+// Observer remembers, on this process's clock, when each node's heartbeat
+// Lease was first seen with its current renewTime. It is safe for
+// concurrent use; the zero value is not: use NewObserver.
+type Observer struct {
+	Client kubernetes.Interface
+	clock  clock.PassiveClock
+
+	mu   sync.Mutex
+	seen map[string]observation
+}
+
+// observation is a Lease's renewTime (as written, the kubelet's clock) and
+// when this process first saw it (its own clock).
+type observation struct {
+	renew    time.Time
+	duration time.Duration
+	since    time.Time
+}
+
+// NewObserver returns an Observer whose live reads use client.
+func NewObserver(client kubernetes.Interface) *Observer {
+	return NewObserverWithClock(client, clock.RealClock{})
+}
+
+// NewObserverWithClock is NewObserver on another clock (tests).
+func NewObserverWithClock(client kubernetes.Interface, c clock.PassiveClock) *Observer {
+	return &Observer{Client: client, clock: c, seen: map[string]observation{}}
+}
+
+// Observe records a heartbeat Lease as seen now (the Lease informer's
+// handler, and every live read). A Lease of another namespace is ignored.
+func (o *Observer) Observe(l *coordinationv1.Lease) {
+	if l == nil || l.Namespace != LeaseNamespace {
+		return
+	}
+	o.observe(l)
+}
+
+func (o *Observer) observe(l *coordinationv1.Lease) observation {
+	var renew time.Time
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.Time
+	}
+	d := DefaultLeaseDuration
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur, ok := o.seen[l.Name]
+	if !ok || !cur.renew.Equal(renew) {
+		cur = observation{renew: renew, since: o.clock.Now()}
+	}
+	cur.duration = d
+	o.seen[l.Name] = cur
+	return cur
+}
+
+// Forget drops a node's observation (its Lease was deleted).
+func (o *Observer) Forget(node string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.seen, node)
+}
+
+// Down reads the node and its heartbeat Lease live and returns nil only
+// when the node is down (see the package doc); otherwise an error wrapping
+// ErrNodeAlive that says why, or the error of a read.
+//
+// A Node that is gone is down unless its Lease is still renewed: no kubelet
+// runs pods for a Node that does not exist, and a kubelet that is alive
+// re-registers it. A Node whose Lease is missing is decided by its
+// condition alone (a kubelet without Leases, or a Node deleted with them).
+func (o *Observer) Down(ctx context.Context, nodeName string) error {
+	node, err := o.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		node = nil
+	case err != nil:
+		return fmt.Errorf("reading node %s: %w", nodeName, err)
+	}
+	if node != nil {
+		if err := reportedAlive(node); err != nil {
+			return err
+		}
+	}
+	lease, err := o.Client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		o.Forget(nodeName)
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the heartbeat Lease of node %s: %w", nodeName, err)
+	}
+	obs := o.observe(lease)
+	if unchanged := o.clock.Since(obs.since); unchanged < obs.duration {
+		return &LeaseFreshError{Node: nodeName, Unchanged: unchanged, Duration: obs.duration}
+	}
+	return nil
+}
+
+// LeaseFreshError says that a node's heartbeat Lease changed less than a
+// lease duration ago as this process saw it: the kubelet may be alive. A
+// node that stays silent is down once the duration has passed, which no
+// event announces: RecheckAfter says when to look again.
+type LeaseFreshError struct {
+	Node                string
+	Unchanged, Duration time.Duration
+}
+
+func (e *LeaseFreshError) Error() string {
+	return fmt.Sprintf("%v: the heartbeat Lease of node %s changed %s ago as this controller saw it (lease duration %s)",
+		ErrNodeAlive, e.Node, e.Unchanged.Round(time.Millisecond), e.Duration)
+}
+
+func (e *LeaseFreshError) Is(target error) bool { return target == ErrNodeAlive }
+
+// RecheckAfter returns how long after err (from Down) the node may be found
+// down without any event (its Lease expiring as this process sees it), or
+// 0 when only an event can change the answer.
+func RecheckAfter(err error) time.Duration {
+	var fresh *LeaseFreshError
+	if errors.As(err, &fresh) {
+		return fresh.Duration - fresh.Unchanged
+	}
+	return 0
+}
+
+// reportedAlive returns an ErrNodeAlive error unless the node lifecycle
+// controller has marked the node's Ready condition Unknown.
+func reportedAlive(n *v1.Node) error {
+	for _, c := range n.Status.Conditions {
+		if c.Type != v1.NodeReady {
+			continue
+		}
+		switch c.Status {
+		case v1.ConditionUnknown:
+			return nil
+		case v1.ConditionTrue:
+			return fmt.Errorf("%w: node %s is Ready", ErrNodeAlive, n.Name)
+		default:
+			return fmt.Errorf("%w: the kubelet of node %s reports it not Ready (%s) itself", ErrNodeAlive, n.Name, c.Reason)
+		}
+	}
+	return fmt.Errorf("%w: node %s has no Ready condition yet (its kubelet registered it a moment ago)", ErrNodeAlive, n.Name)
+}
+
+// Unreachable reports whether the node's Ready condition is Unknown: the
+// node lifecycle controller's verdict that the kubelet stopped reporting,
+// the only state in which a node may be fenced without an admin's request.
+// It reads what it is given (a cached Node decides what to look at; Down
+// decides).
+func Unreachable(n *v1.Node) bool {
+	return reportedAlive(n) == nil
+}
