@@ -801,16 +801,9 @@ func (c *Controller) nodeFencedLive(ctx context.Context, node *v1.Node, fr *fenc
 
 func (c *Controller) resolve(namespace string) func(string) (*podgc.Volume, error) {
 	return func(claim string) (*podgc.Volume, error) {
-		pvc, err := c.pvcs.PersistentVolumeClaims(namespace).Get(claim)
+		pv, err := c.pvOf(namespace, claim)
 		if err != nil {
-			return nil, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
-		}
-		if pvc.Spec.VolumeName == "" {
-			return nil, fmt.Errorf("claim %s/%s is not bound", namespace, claim)
-		}
-		pv, err := c.pvs.Get(pvc.Spec.VolumeName)
-		if err != nil {
-			return nil, fmt.Errorf("volume %s: %w", pvc.Spec.VolumeName, err)
+			return nil, err
 		}
 		if pv.Spec.CSI == nil {
 			return nil, fmt.Errorf("volume %s is not a CSI volume", pv.Name)

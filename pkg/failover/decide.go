@@ -33,6 +33,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
 // IsControlPlane reports control-plane nodes, which are never fenced
@@ -112,4 +113,54 @@ func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storag
 		}
 	}
 	return true, ""
+}
+
+// UnattachedStorage says why the pods on a node use storage that no fence
+// of a VolumeAttachment covers ("" if none): a network volume that reaches
+// the node without an attachment, which neither the driver's fence (of
+// attachments) nor the attach/detach controller's detach (that the
+// out-of-service taint triggers) can cut. Such storage is fenced only with
+// the whole node (a confirmed power-off); until then, the node is not
+// fenced as a whole (S9), whatever its attachments.
+//
+// Node-local volumes (pkg/podgc.NodeLocal, and local or hostPath
+// PersistentVolumes) are no other node's business. Every other volume must
+// be a CSI PersistentVolume attached to the node through a VolumeAttachment
+// (attached). An inline volume (NFS, iSCSI, RBD, CephFS, an inline CSI
+// volume), a PersistentVolume of another kind, one of a CSI driver without
+// attachments (attachRequired false: NFS-CSI, SMB, CephFS...) and a claim
+// that cannot be resolved are not. Pods that have finished are skipped:
+// their containers no longer run.
+func UnattachedStorage(pods []*v1.Pod, pvOf func(namespace, claim string) (*v1.PersistentVolume, error), attached func(pv string) bool) string {
+	for _, p := range pods {
+		if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		for _, vol := range p.Spec.Volumes {
+			if podgc.NodeLocal(vol) {
+				continue
+			}
+			claim := ""
+			switch {
+			case vol.PersistentVolumeClaim != nil:
+				claim = vol.PersistentVolumeClaim.ClaimName
+			case vol.Ephemeral != nil:
+				claim = p.Name + "-" + vol.Name
+			default:
+				return fmt.Sprintf("pod %s/%s has inline volume %s, which no attachment fence covers", p.Namespace, p.Name, vol.Name)
+			}
+			pv, err := pvOf(p.Namespace, claim)
+			if err != nil {
+				return fmt.Sprintf("pod %s/%s: volume %s: %v", p.Namespace, p.Name, vol.Name, err)
+			}
+			switch {
+			case pv.Spec.Local != nil || pv.Spec.HostPath != nil:
+			case pv.Spec.CSI == nil:
+				return fmt.Sprintf("pod %s/%s uses PersistentVolume %s, which is not a CSI volume: no attachment fence covers it", p.Namespace, p.Name, pv.Name)
+			case !attached(pv.Name):
+				return fmt.Sprintf("pod %s/%s uses PersistentVolume %s of driver %s with no VolumeAttachment on the node: no attachment fence covers it", p.Namespace, p.Name, pv.Name, pv.Spec.CSI.Driver)
+			}
+		}
+	}
+	return ""
 }

@@ -1,6 +1,8 @@
 package failover
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -95,6 +97,54 @@ func TestMaintenance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Maintenance(&tc.node) != ""; got != tc.want {
 				t.Errorf("Maintenance = %q, want in maintenance: %v", Maintenance(&tc.node), tc.want)
+			}
+		})
+	}
+}
+
+func TestUnattachedStorage(t *testing.T) {
+	pv := func(name string, src v1.PersistentVolumeSource) *v1.PersistentVolume {
+		return &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: src}}
+	}
+	pvs := map[string]*v1.PersistentVolume{
+		"csi":   pv("pv-csi", v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "h"}}),
+		"local": pv("pv-local", v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt"}}),
+		"nfs":   pv("pv-nfs", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}),
+	}
+	pvOf := func(_, claim string) (*v1.PersistentVolume, error) {
+		if p, ok := pvs[claim]; ok {
+			return p, nil
+		}
+		return nil, fmt.Errorf("claim %s not found", claim)
+	}
+	claim := func(name string) v1.Volume {
+		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}
+	}
+	pod := func(phase v1.PodPhase, vols ...v1.Volume) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: v1.PodSpec{Volumes: vols}, Status: v1.PodStatus{Phase: phase}}
+	}
+	emptyDir := v1.Volume{Name: "tmp", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}
+	inlineCSI := v1.Volume{Name: "ic", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d"}}}
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		attached bool
+		want     string // "" or a word the reason must hold
+	}{
+		{"node-local only", pod(v1.PodRunning, emptyDir), false, ""},
+		{"attached CSI volume", pod(v1.PodRunning, claim("csi")), true, ""},
+		{"local PersistentVolume", pod(v1.PodRunning, claim("local")), false, ""},
+		{"CSI volume without attachment", pod(v1.PodRunning, claim("csi")), false, "no VolumeAttachment"},
+		{"NFS PersistentVolume", pod(v1.PodRunning, claim("nfs")), true, "not a CSI volume"},
+		{"inline CSI volume", pod(v1.PodRunning, inlineCSI), true, "inline volume ic"},
+		{"claim that cannot be resolved", pod(v1.PodRunning, claim("gone")), true, "not found"},
+		{"a finished pod's storage", pod(v1.PodSucceeded, inlineCSI), false, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := UnattachedStorage([]*v1.Pod{tc.pod}, pvOf, func(string) bool { return tc.attached })
+			if (got == "") != (tc.want == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("UnattachedStorage = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -162,10 +162,12 @@ func (c *Controller) fencesOnOutOfService(driver string) bool {
 // fences storage (the attach/detach controller detaches them all once the
 // taint is there, and each detach is then a fence), and one at least is of
 // the first kind. An attachment the record cannot name (an inline volume)
-// is of no known driver: then it does not.
+// is of no known driver: then it does not, and neither does a pod's storage
+// that reaches the node without an attachment (UnattachedStorage): the
+// taint would let the pod GCs delete its pod, and no detach would cut it.
 func (c *Controller) outOfServiceFences(node string) bool {
 	vas, err := c.vasOn(node)
-	if err != nil {
+	if err != nil || c.unattachedStorage(node, vas) != "" {
 		return false
 	}
 	some := false

@@ -347,8 +347,11 @@ func TestOutOfServiceBackend(t *testing.T) {
 		// aliveLater: the kubelet renews its Lease during the storage
 		// fence of our driver's volume.
 		aliveLater bool
+		// unattached: another pod on the node uses an inline NFS volume.
+		unattached bool
 		want       bool
 	}{
+		{name: "a pod's storage has no attachment", ours: true, backends: all, unattached: true},
 		{name: "node back during the storage fence", ours: false, other: "oos", backends: all, aliveLater: true},
 		{name: "the only driver fences on the taint", ours: true, backends: all, want: true},
 		{name: "with a driver that fences storage", ours: false, other: "oos", backends: all, want: true},
@@ -369,6 +372,9 @@ func TestOutOfServiceBackend(t *testing.T) {
 			}
 			if tc.aliveLater {
 				objs[0].(*v1.Node).Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute))
+			}
+			if tc.unattached {
+				objs = withUnattachedStorage(objs, "inline")
 			}
 			e := powerEnv(t, objs, !tc.ours, tc.backends, &fakePower{})
 			if tc.aliveLater {

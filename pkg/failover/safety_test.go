@@ -819,3 +819,69 @@ func TestAliveNodesAreNotFenced(t *testing.T) {
 		})
 	}
 }
+
+// withUnattachedStorage adds a Terminating pod web-0 on n1 whose storage
+// reaches the node without a VolumeAttachment: an inline NFS volume
+// ("inline"), or a claim bound to a PV of a CSI driver without attachments
+// ("no-attach", attachRequired false, like NFS-CSI).
+func withUnattachedStorage(objs []runtime.Object, kind string) []runtime.Object {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns", UID: "u-web", DeletionTimestamp: ptr.To(metav1.Now())},
+		Spec: v1.PodSpec{NodeName: "n1"}}
+	switch kind {
+	case "inline":
+		pod.Spec.Volumes = []v1.Volume{{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}}}}
+		return append(objs, pod)
+	default:
+		const nfs = "nfs.csi.example"
+		pod.Spec.Volumes = []v1.Volume{pvcVol("share")}
+		pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "share", Namespace: "ns"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-share"}}
+		pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-share"}, Spec: v1.PersistentVolumeSpec{
+			AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: nfs, VolumeHandle: "export-1"}},
+		}}
+		d := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: nfs, Annotations: map[string]string{contract.SafeDetachAnnotation: "true"}},
+			Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)}}
+		return append(objs, pod, pvc, pv, d)
+	}
+}
+
+// S9, S3, S1, issue 19 hole 1: "the whole node is fenced" covers the pods'
+// storage, not only the attachments. A pod whose volume reaches the node
+// without an attachment keeps FencingComplete unset (the condition says
+// why), so that neither this pod GC's FencingComplete rule nor anyone
+// trusting the condition deletes it while the old node may still write;
+// the pod whose own volume is fenced fails over.
+func TestFencingCompleteCoversStorageWithoutAttachment(t *testing.T) {
+	for _, kind := range []string{"inline", "no-attach"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t, withUnattachedStorage(objects(v1.ConditionUnknown, true), kind), true)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if e.steps.index("delete db-0") < 0 {
+				t.Fatalf("the pod of the fenced volume did not fail over: %v", e.steps.log)
+			}
+			n := e.node(t, "n1")
+			if podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+				t.Fatalf("FencingComplete=True although pod web-0's storage has no attachment to fence")
+			}
+			if fr := e.record(t); fr.Status.Phase == fencingv1alpha1.PhaseFenced {
+				t.Errorf("FencingRequest phase Fenced although web-0's storage is not fenced")
+			}
+			found := false
+			for _, c := range n.Status.Conditions {
+				if string(c.Type) == contract.ConditionFencingRequired && c.Reason == "StorageWithoutAttachment" && strings.Contains(c.Message, "web-0") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("FencingRequired does not say why the node is not fenced as a whole: %+v", n.Status.Conditions)
+			}
+			e.restart(t)
+			_ = e.sync(t)
+			if e.steps.index("delete web-0") >= 0 {
+				t.Errorf("pod web-0 force-deleted although its storage was never fenced: %v", e.steps.log)
+			}
+		})
+	}
+}

@@ -52,6 +52,12 @@ func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fenci
 		want[contract.ConditionFencingComplete] = v1.ConditionTrue
 		reason, msg = "PoweredOff", "the node is confirmed powered off by its fence agent"
 	case fr != nil && wholeNodeFenced(fr, vas, c.pvHandle):
+		if why := c.unattachedStorage(node.Name, vas); why != "" {
+			// Every attachment is fenced, but storage that reaches the
+			// node without one is not: only a power fence vouches for it.
+			reason, msg = "StorageWithoutAttachment", "every attachment on the node is fenced, but "+why
+			break
+		}
 		if err := c.markFenced(ctx, node.Name); err != nil {
 			return err
 		}
@@ -291,6 +297,38 @@ func wholeNodeFenced(fr *fencingv1alpha1.FencingRequest, vas []*storagev1.Volume
 		}
 	}
 	return true
+}
+
+// unattachedStorage is UnattachedStorage for the pods on the node, from the
+// caches: it decides what to signal, never what to delete.
+func (c *Controller) unattachedStorage(node string, vas []*storagev1.VolumeAttachment) string {
+	pods, err := c.podsOn(node)
+	if err != nil {
+		return err.Error()
+	}
+	attached := map[string]bool{}
+	for _, va := range vas {
+		if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+			attached[*pv] = true
+		}
+	}
+	return UnattachedStorage(pods, c.pvOf, func(pv string) bool { return attached[pv] })
+}
+
+// pvOf resolves a claim to its bound PersistentVolume, from the caches.
+func (c *Controller) pvOf(namespace, claim string) (*v1.PersistentVolume, error) {
+	pvc, err := c.pvcs.PersistentVolumeClaims(namespace).Get(claim)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
+	}
+	if pvc.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("claim %s/%s is not bound", namespace, claim)
+	}
+	pv, err := c.pvs.Get(pvc.Spec.VolumeName)
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: %w", pvc.Spec.VolumeName, err)
+	}
+	return pv, nil
 }
 
 // markFenced sets the request's phase Fenced and its Fenced condition: the
