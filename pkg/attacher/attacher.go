@@ -195,12 +195,17 @@ func (a *Attacher) accessModes(va *storagev1.VolumeAttachment) ([]v1.PersistentV
 // unpublish; a non-graceful one is fenced when the driver can fence and the
 // fence can be recorded. An error keeps the VolumeAttachment's finalizer, so
 // the volume does not move until the fence is recorded done.
+//
+// Every unpublish, plain or fenced, goes to the node ID the volume was
+// published to (publishedNodeID), which is not always the one
+// external-attacher passes.
 func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
 	logger := klog.FromContext(ctx)
+	va := volumeAttachmentFrom(ctx)
+	nodeID = a.publishedNodeID(logger, va, volumeID, nodeID)
 	if a.Nodes == nil {
 		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
 	}
-	va := volumeAttachmentFrom(ctx)
 	nodeName, err := a.nodeName(nodeID, va)
 	if err != nil {
 		return err
@@ -375,15 +380,43 @@ func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send f
 	return nil
 }
 
-// nodeName returns the Node of the driver's node ID: from the CSINodes, or,
-// for a node whose CSINode is gone (a deleted node), from the
-// VolumeAttachment being synced.
-func (a *Attacher) nodeName(nodeID string, va *storagev1.VolumeAttachment) (string, error) {
-	if name, ok := a.NodeIDs.NodeName(nodeID); ok {
-		return name, nil
+// publishedNodeID returns the node ID the volume of va was published to:
+// the one external-attacher wrote on the VolumeAttachment
+// (contract.NodeIDAnnotation) right before it last published it.
+// external-attacher's Detach passes the ID of the node's CSINode instead,
+// falling back to the annotation only when the CSINode is gone. The two
+// differ when the node plugin registered again under another ID (an ID
+// derived from an initiator or NQN, a VM re-created under the same name):
+// an unpublish of the new ID leaves the publication in place, and a fence
+// of it, which the driver may well confirm, fences nothing. nodeID, what
+// external-attacher passed, is the answer when va is unknown or carries no
+// ID (nothing was published under another one).
+func (a *Attacher) publishedNodeID(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, nodeID string) string {
+	if va == nil {
+		return nodeID
 	}
+	published := va.Annotations[contract.NodeIDAnnotation]
+	if published == "" || published == nodeID {
+		return nodeID
+	}
+	logger.Info("The node's CSINode names another node ID than the one the volume was published to: unpublishing the published one",
+		"volume", volumeID, "node", va.Spec.NodeName, "publishedNodeID", published, "csiNodeID", nodeID)
+	a.event(va, v1.EventTypeWarning, EventReasonNodeIDChanged,
+		"Volume %s was published to node %s as node ID %q, which its CSINode now names %q: the volume is unpublished from %q",
+		volumeID, va.Spec.NodeName, published, nodeID, published)
+	return published
+}
+
+// nodeName returns the Node of the driver's node ID: the VolumeAttachment's
+// node when it is known (the node ID may be one its CSINode no longer
+// names, or one another CSINode names now), else the one CSINode that
+// registers the ID.
+func (a *Attacher) nodeName(nodeID string, va *storagev1.VolumeAttachment) (string, error) {
 	if va != nil {
 		return va.Spec.NodeName, nil
+	}
+	if name, ok := a.NodeIDs.NodeName(nodeID); ok {
+		return name, nil
 	}
 	return "", fmt.Errorf("no CSINode of driver %s has node ID %q", a.DriverName, nodeID)
 }

@@ -29,6 +29,7 @@ const (
 const (
 	EventReasonFencedUnpublish = "FencedUnpublish"
 	EventReasonFenceFailed     = "FenceFailed"
+	EventReasonNodeIDChanged   = "NodeIDChanged"
 )
 
 // DecideFence says whether the detach of a volume (driver, handle) from a
