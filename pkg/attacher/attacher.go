@@ -20,7 +20,8 @@
 //   - Handler decorates its controller.Handler: it gives Attacher the
 //     VolumeAttachment being synced (through the context) and requeues a
 //     node's VolumeAttachments when the node's health or FencingRequest
-//     changes, so that a detach waiting in backoff is fenced at once.
+//     changes, so that a detach waiting in backoff is fenced at once, or
+//     when its kubelet stops using a volume, which a detach may wait for.
 package attacher
 
 import (
@@ -217,6 +218,17 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	switch {
 	case reason == "":
 		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	case reason == FenceReasonVolumeInUse && (!fence || a.FenceRecord == nil):
+		// A plain unpublish would pull the volume from under the
+		// kubelet's mount: the detach waits, with external-attacher's
+		// backoff and finalizer, until the kubelet unmounts it (Handler
+		// requeues it then) or the node fails (it is fenced then).
+		why := "the driver cannot fence it"
+		if fence {
+			why = "its fence could not be recorded (no FencingRequest API)"
+		}
+		return fmt.Errorf("volume %s is still in use on node %s (status.volumesInUse) and %s: the detach waits until the kubelet unmounts it",
+			volumeID, nodeName, why)
 	case !fence && reason == FenceReasonOutOfService && a.FencesOnOutOfService && a.FenceRecord != nil:
 		if fencerecord.IsFenced(fr, a.DriverName, volumeID) {
 			return nil
@@ -290,12 +302,15 @@ func (a *Attacher) OnFenceDone(fn func(vaName string)) {
 	}
 }
 
-// decide is DecideFence on the caches and, when they say the detach is not
-// graceful, on live reads of the Node and its FencingRequest: the cache
-// decides only what to look at (S4: a Ready node is fenced only on an
-// explicit request read live).
+// decide is DecideFence on a live read of the Node and the cached
+// FencingRequest and, when they say the detach is not graceful, on a live
+// read of the FencingRequest too: its cache decides only whether to look
+// (S4: a Ready node is fenced only on an explicit request read live). The
+// Node is read live at every detach, a plain one too: a plain unpublish
+// depends on the kubelet no longer using the volume (volumesInUse), which a
+// cache behind the kubelet would get wrong.
 func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool, string, *fencingv1alpha1.FencingRequest, error) {
-	node, err := a.cachedNode(nodeName)
+	node, err := a.liveNode(ctx, nodeName)
 	if err != nil {
 		return false, "", nil, err
 	}
@@ -305,9 +320,6 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 	}
 	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID); reason == "" {
 		return false, "", fr, nil
-	}
-	if node, err = a.liveNode(ctx, nodeName); err != nil {
-		return false, "", nil, err
 	}
 	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
 		return false, "", nil, err

@@ -72,9 +72,48 @@ func TestDetach(t *testing.T) {
 		wantMetrics map[string]float64
 	}{
 		{
-			name:      "Ready node: plain unpublish, no live read, no record",
+			name:      "Ready node, read live: plain unpublish, no record",
 			envConfig: envConfig{objects: objs(node("node-1"))},
-			wantSent:  plain, wantNoFR: true,
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "S1: Ready node whose kubelet still uses the volume (volumesInUse), read live: fenced and recorded",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1")))},
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1, "forced_detaches_total/volume-in-use": 1},
+		},
+		{
+			name:      "S1: the cache does not show the volume in use, the live Node does: fenced",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), cache: objs(node("node-1"))},
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1},
+		},
+		{
+			name:      "the cache shows the volume in use, the kubelet unmounted it since (read live): plain",
+			envConfig: envConfig{objects: objs(node("node-1")), cache: objs(node("node-1", inUse("vol-1")))},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "another volume in use on the node: plain",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-2")))},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "S1: volume in use, driver without UNPUBLISH_FENCE: the detach waits for the kubelet, nothing sent",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), cannotFence: true},
+			wantSent:  nil, wantActions: []string{"get nodes node-1"}, wantNoFR: true, wantErr: "still in use on node node-1",
+		},
+		{
+			name:      "S1: volume in use, driver fencing on the out-of-service taint, no taint: the detach waits",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), cannotFence: true, fencesOnOutOfService: true},
+			wantSent:  nil, wantActions: []string{"get nodes node-1"}, wantNoFR: true, wantErr: "still in use on node node-1",
+		},
+		{
+			name:      "S1: volume in use, no FencingRequest API: the fence cannot be recorded, the detach waits",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), noRecord: true},
+			wantSent:  nil, wantActions: []string{"get nodes node-1"}, wantNoFR: true, wantErr: "still in use on node node-1",
 		},
 		{
 			name:      "NotReady node, read live: fenced and recorded",
@@ -107,7 +146,7 @@ func TestDetach(t *testing.T) {
 		{
 			name:      "S4: Ready node with the failover's automatic FencingRequest: plain",
 			envConfig: envConfig{objects: objs(node("node-1")), frs: []*fencingv1alpha1.FencingRequest{autoFR}},
-			wantSent:  plain,
+			wantSent:  plain, wantActions: []string{"get nodes node-1"},
 		},
 		{
 			name:      "S4: the cache still shows the manual request, the API no longer has it: plain",

@@ -131,12 +131,14 @@ func readyStatus(s v1.ConditionStatus) func(*v1.Node) {
 
 func noConditions(n *v1.Node) { n.Status.Conditions = nil }
 
-// inUse lists the driver's volumes of handles in the node's
+// inUse lists the test driver's volumes of handles in the node's
 // status.volumesInUse, as the kubelet reports what it has mounted.
-func inUse(handles ...string) func(*v1.Node) {
+func inUse(handles ...string) func(*v1.Node) { return inUseOf(drv, handles...) }
+
+func inUseOf(driver string, handles ...string) func(*v1.Node) {
 	return func(n *v1.Node) {
 		for _, h := range handles {
-			n.Status.VolumesInUse = append(n.Status.VolumesInUse, v1.UniqueVolumeName("kubernetes.io/csi/"+drv+"^"+h))
+			n.Status.VolumesInUse = append(n.Status.VolumesInUse, v1.UniqueVolumeName("kubernetes.io/csi/"+driver+"^"+h))
 		}
 	}
 }

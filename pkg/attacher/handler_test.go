@@ -166,6 +166,11 @@ func TestHandlerRequeues(t *testing.T) {
 		{name: "node quarantined", event: func(h *Handler) { h.nodeUpdated(ready, node("node-1", quarantineTaint)) }, want: []string{"va1"}},
 		{name: "heartbeat", event: func(h *Handler) { h.nodeUpdated(ready, heartbeat) }},
 		{name: "node deleted", event: func(h *Handler) { h.nodeAddedOrDeleted(ready) }, want: []string{"va1"}},
+		{name: "the kubelet no longer uses a volume of this driver (a detach may wait for it)",
+			event: func(h *Handler) { h.nodeUpdated(node("node-1", inUse("vol-1")), ready) }, want: []string{"va1"}},
+		{name: "the kubelet no longer uses another driver's volume",
+			event: func(h *Handler) { h.nodeUpdated(node("node-1", inUseOf("other", "vol-1")), ready) }},
+		{name: "the kubelet uses one more volume", event: func(h *Handler) { h.nodeUpdated(ready, node("node-1", inUse("vol-1"))) }},
 		{name: "volume fenced on the node", event: func(h *Handler) { h.fencingRequestUpdated(fr(), fr(fencedEntry("vol-1"))) }, want: []string{"va1"}},
 		{name: "volume cleaned on the node", event: func(h *Handler) { h.fencingRequestUpdated(fr(fencedEntry("vol-1")), fr(cleanedEntry("vol-1"))) }, want: []string{"va1"}},
 		{name: "request status unchanged for this driver", event: func(h *Handler) {
