@@ -143,10 +143,15 @@ func (a *Attacher) Attach(ctx context.Context, volumeID string, readOnly bool, n
 	return a.CSI.Attach(ctx, volumeID, readOnly, nodeID, caps, attributes, secrets)
 }
 
-// publishRefusal reads what QuarantineRefusal and SecondNodeRefusal decide
-// on from the caches. Publishes are frequent and a quarantine is written
-// before its fence, so the cache, which a fence recorded in it reaches
-// within moments, is what is read here.
+// publishRefusal decides QuarantineRefusal and SecondNodeRefusal on the
+// caches and then, when they refuse nothing, QuarantineRefusal again on a
+// live read of the node's FencingRequest: an intent to fence is recorded
+// right before its fence is sent (S8), by this attacher's fence pool or by
+// the failover controller, and a publish decided on a cache that has not
+// seen it yet would cross the fence (S2). That is one GET, by name, per
+// publish that goes ahead: nothing cheaper sees another process's intent
+// of a moment ago (the node's quarantine taint comes through a cache too,
+// and this process's own fence pool knows only its own fences).
 func (a *Attacher) publishRefusal(ctx context.Context, volumeID, nodeID string) error {
 	va := volumeAttachmentFrom(ctx)
 	nodeName, err := a.nodeName(nodeID, va)
@@ -166,9 +171,19 @@ func (a *Attacher) publishRefusal(ctx context.Context, volumeID, nodeID string) 
 	if err := QuarantineRefusal(a.DriverName, volumeID, nodeName, node, fr); err != nil {
 		return err
 	}
-	if va == nil {
-		return nil
+	if va != nil {
+		if err := a.secondNodeRefusal(va); err != nil {
+			return err
+		}
 	}
+	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
+		return err
+	}
+	return QuarantineRefusal(a.DriverName, volumeID, nodeName, node, fr)
+}
+
+// secondNodeRefusal is SecondNodeRefusal of va on the caches.
+func (a *Attacher) secondNodeRefusal(va *storagev1.VolumeAttachment) error {
 	modes, err := a.accessModes(va)
 	if err != nil {
 		return err

@@ -311,6 +311,11 @@ func TestAttach(t *testing.T) {
 			frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
 				fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0})}},
 			wantErr: "volume vol-1 is quarantined on node node-1"},
+		{name: "S2: a fence intent written a moment ago, in the API but not yet in the cache: read live, refused",
+			envConfig: envConfig{objects: base(node("node-1")), frCache: []*fencingv1alpha1.FencingRequest{},
+				frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
+					fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0})}},
+			wantErr: "volume vol-1 is quarantined on node node-1"},
 		{name: "S2: cleaned up: published", envConfig: envConfig{objects: base(node("node-1")),
 			frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", "", fencingv1alpha1.PhaseComplete, cleanedEntry("vol-1"))}}},
 		{name: "S1: still attached to another node", envConfig: envConfig{objects: base(node("node-1"), va("va0", "pv1", "node-0", withFinalizer, attached))},
@@ -337,6 +342,14 @@ func TestAttach(t *testing.T) {
 			}
 			if got := e.sent(); !reflect.DeepEqual(got, want) {
 				t.Errorf("driver received %q, want %q", got, want)
+			}
+			// A publish costs one live read of the node's FencingRequest
+			// at most, and nothing else live.
+			if got := actions(e.dyn.Actions()); len(got) > 1 || (len(got) == 1 && got[0] != "get fencingrequests node-1") {
+				t.Errorf("FencingRequest requests %q, want one live read at most", got)
+			}
+			if got := actions(e.client.Actions()); len(got) != 0 {
+				t.Errorf("API requests %q, want none", got)
 			}
 		})
 	}
