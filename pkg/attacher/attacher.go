@@ -20,7 +20,8 @@
 //   - Handler decorates its controller.Handler: it gives Attacher the
 //     VolumeAttachment being synced (through the context) and requeues a
 //     node's VolumeAttachments when the node's health or FencingRequest
-//     changes, so that a detach waiting in backoff is fenced at once.
+//     changes, so that a detach waiting in backoff is fenced at once, or
+//     when its kubelet stops using a volume, which a detach may wait for.
 package attacher
 
 import (
@@ -142,10 +143,15 @@ func (a *Attacher) Attach(ctx context.Context, volumeID string, readOnly bool, n
 	return a.CSI.Attach(ctx, volumeID, readOnly, nodeID, caps, attributes, secrets)
 }
 
-// publishRefusal reads what QuarantineRefusal and SecondNodeRefusal decide
-// on from the caches. Publishes are frequent and a quarantine is written
-// before its fence, so the cache, which a fence recorded in it reaches
-// within moments, is what is read here.
+// publishRefusal decides QuarantineRefusal and SecondNodeRefusal on the
+// caches and then, when they refuse nothing, QuarantineRefusal again on a
+// live read of the node's FencingRequest: an intent to fence is recorded
+// right before its fence is sent (S8), by this attacher's fence pool or by
+// the failover controller, and a publish decided on a cache that has not
+// seen it yet would cross the fence (S2). That is one GET, by name, per
+// publish that goes ahead: nothing cheaper sees another process's intent
+// of a moment ago (the node's quarantine taint comes through a cache too,
+// and this process's own fence pool knows only its own fences).
 func (a *Attacher) publishRefusal(ctx context.Context, volumeID, nodeID string) error {
 	va := volumeAttachmentFrom(ctx)
 	nodeName, err := a.nodeName(nodeID, va)
@@ -165,9 +171,19 @@ func (a *Attacher) publishRefusal(ctx context.Context, volumeID, nodeID string) 
 	if err := QuarantineRefusal(a.DriverName, volumeID, nodeName, node, fr); err != nil {
 		return err
 	}
-	if va == nil {
-		return nil
+	if va != nil {
+		if err := a.secondNodeRefusal(va); err != nil {
+			return err
+		}
 	}
+	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
+		return err
+	}
+	return QuarantineRefusal(a.DriverName, volumeID, nodeName, node, fr)
+}
+
+// secondNodeRefusal is SecondNodeRefusal of va on the caches.
+func (a *Attacher) secondNodeRefusal(va *storagev1.VolumeAttachment) error {
 	modes, err := a.accessModes(va)
 	if err != nil {
 		return err
@@ -195,12 +211,17 @@ func (a *Attacher) accessModes(va *storagev1.VolumeAttachment) ([]v1.PersistentV
 // unpublish; a non-graceful one is fenced when the driver can fence and the
 // fence can be recorded. An error keeps the VolumeAttachment's finalizer, so
 // the volume does not move until the fence is recorded done.
+//
+// Every unpublish, plain or fenced, goes to the node ID the volume was
+// published to (publishedNodeID), which is not always the one
+// external-attacher passes.
 func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
 	logger := klog.FromContext(ctx)
+	va := volumeAttachmentFrom(ctx)
+	nodeID = a.publishedNodeID(logger, va, volumeID, nodeID)
 	if a.Nodes == nil {
 		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
 	}
-	va := volumeAttachmentFrom(ctx)
 	nodeName, err := a.nodeName(nodeID, va)
 	if err != nil {
 		return err
@@ -212,6 +233,17 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	switch {
 	case reason == "":
 		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	case reason == FenceReasonVolumeInUse && (!fence || a.FenceRecord == nil):
+		// A plain unpublish would pull the volume from under the
+		// kubelet's mount: the detach waits, with external-attacher's
+		// backoff and finalizer, until the kubelet unmounts it (Handler
+		// requeues it then) or the node fails (it is fenced then).
+		why := "the driver cannot fence it"
+		if fence {
+			why = "its fence could not be recorded (no FencingRequest API)"
+		}
+		return fmt.Errorf("volume %s is still in use on node %s (status.volumesInUse) and %s: the detach waits until the kubelet unmounts it",
+			volumeID, nodeName, why)
 	case !fence && reason == FenceReasonOutOfService && a.FencesOnOutOfService && a.FenceRecord != nil:
 		if fencerecord.IsFenced(fr, a.DriverName, volumeID) {
 			return nil
@@ -285,12 +317,15 @@ func (a *Attacher) OnFenceDone(fn func(vaName string)) {
 	}
 }
 
-// decide is DecideFence on the caches and, when they say the detach is not
-// graceful, on live reads of the Node and its FencingRequest: the cache
-// decides only what to look at (S4: a Ready node is fenced only on an
-// explicit request read live).
+// decide is DecideFence on a live read of the Node and the cached
+// FencingRequest and, when they say the detach is not graceful, on a live
+// read of the FencingRequest too: its cache decides only whether to look
+// (S4: a Ready node is fenced only on an explicit request read live). The
+// Node is read live at every detach, a plain one too: a plain unpublish
+// depends on the kubelet no longer using the volume (volumesInUse), which a
+// cache behind the kubelet would get wrong.
 func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool, string, *fencingv1alpha1.FencingRequest, error) {
-	node, err := a.cachedNode(nodeName)
+	node, err := a.liveNode(ctx, nodeName)
 	if err != nil {
 		return false, "", nil, err
 	}
@@ -300,9 +335,6 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 	}
 	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID); reason == "" {
 		return false, "", fr, nil
-	}
-	if node, err = a.liveNode(ctx, nodeName); err != nil {
-		return false, "", nil, err
 	}
 	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
 		return false, "", nil, err
@@ -375,15 +407,43 @@ func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send f
 	return nil
 }
 
-// nodeName returns the Node of the driver's node ID: from the CSINodes, or,
-// for a node whose CSINode is gone (a deleted node), from the
-// VolumeAttachment being synced.
-func (a *Attacher) nodeName(nodeID string, va *storagev1.VolumeAttachment) (string, error) {
-	if name, ok := a.NodeIDs.NodeName(nodeID); ok {
-		return name, nil
+// publishedNodeID returns the node ID the volume of va was published to:
+// the one external-attacher wrote on the VolumeAttachment
+// (contract.NodeIDAnnotation) right before it last published it.
+// external-attacher's Detach passes the ID of the node's CSINode instead,
+// falling back to the annotation only when the CSINode is gone. The two
+// differ when the node plugin registered again under another ID (an ID
+// derived from an initiator or NQN, a VM re-created under the same name):
+// an unpublish of the new ID leaves the publication in place, and a fence
+// of it, which the driver may well confirm, fences nothing. nodeID, what
+// external-attacher passed, is the answer when va is unknown or carries no
+// ID (nothing was published under another one).
+func (a *Attacher) publishedNodeID(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, nodeID string) string {
+	if va == nil {
+		return nodeID
 	}
+	published := va.Annotations[contract.NodeIDAnnotation]
+	if published == "" || published == nodeID {
+		return nodeID
+	}
+	logger.Info("The node's CSINode names another node ID than the one the volume was published to: unpublishing the published one",
+		"volume", volumeID, "node", va.Spec.NodeName, "publishedNodeID", published, "csiNodeID", nodeID)
+	a.event(va, v1.EventTypeWarning, EventReasonNodeIDChanged,
+		"Volume %s was published to node %s as node ID %q, which its CSINode now names %q: the volume is unpublished from %q",
+		volumeID, va.Spec.NodeName, published, nodeID, published)
+	return published
+}
+
+// nodeName returns the Node of the driver's node ID: the VolumeAttachment's
+// node when it is known (the node ID may be one its CSINode no longer
+// names, or one another CSINode names now), else the one CSINode that
+// registers the ID.
+func (a *Attacher) nodeName(nodeID string, va *storagev1.VolumeAttachment) (string, error) {
 	if va != nil {
 		return va.Spec.NodeName, nil
+	}
+	if name, ok := a.NodeIDs.NodeName(nodeID); ok {
+		return name, nil
 	}
 	return "", fmt.Errorf("no CSINode of driver %s has node ID %q", a.DriverName, nodeID)
 }

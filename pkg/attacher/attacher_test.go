@@ -72,9 +72,48 @@ func TestDetach(t *testing.T) {
 		wantMetrics map[string]float64
 	}{
 		{
-			name:      "Ready node: plain unpublish, no live read, no record",
+			name:      "Ready node, read live: plain unpublish, no record",
 			envConfig: envConfig{objects: objs(node("node-1"))},
-			wantSent:  plain, wantNoFR: true,
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "S1: Ready node whose kubelet still uses the volume (volumesInUse), read live: fenced and recorded",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1")))},
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1, "forced_detaches_total/volume-in-use": 1},
+		},
+		{
+			name:      "S1: the cache does not show the volume in use, the live Node does: fenced",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), cache: objs(node("node-1"))},
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
+			wantEvents:  []string{"Normal FencedUnpublish"},
+			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1},
+		},
+		{
+			name:      "the cache shows the volume in use, the kubelet unmounted it since (read live): plain",
+			envConfig: envConfig{objects: objs(node("node-1")), cache: objs(node("node-1", inUse("vol-1")))},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "another volume in use on the node: plain",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-2")))},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "S1: volume in use, driver without UNPUBLISH_FENCE: the detach waits for the kubelet, nothing sent",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), cannotFence: true},
+			wantSent:  nil, wantActions: []string{"get nodes node-1"}, wantNoFR: true, wantErr: "still in use on node node-1",
+		},
+		{
+			name:      "S1: volume in use, driver fencing on the out-of-service taint, no taint: the detach waits",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), cannotFence: true, fencesOnOutOfService: true},
+			wantSent:  nil, wantActions: []string{"get nodes node-1"}, wantNoFR: true, wantErr: "still in use on node node-1",
+		},
+		{
+			name:      "S1: volume in use, no FencingRequest API: the fence cannot be recorded, the detach waits",
+			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), noRecord: true},
+			wantSent:  nil, wantActions: []string{"get nodes node-1"}, wantNoFR: true, wantErr: "still in use on node node-1",
 		},
 		{
 			name:      "NotReady node, read live: fenced and recorded",
@@ -107,7 +146,7 @@ func TestDetach(t *testing.T) {
 		{
 			name:      "S4: Ready node with the failover's automatic FencingRequest: plain",
 			envConfig: envConfig{objects: objs(node("node-1")), frs: []*fencingv1alpha1.FencingRequest{autoFR}},
-			wantSent:  plain,
+			wantSent:  plain, wantActions: []string{"get nodes node-1"},
 		},
 		{
 			name:      "S4: the cache still shows the manual request, the API no longer has it: plain",
@@ -272,6 +311,11 @@ func TestAttach(t *testing.T) {
 			frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
 				fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0})}},
 			wantErr: "volume vol-1 is quarantined on node node-1"},
+		{name: "S2: a fence intent written a moment ago, in the API but not yet in the cache: read live, refused",
+			envConfig: envConfig{objects: base(node("node-1")), frCache: []*fencingv1alpha1.FencingRequest{},
+				frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing,
+					fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "vol-1", StartedTime: &t0})}},
+			wantErr: "volume vol-1 is quarantined on node node-1"},
 		{name: "S2: cleaned up: published", envConfig: envConfig{objects: base(node("node-1")),
 			frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", "", fencingv1alpha1.PhaseComplete, cleanedEntry("vol-1"))}}},
 		{name: "S1: still attached to another node", envConfig: envConfig{objects: base(node("node-1"), va("va0", "pv1", "node-0", withFinalizer, attached))},
@@ -298,6 +342,14 @@ func TestAttach(t *testing.T) {
 			}
 			if got := e.sent(); !reflect.DeepEqual(got, want) {
 				t.Errorf("driver received %q, want %q", got, want)
+			}
+			// A publish costs one live read of the node's FencingRequest
+			// at most, and nothing else live.
+			if got := actions(e.dyn.Actions()); len(got) > 1 || (len(got) == 1 && got[0] != "get fencingrequests node-1") {
+				t.Errorf("FencingRequest requests %q, want one live read at most", got)
+			}
+			if got := actions(e.client.Actions()); len(got) != 0 {
+				t.Errorf("API requests %q, want none", got)
 			}
 		})
 	}

@@ -23,12 +23,14 @@ const (
 	FenceReasonQuarantined    = "quarantined"
 	FenceReasonNodeNotReady   = "node-not-ready"
 	FenceReasonFencingRequest = "fencing-request"
+	FenceReasonVolumeInUse    = "volume-in-use"
 )
 
 // Event reasons on the VolumeAttachment.
 const (
 	EventReasonFencedUnpublish = "FencedUnpublish"
 	EventReasonFenceFailed     = "FenceFailed"
+	EventReasonNodeIDChanged   = "NodeIDChanged"
 )
 
 // DecideFence says whether the detach of a volume (driver, handle) from a
@@ -50,6 +52,17 @@ const (
 // the fence, i.e. for a Ready node fenced on an admin's explicit request
 // (S4). The caller decides on live reads of node and fr when it acts.
 //
+// Last comes a healthy node whose kubelet still reports the volume in use
+// (status.volumesInUse): Kubernetes decided the detach anyway, the attach/
+// detach controller forcing it after its timeout (6 min) while the node was
+// unhealthy, and the detach comes after the node is Ready again. A plain
+// unpublish would pull the volume from under a mount, and the replacement
+// may already write it elsewhere (S1). It is fenced: the fence of one
+// volume whose detach Kubernetes ordered, on what the kubelet reports, not
+// a fence of the node on an inference (S4); the node agent then cleans it
+// up. A driver that cannot fence makes the caller wait for the kubelet to
+// unmount it.
+//
 // canFence is whether the driver advertises UNPUBLISH_FENCE: without it the
 // answer is never fence (the field must not be sent to a driver that does not
 // know it), but the reason is still returned so that the caller can say that
@@ -70,10 +83,24 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 		// Sticky (S8): once a fence of the volume was intended on the node,
 		// every unpublish from it is fenced until the node agent cleaned it.
 		reason = FenceReasonQuarantined
+	case volumeInUse(node, driver, handle):
+		reason = FenceReasonVolumeInUse
 	default:
 		return false, ""
 	}
 	return canFence, reason
+}
+
+// volumeInUse reports whether the node's kubelet reports the volume in use.
+func volumeInUse(node *v1.Node, driver, handle string) bool {
+	return slices.Contains(node.Status.VolumesInUse, uniqueVolumeName(driver, handle))
+}
+
+// uniqueVolumeName is the name the attach/detach controller and the kubelet
+// give a CSI volume, in status.volumesInUse among others:
+// "kubernetes.io/csi/<driver>^<handle>".
+func uniqueVolumeName(driver, handle string) v1.UniqueVolumeName {
+	return v1.UniqueVolumeName("kubernetes.io/csi/" + driver + "^" + handle)
 }
 
 // QuarantineRefusal says why the volume (driver, handle) must not be

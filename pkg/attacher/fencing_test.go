@@ -45,6 +45,12 @@ func TestDecideFence(t *testing.T) {
 			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}, CleanedTime: &metav1.Time{}})},
 		{name: "healthy, completed request, another driver's entry of the same handle: graceful", node: node("node-1"),
 			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "h", StartedTime: &metav1.Time{}})},
+		{name: "S1: Ready, the kubelet still reports the volume in use (a detach forced after the timeout)", node: node("node-1", inUseOf("drv", "h")),
+			wantReason: FenceReasonVolumeInUse},
+		{name: "Ready, another volume in use: graceful", node: node("node-1", inUseOf("drv", "h2"))},
+		{name: "Ready, another driver's volume of the same handle in use: graceful", node: node("node-1", inUseOf("other", "h"))},
+		{name: "NotReady and in use: the node's state is the reason", node: node("node-1", notReady, inUseOf("drv", "h")), wantReason: FenceReasonNodeNotReady},
+		{name: "manual FencingRequest and in use: the request is the reason", node: node("node-1", inUseOf("drv", "h")), fr: active, wantReason: FenceReasonFencingRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -131,6 +131,18 @@ func readyStatus(s v1.ConditionStatus) func(*v1.Node) {
 
 func noConditions(n *v1.Node) { n.Status.Conditions = nil }
 
+// inUse lists the test driver's volumes of handles in the node's
+// status.volumesInUse, as the kubelet reports what it has mounted.
+func inUse(handles ...string) func(*v1.Node) { return inUseOf(drv, handles...) }
+
+func inUseOf(driver string, handles ...string) func(*v1.Node) {
+	return func(n *v1.Node) {
+		for _, h := range handles {
+			n.Status.VolumesInUse = append(n.Status.VolumesInUse, v1.UniqueVolumeName("kubernetes.io/csi/"+driver+"^"+h))
+		}
+	}
+}
+
 func taint(key string, effect v1.TaintEffect) func(*v1.Node) {
 	return func(n *v1.Node) { n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: key, Effect: effect}) }
 }

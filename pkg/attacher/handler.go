@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,7 +59,9 @@ const detachRetryDelay = 100 * time.Millisecond
 //   - a change of a node's health (Ready, quarantine or out-of-service
 //     taint) or of its FencingRequest requeues the node's VolumeAttachments
 //     at once, so that a detach in backoff is fenced, and a publish refused
-//     for quarantine retried, without waiting for the backoff to expire;
+//     for quarantine retried, without waiting for the backoff to expire; so
+//     does the kubelet's release of a volume of the driver (volumesInUse),
+//     which a detach that cannot be fenced waits for;
 //   - the deletion of a VolumeAttachment requeues the other attachments of
 //     its PV, whose publish the single-node check may have refused;
 //   - a VolumeAttachment whose fence is under way in Attacher's fence pool
@@ -333,13 +336,27 @@ func (h *Handler) nodeAddedOrDeleted(obj any) {
 	}
 }
 
-// nodeUpdated ignores the heartbeats: only a change of health matters.
+// nodeUpdated ignores the heartbeats: only a change of health matters, and
+// a volume of this driver the kubelet no longer uses (a detach may wait for
+// it to unmount the volume, see Attacher.Detach).
 func (h *Handler) nodeUpdated(oldObj, newObj any) {
 	o, ok1 := oldObj.(*v1.Node)
 	n, ok2 := newObj.(*v1.Node)
-	if ok1 && ok2 && healthOf(o) != healthOf(n) {
+	if ok1 && ok2 && (healthOf(o) != healthOf(n) || h.noLongerInUse(o, n)) {
 		h.enqueueVAsOnNode(n.Name)
 	}
+}
+
+// noLongerInUse reports whether a volume of this driver left the node's
+// status.volumesInUse between o and n.
+func (h *Handler) noLongerInUse(o, n *v1.Node) bool {
+	prefix := string(uniqueVolumeName(h.driverName, ""))
+	for _, u := range o.Status.VolumesInUse {
+		if strings.HasPrefix(string(u), prefix) && !slices.Contains(n.Status.VolumesInUse, u) {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Handler) fencingRequestAddedOrDeleted(obj any) {

@@ -3,6 +3,7 @@ package attacher
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,6 +166,11 @@ func TestHandlerRequeues(t *testing.T) {
 		{name: "node quarantined", event: func(h *Handler) { h.nodeUpdated(ready, node("node-1", quarantineTaint)) }, want: []string{"va1"}},
 		{name: "heartbeat", event: func(h *Handler) { h.nodeUpdated(ready, heartbeat) }},
 		{name: "node deleted", event: func(h *Handler) { h.nodeAddedOrDeleted(ready) }, want: []string{"va1"}},
+		{name: "the kubelet no longer uses a volume of this driver (a detach may wait for it)",
+			event: func(h *Handler) { h.nodeUpdated(node("node-1", inUse("vol-1")), ready) }, want: []string{"va1"}},
+		{name: "the kubelet no longer uses another driver's volume",
+			event: func(h *Handler) { h.nodeUpdated(node("node-1", inUseOf("other", "vol-1")), ready) }},
+		{name: "the kubelet uses one more volume", event: func(h *Handler) { h.nodeUpdated(ready, node("node-1", inUse("vol-1"))) }},
 		{name: "volume fenced on the node", event: func(h *Handler) { h.fencingRequestUpdated(fr(), fr(fencedEntry("vol-1"))) }, want: []string{"va1"}},
 		{name: "volume cleaned on the node", event: func(h *Handler) { h.fencingRequestUpdated(fr(fencedEntry("vol-1")), fr(cleanedEntry("vol-1"))) }, want: []string{"va1"}},
 		{name: "request status unchanged for this driver", event: func(h *Handler) {
@@ -251,5 +257,69 @@ func TestHandlerLeavesAFenceUnderWayAlone(t *testing.T) {
 	}
 	if slices.Contains(va.Finalizers, fin) || !fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1") {
 		t.Errorf("after the fence: finalizers %v, record %+v; want detached and recorded", va.Finalizers, e.getFR("node-1"))
+	}
+}
+
+// S1: the node plugin re-registered under another node ID (an ID derived
+// from an initiator, a VM re-created under the same name). external-attacher
+// passes the ID of the CSINode, but the volume was published to the ID on
+// the VolumeAttachment: an unpublish, or a fence, of the new ID leaves the
+// publication in place (a fence of an ID the volume was never published to
+// succeeds, is recorded, and the volume moves while the old initiator keeps
+// access). Both go to the published ID, and the record names it.
+func TestDetachUsesThePublishedNodeID(t *testing.T) {
+	tests := []struct {
+		name       string
+		node       *v1.Node
+		wantSent   []string
+		wantFenced bool
+	}{
+		{name: "Ready node: plain unpublish of the published ID", node: node("node-1"),
+			wantSent: []string{"unpublish vol-1 node-1-old-id"}},
+		{name: "NotReady node: the fence names the published ID, and so does the record", node: node("node-1", readyStatus(v1.ConditionFalse)),
+			wantSent: []string{"unpublish vol-1 node-1-old-id fence"}, wantFenced: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// The CSINode says node-1-id now; the volume was published to
+			// node-1-old-id.
+			e := newEnv(t, envConfig{objects: []runtime.Object{tc.node, csiNode("node-1"), pv("pv1", "vol-1"),
+				detachingVA("va1", "pv1", "node-1", withNodeIDAnnotation("node-1-old-id"))}})
+			h, queue := e.handler()
+			sync := func() {
+				va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
+			}
+			sync()
+			if tc.wantFenced {
+				if item := next(t, queue, 10*time.Second); item != "va1" {
+					t.Fatalf("queued %q once the fence was over, want va1", item)
+				}
+				sync()
+			}
+			if got := e.sent(); !slices.Equal(got, tc.wantSent) {
+				t.Errorf("the driver received %q, want %q", got, tc.wantSent)
+			}
+			va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(va.Finalizers, fin) {
+				t.Errorf("the detach did not end: finalizers %v, detachError %v", va.Finalizers, va.Status.DetachError)
+			}
+			entry := fencerecord.Find(e.getFR("node-1"), drv, "vol-1")
+			switch {
+			case !tc.wantFenced && entry != nil:
+				t.Errorf("a plain detach wrote the record: %+v", entry)
+			case tc.wantFenced && (entry == nil || entry.FencedTime == nil || entry.NodeID != "node-1-old-id"):
+				t.Errorf("the record says %+v, want node-1-old-id fenced", entry)
+			}
+			if !slices.ContainsFunc(e.events(), func(ev string) bool { return strings.HasPrefix(ev, "Warning "+EventReasonNodeIDChanged) }) {
+				t.Errorf("no %s event says the node ID changed", EventReasonNodeIDChanged)
+			}
+		})
 	}
 }
