@@ -14,6 +14,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
 // The CRD's schema and the Go types must describe the same fields: the
@@ -26,6 +27,9 @@ func TestFencingRequestSchemaMatchesTypes(t *testing.T) {
 		{"fencedTime: {type: string, format: date-time}", "fencedTime: {type: integer}", ".status.volumes[].fencedTime is integer in the CRD schema"},
 		{"required: [driver, volumeHandle]", "required: [driver, volumeHandle, nodeID]", ".status.volumes[].nodeID is required by the CRD but omitempty"},
 		{"terminationReason: {type: string}", "", ".status.forceDeletedPods[].terminationReason (string) is in the Go types but not in the CRD schema"},
+		{"maxItems: 512", "", ".status.volumes: maxItems none, want 512"},
+		{"maxItems: 512", "maxItems: 4096", ".status.volumes: maxItems 4096, want 512"},
+		{"maxItems: 256", "maxItems: 1000", ".status.forceDeletedPods: maxItems 1000, want 256"},
 	})
 }
 
@@ -52,6 +56,20 @@ func schemaMismatches(b []byte) []string {
 	}
 	if !crd.required[".spec.nodeName"] {
 		errorf(".spec.nodeName must be required: a request names its node")
+	}
+	// The apiserver refuses a record that would grow past what its writers
+	// keep it to (and etcd's object size limit with it).
+	for path, want := range map[string]int64{
+		".status.volumes":          fencerecord.MaxVolumes,
+		".status.forceDeletedPods": fencerecord.MaxForceDeletedPods,
+	} {
+		got, ok := crd.maxItems[path]
+		switch {
+		case !ok:
+			errorf("%s: maxItems none, want %d (the writer's bound)", path, want)
+		case got != want:
+			errorf("%s: maxItems %d, want %d (the writer's bound)", path, got, want)
+		}
 	}
 	return out
 }
@@ -93,6 +111,7 @@ type crdSchema struct {
 	types    map[string]string      // JSON path -> schema type
 	required map[string]bool
 	enums    map[string][]string
+	maxItems map[string]int64 // JSON path of an array -> its maxItems
 }
 
 // typeMismatches reads the CRD in b and reports how it differs from
@@ -133,8 +152,8 @@ func typeMismatches(b []byte, plural, kind string, goType reflect.Type, tops ...
 	}
 	v := doc.Spec.Versions[0]
 	crd = crdSchema{root: v.Schema.OpenAPIV3Schema, status: v.Subresources.Status != nil,
-		types: map[string]string{}, required: map[string]bool{}, enums: map[string][]string{}}
-	walkSchema(crd.root, "", crd.types, crd.required, crd.enums)
+		types: map[string]string{}, required: map[string]bool{}, enums: map[string][]string{}, maxItems: map[string]int64{}}
+	walkSchema(crd.root, "", &crd)
 	goFields := map[string]string{}
 	omitEmpty := map[string]bool{}
 	var prefixes []string
@@ -170,32 +189,39 @@ func typeMismatches(b []byte, plural, kind string, goType reflect.Type, tops ...
 	return crd, out
 }
 
-func walkSchema(s map[string]interface{}, path string, types map[string]string, required map[string]bool, enums map[string][]string) {
+// walkSchema records what crd keeps of the schema s at path, and below.
+func walkSchema(s map[string]interface{}, path string, crd *crdSchema) {
 	typ, _ := s["type"].(string)
 	if path != "" {
-		types[path] = typ
+		crd.types[path] = typ
 	}
 	if e, ok := s["enum"].([]interface{}); ok {
 		for _, v := range e {
-			enums[path] = append(enums[path], v.(string))
+			crd.enums[path] = append(crd.enums[path], v.(string))
 		}
 	}
 	if req, ok := s["required"].([]interface{}); ok {
 		for _, r := range req {
-			required[path+"."+r.(string)] = true
+			crd.required[path+"."+r.(string)] = true
 		}
+	}
+	switch n := s["maxItems"].(type) {
+	case int64:
+		crd.maxItems[path] = n
+	case float64: // JSON numbers, as yaml.Unmarshal reads them
+		crd.maxItems[path] = int64(n)
 	}
 	if props, ok := s["properties"].(map[string]interface{}); ok {
 		for name, p := range props {
 			if path == "" && (name == "apiVersion" || name == "kind" || name == "metadata") {
 				continue
 			}
-			walkSchema(p.(map[string]interface{}), path+"."+name, types, required, enums)
+			walkSchema(p.(map[string]interface{}), path+"."+name, crd)
 		}
 	}
 	if items, ok := s["items"].(map[string]interface{}); ok {
-		walkSchema(items, path+"[]", types, required, enums)
-		types[path] = "array"
+		walkSchema(items, path+"[]", crd)
+		crd.types[path] = "array"
 	}
 }
 
