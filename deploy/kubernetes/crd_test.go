@@ -23,13 +23,14 @@ import (
 // schema requires.
 func TestFencingRequestSchemaMatchesTypes(t *testing.T) {
 	checkSchema(t, "base/crd-fencingrequests.yaml", schemaMismatches, []negativeControl{
-		{"cleanupError: {type: string}", "", ".status.volumes[].cleanupError (string) is in the Go types but not in the CRD schema"},
+		{"cleanupError: {type: string, maxLength: 512}", "", ".status.volumes[].cleanupError (string) is in the Go types but not in the CRD schema"},
 		{"fencedTime: {type: string, format: date-time}", "fencedTime: {type: integer}", ".status.volumes[].fencedTime is integer in the CRD schema"},
 		{"required: [driver, volumeHandle]", "required: [driver, volumeHandle, nodeID]", ".status.volumes[].nodeID is required by the CRD but omitempty"},
 		{"terminationReason: {type: string}", "", ".status.forceDeletedPods[].terminationReason (string) is in the Go types but not in the CRD schema"},
 		{"maxItems: 512", "", ".status.volumes: maxItems none, want 512"},
 		{"maxItems: 512", "maxItems: 4096", ".status.volumes: maxItems 4096, want 512"},
 		{"maxItems: 256", "maxItems: 1000", ".status.forceDeletedPods: maxItems 1000, want 256"},
+		{"cleanupError: {type: string, maxLength: 512}", "cleanupError: {type: string}", ".status.volumes[].cleanupError: maxLength none, want 512"},
 	})
 }
 
@@ -71,6 +72,15 @@ func schemaMismatches(b []byte) []string {
 			errorf("%s: maxItems %d, want %d (the writer's bound)", path, got, want)
 		}
 	}
+	for _, path := range []string{".status.volumes[].fenceError", ".status.volumes[].cleanupError"} {
+		got, ok := crd.maxLength[path]
+		switch {
+		case !ok:
+			errorf("%s: maxLength none, want %d (the writer's bound)", path, fencerecord.MaxMessageLength)
+		case got != fencerecord.MaxMessageLength:
+			errorf("%s: maxLength %d, want %d (the writer's bound)", path, got, fencerecord.MaxMessageLength)
+		}
+	}
 	return out
 }
 
@@ -106,12 +116,13 @@ func checkSchema(t *testing.T, path string, mismatches func([]byte) []string, co
 
 // crdSchema is a CRD of deploy/ as typeMismatches read it.
 type crdSchema struct {
-	root     map[string]interface{} // the version's openAPIV3Schema; nil: unreadable
-	status   bool                   // it has the status subresource
-	types    map[string]string      // JSON path -> schema type
-	required map[string]bool
-	enums    map[string][]string
-	maxItems map[string]int64 // JSON path of an array -> its maxItems
+	root      map[string]interface{} // the version's openAPIV3Schema; nil: unreadable
+	status    bool                   // it has the status subresource
+	types     map[string]string      // JSON path -> schema type
+	required  map[string]bool
+	enums     map[string][]string
+	maxItems  map[string]int64 // JSON path of an array -> its maxItems
+	maxLength map[string]int64 // JSON path of a string -> its maxLength
 }
 
 // typeMismatches reads the CRD in b and reports how it differs from
@@ -152,7 +163,8 @@ func typeMismatches(b []byte, plural, kind string, goType reflect.Type, tops ...
 	}
 	v := doc.Spec.Versions[0]
 	crd = crdSchema{root: v.Schema.OpenAPIV3Schema, status: v.Subresources.Status != nil,
-		types: map[string]string{}, required: map[string]bool{}, enums: map[string][]string{}, maxItems: map[string]int64{}}
+		types: map[string]string{}, required: map[string]bool{}, enums: map[string][]string{},
+		maxItems: map[string]int64{}, maxLength: map[string]int64{}}
 	walkSchema(crd.root, "", &crd)
 	goFields := map[string]string{}
 	omitEmpty := map[string]bool{}
@@ -205,11 +217,11 @@ func walkSchema(s map[string]interface{}, path string, crd *crdSchema) {
 			crd.required[path+"."+r.(string)] = true
 		}
 	}
-	switch n := s["maxItems"].(type) {
-	case int64:
+	if n, ok := schemaInt(s["maxItems"]); ok {
 		crd.maxItems[path] = n
-	case float64: // JSON numbers, as yaml.Unmarshal reads them
-		crd.maxItems[path] = int64(n)
+	}
+	if n, ok := schemaInt(s["maxLength"]); ok {
+		crd.maxLength[path] = n
 	}
 	if props, ok := s["properties"].(map[string]interface{}); ok {
 		for name, p := range props {
@@ -223,6 +235,18 @@ func walkSchema(s map[string]interface{}, path string, crd *crdSchema) {
 		walkSchema(items, path+"[]", crd)
 		crd.types[path] = "array"
 	}
+}
+
+// schemaInt reads an integer of a schema: a JSON number, as yaml.Unmarshal
+// reads it.
+func schemaInt(v interface{}) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), true
+	}
+	return 0, false
 }
 
 var timeType = reflect.TypeOf(metav1.Time{})

@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -322,4 +325,48 @@ func TestRecorderRefusesOnlyTheChangeThatDoesNotFit(t *testing.T) {
 	if !IsFenced(got, drv, "pending0") || Find(got, drv, "new") != nil || len(got.Status.Volumes) != intentLimit {
 		t.Errorf("pending0 %+v, new %+v, %d entries; want pending0 fenced, no new, %d entries", Find(got, drv, "pending0"), Find(got, drv, "new"), len(got.Status.Volumes), intentLimit)
 	}
+}
+
+// A driver's error can be long (a wrapped chain, a dump): each entry keeps
+// at most MaxMessageLength of it, cut at a character, so that MaxVolumes
+// entries stay far below etcd's object size limit. What it begins with,
+// which says what failed, is kept.
+func TestMessagesAreBounded(t *testing.T) {
+	long := "rpc error: code = FailedPrecondition desc = " + strings.Repeat("é", 2*MaxMessageLength)
+	check := func(t *testing.T, field, got string) {
+		t.Helper()
+		if len([]rune(got)) > MaxMessageLength || len(got) > MaxMessageLength || !strings.HasPrefix(got, long[:60]) || !utf8.ValidString(got) {
+			t.Errorf("%s: %d bytes, %d characters, valid %v, begins %.60q; want at most %d bytes, the start kept", field, len(got), len([]rune(got)), utf8.ValidString(got), got, MaxMessageLength)
+		}
+	}
+	vol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1"}
+	t.Run("fence error", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		dyn, c := newClient(t)
+		errs, err := Fence(ctx, c, "node-1", "node-not-ready", []fencingv1alpha1.FencedVolume{vol}, func(context.Context, fencingv1alpha1.FencedVolume) error {
+			return errors.New(long)
+		})
+		if err != nil || errs[0] == nil || errs[0].Error() != long {
+			t.Fatalf("Fence: %v, %v; want the whole error returned to the caller", err, errs)
+		}
+		check(t, "fenceError", Find(stored(t, dyn), drv, "v1").FenceError)
+	})
+	t.Run("cleanup error", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		dyn, c := newClient(t, fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced,
+			fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}))
+		if err := RecordCleanupError(ctx, c, "node-1", drv, "v1", long); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "cleanupError", Find(stored(t, dyn), drv, "v1").CleanupError)
+		// The same error again is no change: no write.
+		writes := 0
+		dyn.PrependReactor("update", "fencingrequests", func(clienttesting.Action) (bool, runtime.Object, error) {
+			writes++
+			return false, nil, nil
+		})
+		if err := RecordCleanupError(ctx, c, "node-1", drv, "v1", long); err != nil || writes != 0 {
+			t.Errorf("the same cleanup error again: %v, %d writes; want none", err, writes)
+		}
+	})
 }

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,6 +82,26 @@ const intentLimit = MaxVolumes - outcomeReserve
 // ErrRecordFull is the error of an intent that does not fit in its node's
 // record: too many of the volumes it holds are not cleaned up yet.
 var ErrRecordFull = errors.New("the FencingRequest cannot record more volumes")
+
+// MaxMessageLength bounds, in bytes, the fence and cleanup errors an entry
+// keeps (the CRD's maxLength): a driver's error may be long, and
+// MaxVolumes entries must stay far below etcd's object size limit. The
+// caller gets the whole error; the record, its beginning (bounded).
+const MaxMessageLength = 512
+
+// bounded returns msg cut to MaxMessageLength bytes, at a character, with
+// an ellipsis when cut.
+func bounded(msg string) string {
+	if len(msg) <= MaxMessageLength {
+		return msg
+	}
+	const ellipsis = "…"
+	cut := MaxMessageLength - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + ellipsis
+}
 
 // ErrorReasonFenceFailed is the status.errorReason a failed fence leaves on
 // the FencingRequest.
@@ -248,6 +269,7 @@ func fenced(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume
 // fenceFailed records a failed fence of vol. The entry stays: the driver may
 // have applied a fence whose answer was lost.
 func fenceFailed(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume, now metav1.Time, msg string) bool {
+	msg = bounded(msg)
 	started(fr, now)
 	e, changed := upsert(fr, vol)
 	if e.StartedTime == nil || e.CleanedTime != nil {
@@ -296,6 +318,7 @@ func RecordCleaned(ctx context.Context, c Client, nodeName, driver, volumeHandle
 // RecordCleanupError records that the cleanup of (driver, volumeHandle) on
 // nodeName failed with msg; the volume stays quarantined.
 func RecordCleanupError(ctx context.Context, c Client, nodeName, driver, volumeHandle, msg string) error {
+	msg = bounded(msg)
 	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, _ metav1.Time) bool {
 		e := Find(fr, driver, volumeHandle)
 		if e == nil || e.CleanedTime != nil || e.CleanupError == msg {
