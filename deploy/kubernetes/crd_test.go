@@ -31,6 +31,7 @@ func TestFencingRequestSchemaMatchesTypes(t *testing.T) {
 		{"maxItems: 512", "maxItems: 4096", ".status.volumes: maxItems 4096, want 512"},
 		{"maxItems: 256", "maxItems: 1000", ".status.forceDeletedPods: maxItems 1000, want 256"},
 		{"cleanupError: {type: string, maxLength: 512}", "cleanupError: {type: string}", ".status.volumes[].cleanupError: maxLength none, want 512"},
+		{"rule: self.metadata.name == self.spec.nodeName", "rule: self.spec.nodeName != ''", "no validation rule self.metadata.name == self.spec.nodeName"},
 	})
 }
 
@@ -81,7 +82,29 @@ func schemaMismatches(b []byte) []string {
 			errorf("%s: maxLength %d, want %d (the writer's bound)", path, got, fencerecord.MaxMessageLength)
 		}
 	}
+	// The failover keys a request by its name: a request whose name is not
+	// its node's would be ignored silently, so the apiserver refuses it.
+	if !hasRule(crd.root, nameIsNodeRule) {
+		errorf("no validation rule %s on the root of the schema: a request named after another node than spec.nodeName would be accepted and ignored", nameIsNodeRule)
+	}
 	return out
+}
+
+// nameIsNodeRule is the CEL rule that makes a FencingRequest's name its
+// node's. Only a rule on the root of the schema may read metadata.name.
+const nameIsNodeRule = "self.metadata.name == self.spec.nodeName"
+
+// hasRule reports whether the schema s carries the x-kubernetes-validations
+// rule, with a message.
+func hasRule(s map[string]interface{}, rule string) bool {
+	rules, _ := s["x-kubernetes-validations"].([]interface{})
+	for _, r := range rules {
+		m, _ := r.(map[string]interface{})
+		if m["rule"] == rule && m["message"] != nil && m["message"] != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // negativeControl replaces from by to in a CRD, after which the check must
