@@ -14,6 +14,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
 // The CRD's schema and the Go types must describe the same fields: the
@@ -22,10 +23,15 @@ import (
 // schema requires.
 func TestFencingRequestSchemaMatchesTypes(t *testing.T) {
 	checkSchema(t, "base/crd-fencingrequests.yaml", schemaMismatches, []negativeControl{
-		{"cleanupError: {type: string}", "", ".status.volumes[].cleanupError (string) is in the Go types but not in the CRD schema"},
+		{"cleanupError: {type: string, maxLength: 512}", "", ".status.volumes[].cleanupError (string) is in the Go types but not in the CRD schema"},
 		{"fencedTime: {type: string, format: date-time}", "fencedTime: {type: integer}", ".status.volumes[].fencedTime is integer in the CRD schema"},
 		{"required: [driver, volumeHandle]", "required: [driver, volumeHandle, nodeID]", ".status.volumes[].nodeID is required by the CRD but omitempty"},
 		{"terminationReason: {type: string}", "", ".status.forceDeletedPods[].terminationReason (string) is in the Go types but not in the CRD schema"},
+		{"maxItems: 512", "", ".status.volumes: maxItems none, want 512"},
+		{"maxItems: 512", "maxItems: 4096", ".status.volumes: maxItems 4096, want 512"},
+		{"maxItems: 256", "maxItems: 1000", ".status.forceDeletedPods: maxItems 1000, want 256"},
+		{"cleanupError: {type: string, maxLength: 512}", "cleanupError: {type: string}", ".status.volumes[].cleanupError: maxLength none, want 512"},
+		{"rule: self.metadata.name == self.spec.nodeName", "rule: self.spec.nodeName != ''", "no validation rule self.metadata.name == self.spec.nodeName"},
 	})
 }
 
@@ -53,7 +59,52 @@ func schemaMismatches(b []byte) []string {
 	if !crd.required[".spec.nodeName"] {
 		errorf(".spec.nodeName must be required: a request names its node")
 	}
+	// The apiserver refuses a record that would grow past what its writers
+	// keep it to (and etcd's object size limit with it).
+	for path, want := range map[string]int64{
+		".status.volumes":          fencerecord.MaxVolumes,
+		".status.forceDeletedPods": fencerecord.MaxForceDeletedPods,
+	} {
+		got, ok := crd.maxItems[path]
+		switch {
+		case !ok:
+			errorf("%s: maxItems none, want %d (the writer's bound)", path, want)
+		case got != want:
+			errorf("%s: maxItems %d, want %d (the writer's bound)", path, got, want)
+		}
+	}
+	for _, path := range []string{".status.volumes[].fenceError", ".status.volumes[].cleanupError"} {
+		got, ok := crd.maxLength[path]
+		switch {
+		case !ok:
+			errorf("%s: maxLength none, want %d (the writer's bound)", path, fencerecord.MaxMessageLength)
+		case got != fencerecord.MaxMessageLength:
+			errorf("%s: maxLength %d, want %d (the writer's bound)", path, got, fencerecord.MaxMessageLength)
+		}
+	}
+	// The failover keys a request by its name: a request whose name is not
+	// its node's would be ignored silently, so the apiserver refuses it.
+	if !hasRule(crd.root, nameIsNodeRule) {
+		errorf("no validation rule %s on the root of the schema: a request named after another node than spec.nodeName would be accepted and ignored", nameIsNodeRule)
+	}
 	return out
+}
+
+// nameIsNodeRule is the CEL rule that makes a FencingRequest's name its
+// node's. Only a rule on the root of the schema may read metadata.name.
+const nameIsNodeRule = "self.metadata.name == self.spec.nodeName"
+
+// hasRule reports whether the schema s carries the x-kubernetes-validations
+// rule, with a message.
+func hasRule(s map[string]interface{}, rule string) bool {
+	rules, _ := s["x-kubernetes-validations"].([]interface{})
+	for _, r := range rules {
+		m, _ := r.(map[string]interface{})
+		if m["rule"] == rule && m["message"] != nil && m["message"] != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // negativeControl replaces from by to in a CRD, after which the check must
@@ -88,11 +139,13 @@ func checkSchema(t *testing.T, path string, mismatches func([]byte) []string, co
 
 // crdSchema is a CRD of deploy/ as typeMismatches read it.
 type crdSchema struct {
-	root     map[string]interface{} // the version's openAPIV3Schema; nil: unreadable
-	status   bool                   // it has the status subresource
-	types    map[string]string      // JSON path -> schema type
-	required map[string]bool
-	enums    map[string][]string
+	root      map[string]interface{} // the version's openAPIV3Schema; nil: unreadable
+	status    bool                   // it has the status subresource
+	types     map[string]string      // JSON path -> schema type
+	required  map[string]bool
+	enums     map[string][]string
+	maxItems  map[string]int64 // JSON path of an array -> its maxItems
+	maxLength map[string]int64 // JSON path of a string -> its maxLength
 }
 
 // typeMismatches reads the CRD in b and reports how it differs from
@@ -133,8 +186,9 @@ func typeMismatches(b []byte, plural, kind string, goType reflect.Type, tops ...
 	}
 	v := doc.Spec.Versions[0]
 	crd = crdSchema{root: v.Schema.OpenAPIV3Schema, status: v.Subresources.Status != nil,
-		types: map[string]string{}, required: map[string]bool{}, enums: map[string][]string{}}
-	walkSchema(crd.root, "", crd.types, crd.required, crd.enums)
+		types: map[string]string{}, required: map[string]bool{}, enums: map[string][]string{},
+		maxItems: map[string]int64{}, maxLength: map[string]int64{}}
+	walkSchema(crd.root, "", &crd)
 	goFields := map[string]string{}
 	omitEmpty := map[string]bool{}
 	var prefixes []string
@@ -170,33 +224,52 @@ func typeMismatches(b []byte, plural, kind string, goType reflect.Type, tops ...
 	return crd, out
 }
 
-func walkSchema(s map[string]interface{}, path string, types map[string]string, required map[string]bool, enums map[string][]string) {
+// walkSchema records what crd keeps of the schema s at path, and below.
+func walkSchema(s map[string]interface{}, path string, crd *crdSchema) {
 	typ, _ := s["type"].(string)
 	if path != "" {
-		types[path] = typ
+		crd.types[path] = typ
 	}
 	if e, ok := s["enum"].([]interface{}); ok {
 		for _, v := range e {
-			enums[path] = append(enums[path], v.(string))
+			crd.enums[path] = append(crd.enums[path], v.(string))
 		}
 	}
 	if req, ok := s["required"].([]interface{}); ok {
 		for _, r := range req {
-			required[path+"."+r.(string)] = true
+			crd.required[path+"."+r.(string)] = true
 		}
+	}
+	if n, ok := schemaInt(s["maxItems"]); ok {
+		crd.maxItems[path] = n
+	}
+	if n, ok := schemaInt(s["maxLength"]); ok {
+		crd.maxLength[path] = n
 	}
 	if props, ok := s["properties"].(map[string]interface{}); ok {
 		for name, p := range props {
 			if path == "" && (name == "apiVersion" || name == "kind" || name == "metadata") {
 				continue
 			}
-			walkSchema(p.(map[string]interface{}), path+"."+name, types, required, enums)
+			walkSchema(p.(map[string]interface{}), path+"."+name, crd)
 		}
 	}
 	if items, ok := s["items"].(map[string]interface{}); ok {
-		walkSchema(items, path+"[]", types, required, enums)
-		types[path] = "array"
+		walkSchema(items, path+"[]", crd)
+		crd.types[path] = "array"
 	}
+}
+
+// schemaInt reads an integer of a schema: a JSON number, as yaml.Unmarshal
+// reads it.
+func schemaInt(v interface{}) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), true
+	}
+	return 0, false
 }
 
 var timeType = reflect.TypeOf(metav1.Time{})

@@ -20,7 +20,7 @@ import (
 // RecordNodeFenceIntent records, before the backend acts, that the node is
 // about to be fenced as a whole by backend (config, agent: what will run).
 func RecordNodeFenceIntent(ctx context.Context, c Client, nodeName, reason, backend, config, agent string) error {
-	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+	return update(ctx, c, nodeName, reason, MaxVolumes, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		nf := fr.Status.NodeFence
 		if nf == nil || nf.Backend != backend {
 			nf = &fencingv1alpha1.NodeFence{Backend: backend}

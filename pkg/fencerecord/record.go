@@ -19,6 +19,9 @@
 // node share their writes through a Recorder (group commit, recorder.go):
 // one request per node, written by every worker of a burst, would otherwise
 // cost each fence two writes and a storm of conflicts.
+//
+// The record is bounded (MaxVolumes): what is cleaned is forgotten when the
+// request starts over, or at the bound; what is not cleaned never is.
 package fencerecord
 
 import (
@@ -27,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +50,58 @@ type Client interface {
 }
 
 var _ Client = &fencingv1alpha1.Client{}
+
+// MaxVolumes bounds status.volumes (the CRD's maxItems): a record that grew
+// with every claim ever fenced on its node would reach etcd's object size
+// limit, and then no write of it, and so no fence there, could succeed.
+//
+// The record stays within it in two ways. A request that completed and
+// starts over forgets the entries its last failure cleaned (they are its
+// history, shown until then). Within one failure, a write that would go
+// beyond the bound forgets the entries cleaned longest ago; an entry not
+// cleaned is never forgotten (S8). When those alone would fill the record,
+// an intent is refused with ErrRecordFull before anything is sent: nothing
+// more is fenced on the node until its agent has cleaned some up.
+//
+// Forgetting a cleaned entry within a failure has two effects, which is
+// why it waits for the bound: a volume still attached there may be fenced
+// again (the failover fences a volume once per failure only while it is
+// recorded), and its attachment no longer holds back the release of the
+// node.
+const MaxVolumes = 512
+
+// outcomeReserve are the last places of MaxVolumes that only outcomes may
+// take: a fence whose entry was cleaned and forgotten while the fence was
+// in flight is recorded when the driver confirms it, even once intents are
+// refused (S8: a fence that happened is never forgotten).
+const outcomeReserve = 32
+
+// intentLimit is how many entries an intent may leave in the record.
+const intentLimit = MaxVolumes - outcomeReserve
+
+// ErrRecordFull is the error of an intent that does not fit in its node's
+// record: too many of the volumes it holds are not cleaned up yet.
+var ErrRecordFull = errors.New("the FencingRequest cannot record more volumes")
+
+// MaxMessageLength bounds, in bytes, the fence and cleanup errors an entry
+// keeps (the CRD's maxLength): a driver's error may be long, and
+// MaxVolumes entries must stay far below etcd's object size limit. The
+// caller gets the whole error; the record, its beginning (bounded).
+const MaxMessageLength = 512
+
+// bounded returns msg cut to MaxMessageLength bytes, at a character, with
+// an ellipsis when cut.
+func bounded(msg string) string {
+	if len(msg) <= MaxMessageLength {
+		return msg
+	}
+	const ellipsis = "…"
+	cut := MaxMessageLength - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + ellipsis
+}
 
 // ErrorReasonFenceFailed is the status.errorReason a failed fence leaves on
 // the FencingRequest.
@@ -114,7 +170,7 @@ func Fence(ctx context.Context, c Client, nodeName, reason string, vols []fencin
 // whose previous quarantine was cleaned starts a new one; a volume still
 // possibly quarantined keeps what it has (and its confirmed fence).
 func RecordIntent(ctx context.Context, c Client, nodeName, reason string, vols ...fencingv1alpha1.FencedVolume) error {
-	return update(ctx, c, nodeName, reason, intent(vols, make([]bool, len(vols))))
+	return update(ctx, c, nodeName, reason, intentLimit, intent(vols, make([]bool, len(vols))))
 }
 
 // intent is the mutation of RecordIntent; it sets fresh[i] when it started
@@ -213,6 +269,7 @@ func fenced(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume
 // fenceFailed records a failed fence of vol. The entry stays: the driver may
 // have applied a fence whose answer was lost.
 func fenceFailed(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume, now metav1.Time, msg string) bool {
+	msg = bounded(msg)
 	started(fr, now)
 	e, changed := upsert(fr, vol)
 	if e.StartedTime == nil || e.CleanedTime != nil {
@@ -230,7 +287,7 @@ func fenceFailed(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedV
 // RecordFenced records that vol was fenced on nodeName, now. Callers that
 // call the driver use Fence, which records the intent first.
 func RecordFenced(ctx context.Context, c Client, nodeName, reason string, vol fencingv1alpha1.FencedVolume) error {
-	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+	return update(ctx, c, nodeName, reason, MaxVolumes, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		return fenced(fr, vol, now)
 	})
 }
@@ -238,7 +295,7 @@ func RecordFenced(ctx context.Context, c Client, nodeName, reason string, vol fe
 // RecordFenceError records that fencing vol on nodeName failed with msg. The
 // entry stays until cleaned up: the fence may have been applied.
 func RecordFenceError(ctx context.Context, c Client, nodeName, reason string, vol fencingv1alpha1.FencedVolume, msg string) error {
-	return update(ctx, c, nodeName, reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+	return update(ctx, c, nodeName, reason, MaxVolumes, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		return fenceFailed(fr, vol, now, msg)
 	})
 }
@@ -261,6 +318,7 @@ func RecordCleaned(ctx context.Context, c Client, nodeName, driver, volumeHandle
 // RecordCleanupError records that the cleanup of (driver, volumeHandle) on
 // nodeName failed with msg; the volume stays quarantined.
 func RecordCleanupError(ctx context.Context, c Client, nodeName, driver, volumeHandle, msg string) error {
+	msg = bounded(msg)
 	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, _ metav1.Time) bool {
 		e := Find(fr, driver, volumeHandle)
 		if e == nil || e.CleanedTime != nil || e.CleanupError == msg {
@@ -303,8 +361,9 @@ type mutation func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool
 // the request first if there is none, and retries on conflicts with other
 // writers. The request carries the record finalizer before any entry is
 // written to it. A request that was complete goes back to Fencing: something
-// on the node is fenced again.
-func update(ctx context.Context, c Client, nodeName, reason string, mutate mutation) error {
+// on the node is fenced again. The entries must fit in limit (fit); when
+// they cannot, nothing is written and the error wraps ErrRecordFull.
+func update(ctx context.Context, c Client, nodeName, reason string, limit int, mutate mutation) error {
 	return retryOnConflict(ctx, func() error {
 		fr, err := c.Get(ctx, nodeName)
 		if apierrors.IsNotFound(err) {
@@ -322,12 +381,17 @@ func update(ctx context.Context, c Client, nodeName, reason string, mutate mutat
 		}
 		fr = fr.DeepCopy()
 		if fr.Status.Phase == fencingv1alpha1.PhaseComplete {
-			// Starting over: the last node-level fence is history (the
-			// node was back and released since), never a fence of now.
+			// Starting over: the last node-level fence and the volumes
+			// cleaned since are history (the node was back and released
+			// since), never a fence of now.
 			fr.Status.NodeFence = nil
+			forgetCleaned(fr)
 		}
 		if !mutate(fr, metav1.Now()) {
 			return nil
+		}
+		if _, err := fit(fr, limit); err != nil {
+			return err
 		}
 		if !slices.Contains(fr.Finalizers, contract.RecordFinalizer) {
 			// An admin's request, or one written before the finalizer
@@ -382,10 +446,63 @@ func RemoveFinalizer(ctx context.Context, c Client, nodeName string) error {
 }
 
 // updateExisting is update for writers that must not create a request.
+// They add no entry, but a record written before the bound existed may
+// hold more than MaxVolumes: its write forgets what it can (fit), so that
+// the CRD's maxItems does not refuse it.
 func updateExisting(ctx context.Context, c Client, nodeName string, mutate mutation) error {
 	return modifyExisting(ctx, c, nodeName, mutate, func(fr *fencingv1alpha1.FencingRequest) error {
+		if _, err := fit(fr, MaxVolumes); err != nil {
+			return err
+		}
 		return updateStatus(ctx, c, fr)
 	})
+}
+
+// forgetCleaned removes the entries that are cleaned: each describes a
+// quarantine that is over.
+func forgetCleaned(fr *fencingv1alpha1.FencingRequest) {
+	fr.Status.Volumes = slices.DeleteFunc(fr.Status.Volumes, func(v fencingv1alpha1.FencedVolume) bool {
+		return v.CleanedTime != nil
+	})
+}
+
+// fit makes fr hold at most limit entries by forgetting cleaned ones, those
+// cleaned longest ago first (MaxVolumes says what that costs), and reports
+// whether it forgot any. An entry not cleaned is never forgotten: when
+// those alone exceed limit, fit changes nothing and returns an error
+// wrapping ErrRecordFull.
+func fit(fr *fencingv1alpha1.FencingRequest, limit int) (bool, error) {
+	vols := fr.Status.Volumes
+	over := len(vols) - limit
+	if over <= 0 {
+		return false, nil
+	}
+	var cleaned []int
+	for i, v := range vols {
+		if v.CleanedTime != nil {
+			cleaned = append(cleaned, i)
+		}
+	}
+	if len(cleaned) < over {
+		return false, fmt.Errorf("%w: FencingRequest %s would hold %d volumes, at most %d may be recorded here, and %d of them are not cleaned up on node %s: "+
+			"none of those is ever forgotten, and nothing more is fenced there until the node agent has cleaned some up",
+			ErrRecordFull, fr.Name, len(vols), limit, len(vols)-len(cleaned), fr.Name)
+	}
+	slices.SortStableFunc(cleaned, func(a, b int) int {
+		return vols[a].CleanedTime.Time.Compare(vols[b].CleanedTime.Time)
+	})
+	forget := make(map[int]bool, over)
+	for _, i := range cleaned[:over] {
+		forget[i] = true
+	}
+	kept := make([]fencingv1alpha1.FencedVolume, 0, len(vols)-over)
+	for i, v := range vols {
+		if !forget[i] {
+			kept = append(kept, v)
+		}
+	}
+	fr.Status.Volumes = kept
+	return true, nil
 }
 
 // modifyExisting applies mutate to a fresh copy of the node's request and

@@ -43,9 +43,13 @@ type Recorder struct {
 type change struct {
 	ctx    context.Context
 	reason string
+	limit  int // how many entries the record may hold after it
 	mutate mutation
 	done   chan struct{} // closed once err is the write's result
 	err    error
+	// refused is why the write left this change out, nil when it carried
+	// it: the change did not fit in its limit.
+	refused error
 }
 
 // NewRecorder returns a Recorder writing through c.
@@ -67,14 +71,14 @@ func NewRecorder(c Client) *Recorder {
 // is then removed again, as no fence of it can have happened.
 func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fence func(context.Context, fencingv1alpha1.FencedVolume) error) ([]error, error) {
 	fresh := make([]bool, len(vols))
-	if err := r.write(ctx, nodeName, reason, intent(vols, fresh)); err != nil {
+	if err := r.write(ctx, nodeName, reason, intentLimit, intent(vols, fresh)); err != nil {
 		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
 	}
 	errs := make([]error, len(vols))
 	for i, v := range vols {
 		errs[i] = fence(ctx, v)
 	}
-	if err := r.write(ctx, nodeName, reason, outcomes(vols, fresh, errs)); err != nil {
+	if err := r.write(ctx, nodeName, reason, MaxVolumes, outcomes(vols, fresh, errs)); err != nil {
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("volume %s was fenced but the fence could not be recorded: %w", vols[i].VolumeHandle, err)
@@ -85,14 +89,15 @@ func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fe
 }
 
 // write queues mutate for the node's next record write and waits for the
-// result of the write that carries it, or until ctx is done. A change still
-// queued when its caller gives up is withdrawn; one already being written
-// may land all the same, as any request in flight may.
-func (r *Recorder) write(ctx context.Context, nodeName, reason string, mutate mutation) error {
+// result of the write that carries it, or until ctx is done. The record
+// must hold at most limit entries after it (fit). A change still queued
+// when its caller gives up is withdrawn; one already being written may land
+// all the same, as any request in flight may.
+func (r *Recorder) write(ctx context.Context, nodeName, reason string, limit int, mutate mutation) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ch := &change{ctx: ctx, reason: reason, mutate: mutate, done: make(chan struct{})}
+	ch := &change{ctx: ctx, reason: reason, limit: limit, mutate: mutate, done: make(chan struct{})}
 	r.mu.Lock()
 	queue, writing := r.queues[nodeName]
 	r.queues[nodeName] = append(queue, ch)
@@ -149,9 +154,8 @@ func (r *Recorder) writeQueued(nodeName string) {
 		if len(batch) == 0 {
 			continue
 		}
-		err := r.commit(nodeName, batch)
+		r.commit(nodeName, batch)
 		for _, ch := range batch {
-			ch.err = err
 			close(ch.done)
 		}
 	}
@@ -159,10 +163,14 @@ func (r *Recorder) writeQueued(nodeName string) {
 
 // commit applies every change of batch, in order, in one update of the
 // node's request, retried as a whole on conflicts (each retry applies them
-// all again, to the fresh copy). The request is created with the first
-// change's reason when there is none. The write goes on while any caller
-// of the batch still waits for it and stops when all have given up.
-func (r *Recorder) commit(nodeName string, batch []*change) error {
+// all again, to the fresh copy), and sets each change's err. A change that
+// leaves more entries than its limit is left out, alone (its err wraps
+// ErrRecordFull): at the bound, the outcomes of fences in flight are
+// recorded while the intents beside them are refused. The request is
+// created with the first change's reason when there is none. The write
+// goes on while any caller of the batch still waits for it and stops when
+// all have given up.
+func (r *Recorder) commit(nodeName string, batch []*change) {
 	// The first caller's context gives the write its logger and values,
 	// not its lifetime.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
@@ -180,11 +188,30 @@ func (r *Recorder) commit(nodeName string, batch []*change) error {
 	if len(batch) > 1 {
 		klog.FromContext(ctx).V(5).Info("Writing the fence record changes of several callers at once", "node", nodeName, "changes", len(batch))
 	}
-	return update(ctx, r.c, nodeName, batch[0].reason, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+	err := update(ctx, r.c, nodeName, batch[0].reason, MaxVolumes, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
 		for _, ch := range batch {
-			changed = ch.mutate(fr, now) || changed
+			ch.refused = nil
+			// The record's mutations assign what they change in the
+			// status and its entries, and change nothing else: a copy
+			// of the status with its own entries undoes one.
+			before := fr.Status
+			before.Volumes = slices.Clone(fr.Status.Volumes)
+			mutated := ch.mutate(fr, now)
+			forgot, err := fit(fr, ch.limit)
+			if err != nil {
+				fr.Status = before
+				ch.refused = err
+				continue
+			}
+			changed = mutated || forgot || changed
 		}
 		return changed
 	})
+	for _, ch := range batch {
+		ch.err = err
+		if err == nil {
+			ch.err = ch.refused
+		}
+	}
 }

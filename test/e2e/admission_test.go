@@ -84,3 +84,50 @@ func TestNodeAgentWritesOnlyItsOwnRecord(t *testing.T) {
 		})
 	}
 }
+
+// The failover finds a node's FencingRequest by its name: a request named
+// after another node than its spec.nodeName would be accepted and ignored,
+// the admin believing the node fenced. The CRD's validation rule makes the
+// apiserver refuse it, and with it any later change of spec.nodeName.
+func TestFencingRequestNamedAfterItsNode(t *testing.T) {
+	ctx := context.Background()
+	const refusal = "metadata.name must be spec.nodeName"
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	request := func(name, node string) *fencingv1alpha1.FencingRequest {
+		return &fencingv1alpha1.FencingRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: node, Origin: fencingv1alpha1.OriginManual, Reason: "validation test"},
+		}
+	}
+	// No such nodes: the request is only validated, nothing is fenced.
+	_, err := frs.Create(ctx, request("fr-name-a", "fr-name-b"))
+	if err == nil {
+		_ = frs.Delete(ctx, "fr-name-a")
+		t.Fatal("a FencingRequest named fr-name-a for node fr-name-b was accepted")
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), refusal) || !strings.Contains(err.Error(), "spec.nodeName") {
+		t.Errorf("refused with %v, want Invalid on spec.nodeName saying %q", err, refusal)
+	}
+	t.Logf("refused: %v", err)
+	created, err := frs.Create(ctx, request("fr-name-c", "fr-name-c"))
+	if err != nil {
+		t.Fatalf("a FencingRequest named after its node was refused: %v", err)
+	}
+	defer func() {
+		if err := frs.Delete(ctx, created.Name); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	}()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fr, err := frs.Get(ctx, created.Name)
+		if err != nil {
+			return err
+		}
+		fr.Spec.NodeName = "fr-name-d"
+		_, err = frs.Update(ctx, fr)
+		return err
+	})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), refusal) {
+		t.Errorf("changing spec.nodeName: %v, want Invalid saying %q", err, refusal)
+	}
+}

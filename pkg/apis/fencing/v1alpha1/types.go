@@ -97,6 +97,10 @@ type FencingRequestStatus struct {
 	ErrorReason  string `json:"errorReason,omitempty"`
 	ErrorMessage string `json:"errorMessage,omitempty"`
 	// Volumes is the durable list of volumes fenced on the node, per driver.
+	// Bounded (fencerecord.MaxVolumes, the CRD's maxItems): a request that
+	// starts over forgets the entries its last failure cleaned; at the
+	// bound, those cleaned longest ago go first; an entry not cleaned is
+	// never dropped: the intent of one more fence fails instead.
 	Volumes []FencedVolume `json:"volumes,omitempty"`
 	// NodeFence is the fence of the node as a whole by a node-level backend
 	// (power), when storage fencing alone could not free its pods: its
