@@ -122,7 +122,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"role":                    `"controller"`,
 		"max-fenced-nodes":        "",
 		"max-fenced-node-percent": "50",
-		"storm-guard-namespace":   "",
+		"storm-guard-namespace":   `"kube-system"`,
 		"fencing-taints":          "",
 		"fencing-required-after":  "",
 		"failover-opt-in":         "",

@@ -14,6 +14,7 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -47,7 +48,7 @@ type FailoverOptions struct {
 func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxFencedNodes, "max-fenced-nodes", 0, "Storm guard: never fence more than this many nodes at once (0: no absolute limit).")
 	fs.IntVar(&o.MaxFencedNodePercent, "max-fenced-node-percent", 50, "Storm guard: never fence more than this share of all nodes at once, in percent (0: no limit).")
-	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", "", "Namespace of the storm guard's admission Lease ("+failover.StormGuardLeaseName+"): every sidecar pointing at the same one counts against the same limits, whatever its driver. Default: --leader-election-namespace, else the pod's namespace.")
+	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", DefaultStormGuardNamespace, "Namespace of the Leases that are one per cluster: the owner of node-level fencing state ("+failover.NodeFencingLeaseName+"), the storm guard's admissions ("+failover.StormGuardLeaseName+") and the drivers' registrations. Every driver's sidecar must name the same one, whatever namespace the driver is installed in, and be granted Leases there (the Role csi-fence-attacher-cluster-leases of deploy/kubernetes/base): two namespaces mean two owners and two storm guards.")
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
 	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
 	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
@@ -220,18 +221,20 @@ func failoverResync(o *Options) (d time.Duration) {
 	return d
 }
 
-// StormGuardNamespace is where the storm guard's Lease lives: the flag, else
-// the leader-election namespace, else the pod's own (as csi-lib-utils
-// decides for the leader-election Lease), else "default".
+// DefaultStormGuardNamespace is where the Leases that are one per cluster
+// live by default: kube-system exists in every cluster, whichever namespace
+// each driver is installed in, and a chart needs to own no object there
+// but its Role and RoleBinding (a Namespace of our own would be shared by
+// the charts of every driver). Not the pod's or the leader-election
+// namespace: drivers installed in namespaces of their own would get an
+// owner and a storm guard each.
+const DefaultStormGuardNamespace = metav1.NamespaceSystem
+
+// StormGuardNamespace is where the Leases that are one per cluster live:
+// --storm-guard-namespace, DefaultStormGuardNamespace when set empty.
 func StormGuardNamespace(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
 	}
-	if ns := standardflags.Configuration.LeaderElectionNamespace; ns != "" {
-		return ns
-	}
-	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
-		return string(b)
-	}
-	return "default"
+	return DefaultStormGuardNamespace
 }
