@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -30,41 +29,61 @@ const nodeFencingNamespace = sidecar.DefaultStormGuardNamespace
 // takes both without waiting for an expiry.
 func TestTerminatedLeaderReleasesItsLeases(t *testing.T) {
 	ctx := context.Background()
-	host, err := os.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
 	driver := product.Driver.Name
 	attacherLease := contract.AttacherLeaseName(driver)
-	// The identities csi-lib-utils (the hostname) and the failover (the
-	// hostname and the driver) give a replica; the standby has a hostname
-	// of its own (StartStandbyAttacher).
-	const standbyHost = "csi-fence-attacher-standby"
-	leader := map[string]string{attacherLease: host, failover.NodeFencingLeaseName: host + "_" + contract.SanitizeDriverName(driver)}
-	standbyID := map[string]string{attacherLease: standbyHost, failover.NodeFencingLeaseName: standbyHost + "_" + contract.SanitizeDriverName(driver)}
 	namespaces := map[string]string{attacherLease: "default", failover.NodeFencingLeaseName: nodeFencingNamespace}
-	holder := func(ctx context.Context, lease string) (string, error) {
+	// The identities a replica holds them with: csi-lib-utils' (its
+	// hostname) and the failover's (the hostname and the driver).
+	identities := func(host string) map[string]string {
+		return map[string]string{attacherLease: host, failover.NodeFencingLeaseName: host + "_" + contract.SanitizeDriverName(driver)}
+	}
+	get := func(ctx context.Context, lease string) (holder string, renewed time.Time, err error) {
 		l, err := cluster.Client.CoordinationV1().Leases(namespaces[lease]).Get(ctx, lease, metav1.GetOptions{})
 		if errors.IsNotFound(err) {
-			return "", nil
+			return "", time.Time{}, nil
 		}
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return "", err
+		if err != nil {
+			return "", time.Time{}, err
 		}
-		return *l.Spec.HolderIdentity, nil
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		if l.Spec.RenewTime != nil {
+			renewed = l.Spec.RenewTime.Time
+		}
+		return holder, renewed, nil
 	}
 	holds := func(ids map[string]string) func(context.Context) (bool, error) {
 		return func(ctx context.Context) (bool, error) {
 			for lease, id := range ids {
-				if h, err := holder(ctx, lease); err != nil || h != id {
+				if h, _, err := get(ctx, lease); err != nil || h != id {
 					return false, err
 				}
 			}
 			return true, nil
 		}
 	}
-	// A Lease another test's replica left behind expires first.
-	if err := framework.WaitFor(ctx, 60*time.Second, "the product's attacher holding both Leases", holds(leader)); err != nil {
+
+	// The product's attacher (the machine's hostname, or a standby an
+	// earlier test promoted) is the only replica: the leader is whoever
+	// renews the attacher Lease, and it must own node-level state too (a
+	// Lease a replica killed earlier left behind expires first).
+	var host string
+	var firstRenew time.Time
+	if err := framework.WaitFor(ctx, 60*time.Second, "the product's attacher renewing both Leases", func(ctx context.Context) (bool, error) {
+		h, renewed, err := get(ctx, attacherLease)
+		if err != nil || h == "" {
+			return false, err
+		}
+		if h != host {
+			host, firstRenew = h, renewed
+			return false, nil
+		}
+		if !renewed.After(firstRenew) {
+			return false, nil
+		}
+		return holds(identities(host))(ctx)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	standby, standbyAddr, err := product.StartStandbyAttacher(ctx)
@@ -82,12 +101,12 @@ func TestTerminatedLeaderReleasesItsLeases(t *testing.T) {
 
 	stopped := time.Now()
 	product.Attacher.Stop(30 * time.Second)
-	t.Logf("the leader exited %.1fs after SIGTERM", time.Since(stopped).Seconds())
+	t.Logf("the leader %s exited %.1fs after SIGTERM", host, time.Since(stopped).Seconds())
 	exited := time.Now()
 	// The process is gone: a Lease it released is empty, or the standby's
 	// already; one it left to expire still names it.
-	for lease, old := range leader {
-		h, err := holder(ctx, lease)
+	for lease, old := range identities(host) {
+		h, _, err := get(ctx, lease)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,8 +115,8 @@ func TestTerminatedLeaderReleasesItsLeases(t *testing.T) {
 		}
 	}
 	product.Attacher, product.AttacherHTTP = standby, standbyAddr
-	if err := framework.WaitFor(ctx, 60*time.Second, "the standby holding both Leases", holds(standbyID)); err != nil {
+	if err := framework.WaitFor(ctx, 60*time.Second, "the standby holding both Leases", holds(identities(standby.Name))); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the standby holds both Leases %.1fs after the leader exited", time.Since(exited).Seconds())
+	t.Logf("the standby %s holds both Leases %.1fs after the leader exited", standby.Name, time.Since(exited).Seconds())
 }
