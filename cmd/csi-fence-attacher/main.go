@@ -89,11 +89,11 @@ func main() {
 	case sidecar.RoleController:
 		err = runController(ctx, opts, failoverOpts, fg)
 	case sidecar.RoleNode:
-		if fg.Enabled(features.ReleaseLeaderElectionOnExit) {
-			var stop context.CancelFunc
-			ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
-			defer stop()
-		}
+		// The node agent holds no Lease: it stops on SIGTERM whatever
+		// ReleaseLeaderElectionOnExit says, its Events flushed.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
 		err = runNode(ctx, opts, nodeOpts)
 	}
 	if err != nil {
@@ -170,23 +170,20 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 		}
 	}
 
+	// Released on exit unless --feature-gates=ReleaseLeaderElectionOnExit=false
+	// (our default, not external-attacher's: sidecar.NewFeatureGate). The
+	// signal stops the workers (the attacher's and the failover's, whose
+	// node-fencing Lease ends with them); the driver's Lease is released
+	// once they have returned, so that the next leader starts at once and
+	// never beside a worker of this one.
 	releaseOnExit := fg.Enabled(features.ReleaseLeaderElectionOnExit)
 	leaderCtx := ctx
 	if releaseOnExit {
-		// As external-attacher: SIGTERM stops the controllers; once their
-		// workers have returned, the leader-election context ends and the
-		// Lease is released instead of left to expire, so that the next
-		// leader starts at once and never beside a worker of this one.
-		var terminate context.CancelFunc
-		leaderCtx, terminate = context.WithCancel(ctx)
-		defer terminate()
-		controllerCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		term, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 		defer stop()
-		inner := run
-		run = func(context.Context) {
-			inner(controllerCtx)
-			terminate()
-		}
+		var release context.CancelFunc
+		leaderCtx, run, release = releaseOnTerm(ctx, term, run)
+		defer release()
 	}
 	// One Lease (external-attacher's) for everything the controller role
 	// does: the attacher and the failover always run in the same replica,

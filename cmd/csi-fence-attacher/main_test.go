@@ -122,7 +122,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"role":                    `"controller"`,
 		"max-fenced-nodes":        "",
 		"max-fenced-node-percent": "50",
-		"storm-guard-namespace":   "",
+		"storm-guard-namespace":   `"kube-system"`,
 		"fencing-taints":          "",
 		"fencing-required-after":  "",
 		"failover-opt-in":         "",
@@ -146,7 +146,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 			t.Errorf("--help lists --%s, which is neither external-attacher's nor documented here", name)
 		}
 	}
-	for _, gate := range []string{"ReleaseLeaderElectionOnExit=true|false (ALPHA - default=false)", "NonGracefulFailover=true|false (ALPHA - default=false)"} {
+	for _, gate := range []string{"ReleaseLeaderElectionOnExit=true|false (ALPHA - default=true)", "NonGracefulFailover=true|false (ALPHA - default=false)"} {
 		if !strings.Contains(out, gate) {
 			t.Errorf("--help does not list the feature gate %q", gate)
 		}

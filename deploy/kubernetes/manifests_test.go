@@ -32,6 +32,27 @@ func TestMockExampleRenders(t *testing.T) {
 					t.Errorf("controller Deployment lacks %q:\n%s", want, s)
 				}
 			}
+		// The Leases one per cluster (node-fencing owner, storm guard,
+		// registrations) live in kube-system, the sidecar's default
+		// --storm-guard-namespace, whatever the driver's namespace.
+		case "Role/csi-fence-attacher-cluster-leases":
+			if r.GetNamespace() != "kube-system" {
+				t.Errorf("Role %s is in %q, want kube-system", r.GetName(), r.GetNamespace())
+			}
+			for _, want := range []string{"- leases", "- get", "- list", "- watch", "- create", "- update"} {
+				if !strings.Contains(s, want) {
+					t.Errorf("Role %s lacks %q:\n%s", r.GetName(), want, s)
+				}
+			}
+		case "RoleBinding/csi-fence-attacher-cluster-leases":
+			if r.GetNamespace() != "kube-system" {
+				t.Errorf("RoleBinding %s is in %q, want kube-system", r.GetName(), r.GetNamespace())
+			}
+			for _, want := range []string{"name: csi-fence-attacher\n", "name: csi-fence-attacher-cluster-leases\n", "kind: ServiceAccount"} {
+				if !strings.Contains(s, want) {
+					t.Errorf("RoleBinding %s lacks %q:\n%s", r.GetName(), want, s)
+				}
+			}
 		case "Service/csi-fence-node-agent":
 			// Only the agent on the pod's own node has its reason.
 			for _, want := range []string{"internalTrafficPolicy: Local", "csi-fence.io/node-agent: \"true\"", "targetPort: fence-http"} {
@@ -50,7 +71,7 @@ func TestMockExampleRenders(t *testing.T) {
 	}
 	for _, want := range []string{
 		"CustomResourceDefinition/fencingrequests.fencing.csi-fence.io", "CustomResourceDefinition/fenceagentconfigs.fencing.csi-fence.io",
-		"ClusterRole/csi-fence-attacher-runner",
+		"ClusterRole/csi-fence-attacher-runner", "Role/csi-fence-attacher-cluster-leases", "RoleBinding/csi-fence-attacher-cluster-leases",
 		"ClusterRole/csi-fence-attacher-node", "CSIDriver/fence.csi-fence.io",
 		"Deployment/csi-driver-controller", "DaemonSet/csi-driver-node",
 		"Service/csi-fence-node-agent",

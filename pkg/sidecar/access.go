@@ -38,7 +38,8 @@ var (
 	// FailoverRules are what the failover controller needs besides the
 	// above: node taints and conditions, the namespaces' failover label, the
 	// pod GC, the volumes of pods, the drivers' SafeDetach, node heartbeats,
-	// its Leases (in the sidecar's namespace) and the record's deletion.
+	// its Leases (in --storm-guard-namespace, where CheckAccess asks) and the
+	// record's deletion.
 	FailoverRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
@@ -80,7 +81,7 @@ type Access struct {
 var FullAccess = Access{Nodes: true, Record: true, Events: true, Failover: true, Power: true}
 
 // CheckAccess asks the API server what the sidecar's user may do in
-// namespace (the sidecar's: its Leases live there), with one
+// namespace (--storm-guard-namespace: the failover's Leases live there), with one
 // SelfSubjectRulesReview, which every authenticated user may create. When
 // the server cannot list the rules (an authorizer that cannot, such as a
 // webhook) everything is assumed granted, as before this check existed: a
@@ -167,7 +168,7 @@ func (a Access) Report(logger klog.Logger, recordServed bool) {
 		kv = append(kv, "crd", fmt.Sprintf("the FencingRequest CRD (%s.%s) is not installed: apply deploy/kubernetes/base", contract.FencingResource, contract.FencingGroup))
 	}
 	if len(a.Missing) > 0 {
-		kv = append(kv, "missingPermissions", a.Missing, "grant", "the ClusterRole of deploy/kubernetes/base/rbac-controller.yaml")
+		kv = append(kv, "missingPermissions", a.Missing, "grant", "the ClusterRole of deploy/kubernetes/base/rbac-controller.yaml, and its Role csi-fence-attacher-cluster-leases in --storm-guard-namespace (kube-system by default)")
 	}
 	logger.Info("Fencing is limited by what this ServiceAccount may do", kv...)
 }

@@ -20,6 +20,14 @@ import (
 // rulesOf returns the rules of every ClusterRole and Role in a manifest.
 func rulesOf(t *testing.T, path string) []rbacv1.PolicyRule {
 	t.Helper()
+	return rulesIn(t, path, "")
+}
+
+// rulesIn returns the rules a ServiceAccount bound to everything in a
+// manifest has in namespace: the ClusterRoles' and those of the Roles there
+// (every Role: "").
+func rulesIn(t *testing.T, path, namespace string) []rbacv1.PolicyRule {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -27,13 +35,16 @@ func rulesOf(t *testing.T, path string) []rbacv1.PolicyRule {
 	var rules []rbacv1.PolicyRule
 	for _, doc := range strings.Split(string(b), "\n---") {
 		var obj struct {
-			Kind  string              `json:"kind"`
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
 			Rules []rbacv1.PolicyRule `json:"rules"`
 		}
 		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		if obj.Kind == "ClusterRole" || obj.Kind == "Role" {
+		if obj.Kind == "ClusterRole" || obj.Kind == "Role" && (namespace == "" || obj.Metadata.Namespace == namespace) {
 			rules = append(rules, obj.Rules...)
 		}
 	}
@@ -54,7 +65,12 @@ func TestAccessFrom(t *testing.T) {
 		want         Access
 		wantMissing  []string // each must be listed
 	}{
-		{name: "deploy/'s ClusterRole and Role grant everything", rules: rulesOf(t, ourRBAC), recordServed: true, want: FullAccess},
+		{name: "deploy/'s ClusterRole and Roles grant everything", rules: rulesOf(t, ourRBAC), recordServed: true, want: FullAccess},
+		// CheckAccess asks in --storm-guard-namespace, kube-system by
+		// default: the failover's Leases are granted there.
+		{name: "deploy/'s RBAC in the default storm-guard namespace", rules: rulesIn(t, ourRBAC, DefaultStormGuardNamespace), recordServed: true, want: FullAccess},
+		{name: "deploy/'s RBAC in the sidecar's namespace: its leader election only, no failover", rules: rulesIn(t, ourRBAC, "default"), recordServed: true,
+			want: Access{Nodes: true, Record: true, Events: true}, wantMissing: []string{"list leases.coordination.k8s.io", "watch leases.coordination.k8s.io"}},
 		{name: "deploy/'s RBAC without the CRD: no record, no failover", rules: rulesOf(t, ourRBAC), want: Access{Nodes: true, Events: true}},
 		{name: "external-attacher's stock RBAC: nothing of the fence", rules: rulesOf(t, stockRBAC), recordServed: true,
 			wantMissing: []string{"get nodes", "list nodes", "watch nodes", "create fencingrequests.fencing.csi-fence.io",

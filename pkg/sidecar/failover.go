@@ -8,11 +8,13 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -45,7 +48,7 @@ type FailoverOptions struct {
 func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxFencedNodes, "max-fenced-nodes", 0, "Storm guard: never fence more than this many nodes at once (0: no absolute limit).")
 	fs.IntVar(&o.MaxFencedNodePercent, "max-fenced-node-percent", 50, "Storm guard: never fence more than this share of all nodes at once, in percent (0: no limit).")
-	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", "", "Namespace of the storm guard's admission Lease ("+failover.StormGuardLeaseName+"): every sidecar pointing at the same one counts against the same limits, whatever its driver. Default: --leader-election-namespace, else the pod's namespace.")
+	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", DefaultStormGuardNamespace, "Namespace of the Leases that are one per cluster: the owner of node-level fencing state ("+failover.NodeFencingLeaseName+"), the storm guard's admissions ("+failover.StormGuardLeaseName+") and the drivers' registrations. Every driver's sidecar must name the same one, whatever namespace the driver is installed in, and be granted Leases there (the Role csi-fence-attacher-cluster-leases of deploy/kubernetes/base): two namespaces mean two owners and two storm guards.")
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
 	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
 	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
@@ -155,6 +158,8 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	if power != nil {
 		opts.Power = power
 	}
+	electionEnded := make(chan struct{})
+	opts.Election.Ended = sync.OnceFunc(func() { close(electionEnded) })
 	c, err := failover.New(opts, d.Client, factory, dfactory, fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
@@ -164,7 +169,25 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 			power.start(ctx)
 		}
 		c.Run(ctx, int(d.Options.WorkerThreads))
+		awaitRelease(ctx, electionEnded, opts.Election.RenewDeadline)
 	}, nil
+}
+
+// awaitRelease waits, once the failover controller has stopped, until its
+// node-fencing election has ended (the Lease released if it held it), for
+// at most bound: the caller releases the driver's Lease and exits next, and
+// an exit before the release would leave the next owner to wait out the
+// Lease. An election that never started (stopped before the caches synced)
+// never ends: then the wait takes the whole bound, once, on exit.
+func awaitRelease(ctx context.Context, ended <-chan struct{}, bound time.Duration) {
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-ended:
+	case <-timer.C:
+		klog.FromContext(ctx).Info("The node-fencing election did not end in time; if this replica held the Lease, it expires instead of being released",
+			"lease", failover.NodeFencingLeaseName, "waited", bound)
+	}
 }
 
 // electionConfig is how this sidecar runs for ownership of node-level
@@ -198,18 +221,20 @@ func failoverResync(o *Options) (d time.Duration) {
 	return d
 }
 
-// StormGuardNamespace is where the storm guard's Lease lives: the flag, else
-// the leader-election namespace, else the pod's own (as csi-lib-utils
-// decides for the leader-election Lease), else "default".
+// DefaultStormGuardNamespace is where the Leases that are one per cluster
+// live by default: kube-system exists in every cluster, whichever namespace
+// each driver is installed in, and a chart needs to own no object there
+// but its Role and RoleBinding (a Namespace of our own would be shared by
+// the charts of every driver). Not the pod's or the leader-election
+// namespace: drivers installed in namespaces of their own would get an
+// owner and a storm guard each.
+const DefaultStormGuardNamespace = metav1.NamespaceSystem
+
+// StormGuardNamespace is where the Leases that are one per cluster live:
+// --storm-guard-namespace, DefaultStormGuardNamespace when set empty.
 func StormGuardNamespace(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
 	}
-	if ns := standardflags.Configuration.LeaderElectionNamespace; ns != "" {
-		return ns
-	}
-	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
-		return string(b)
-	}
-	return "default"
+	return DefaultStormGuardNamespace
 }

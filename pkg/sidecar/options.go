@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
-	_ "github.com/kubernetes-csi/external-attacher/v4/pkg/features" // external-attacher's gates
-	_ "k8s.io/apiserver/pkg/features"                               // the apiserver's gates, which external-attacher accepts
+	"github.com/kubernetes-csi/external-attacher/v4/pkg/features" // external-attacher's gates
+	_ "k8s.io/apiserver/pkg/features"                             // the apiserver's gates, which external-attacher accepts
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -114,11 +114,22 @@ func (o *Options) Warnings() []string {
 // its server package there, here). Ours, NonGracefulFailover, and the
 // logging gates of component-base are added to it. It may be called again
 // (tests): adding the same gates twice is not an error.
+//
+// ReleaseLeaderElectionOnExit is on by default here (off in
+// external-attacher): a replica terminated by a rolling update stops its
+// workers, then releases its Leases, and the next leader starts at once
+// instead of after the Lease expires (twice in a row: the node-fencing Lease
+// is run for only by a leader). A Deployment that keeps external-attacher's
+// arguments gets it too; --feature-gates=ReleaseLeaderElectionOnExit=false
+// turns it off.
 func NewFeatureGate() (featuregate.MutableVersionedFeatureGate, error) {
 	fg := utilfeature.DefaultMutableFeatureGate
 	if err := fg.Add(map[featuregate.Feature]featuregate.FeatureSpec{
 		featuregate.Feature(contract.NonGracefulFailoverGate): {Default: false, PreRelease: featuregate.Alpha},
 	}); err != nil {
+		return nil, err
+	}
+	if err := fg.OverrideDefault(features.ReleaseLeaderElectionOnExit, true); err != nil {
 		return nil, err
 	}
 	if err := metricsfeatures.AddFeatureGates(fg); err != nil {

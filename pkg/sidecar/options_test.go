@@ -87,22 +87,27 @@ func TestFeatureGate(t *testing.T) {
 	if _, err := NewFeatureGate(); err != nil {
 		t.Fatalf("a second call: %v", err)
 	}
-	for _, f := range []featuregate.Feature{features.ReleaseLeaderElectionOnExit, featuregate.Feature(contract.NonGracefulFailoverGate)} {
-		if fg.Enabled(f) {
-			t.Errorf("%s is on by default", f)
-		}
+	if fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)) {
+		t.Errorf("%s is on by default", contract.NonGracefulFailoverGate)
+	}
+	// Our default, not external-attacher's: a replica that is terminated
+	// hands its Leases over instead of leaving them to expire. The
+	// process-wide gate says so too, so that external-attacher's controller
+	// waits for its workers before the Lease is released.
+	if !fg.Enabled(features.ReleaseLeaderElectionOnExit) || !utilfeature.DefaultFeatureGate.Enabled(features.ReleaseLeaderElectionOnExit) {
+		t.Errorf("%s is off by default", features.ReleaseLeaderElectionOnExit)
 	}
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	AddFeatureGatesFlag(fs, fg)
 	t.Cleanup(func() {
-		if err := fg.Set("ReleaseLeaderElectionOnExit=false,NonGracefulFailover=false"); err != nil {
+		if err := fg.Set("ReleaseLeaderElectionOnExit=true,NonGracefulFailover=false"); err != nil {
 			t.Error(err)
 		}
 	})
-	if err := fs.Parse([]string{"--feature-gates=ReleaseLeaderElectionOnExit=true,NonGracefulFailover=true"}); err != nil {
+	if err := fs.Parse([]string{"--feature-gates=ReleaseLeaderElectionOnExit=false,NonGracefulFailover=true"}); err != nil {
 		t.Fatal(err)
 	}
-	if !utilfeature.DefaultFeatureGate.Enabled(features.ReleaseLeaderElectionOnExit) || !fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)) {
+	if utilfeature.DefaultFeatureGate.Enabled(features.ReleaseLeaderElectionOnExit) || !fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)) {
 		t.Error("gates not set")
 	}
 	// An unknown gate is rejected by cmd/csi-fence-attacher's tests, in a

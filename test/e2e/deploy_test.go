@@ -63,7 +63,11 @@ func TestDeployExample(t *testing.T) {
 			{Verb: "delete", Resource: "pods", Namespace: "some-app"},
 			{Verb: "update", Group: "fencing.csi-fence.io", Resource: "fencingrequests", Subresource: "status"},
 			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "$NS"},
-			{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: "$NS"},
+			{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "$NS"},
+			// The Leases one per cluster, in the default --storm-guard-namespace.
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
+			{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
+			{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
 		},
 		"node": {
 			{Verb: "watch", Group: "fencing.csi-fence.io", Resource: "fencingrequests"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/failover"
+	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 )
@@ -127,7 +128,7 @@ func metadataPatch(field, key, value string) ([]byte, error) {
 // setPaused sets (or, with "", removes) the pause switch on the storm
 // guard's Lease, creating the Lease if no node was admitted yet.
 func setPaused(ctx context.Context, why string) error {
-	leases := cluster.Client.CoordinationV1().Leases("default")
+	leases := cluster.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace)
 	patch, err := metadataPatch("annotations", failover.PausedAnnotation, why)
 	if err != nil {
 		return err

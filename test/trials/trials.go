@@ -27,6 +27,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
@@ -525,7 +526,7 @@ func (t *Trial) leftovers(ctx context.Context, node string) []string {
 	case fr.Status.Phase != fencingv1alpha1.PhaseComplete && fr.Status.Phase != "":
 		out = append(out, node+": record phase "+string(fr.Status.Phase))
 	}
-	lease, err := t.c.Client.CoordinationV1().Leases("default").Get(ctx, failover.StormGuardLeaseName, metav1.GetOptions{})
+	lease, err := t.c.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace).Get(ctx, failover.StormGuardLeaseName, metav1.GetOptions{})
 	if err == nil && slices.Contains(strings.Split(lease.Annotations[contract.Prefix+"/fencing-nodes"], ","), node) {
 		out = append(out, node+": storm guard admission")
 	}

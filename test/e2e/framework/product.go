@@ -91,6 +91,8 @@ type Driver struct {
 	// attacherArgs are csi-fence-attacher's flags for an HTTP address, kept
 	// to start it again after a crash.
 	attacherArgs func(addr string) []string
+	// standbys counts StartStandbyAttacher's replicas, each named anew.
+	standbys int
 }
 
 // NodeInstance is what runs on one simulated node: a NodePlugin per driver.
@@ -330,10 +332,16 @@ func (d *Driver) startAttacher(ctx context.Context, extra ...string) error {
 // Lease, as the new pod of a rolling update does.
 //
 // Like a pod, it runs in a UTS namespace of its own with a hostname of its
-// own: leader election (csi-lib-utils) tells replicas apart by hostname, and
-// two processes of one host would both believe they hold the Lease.
+// own, its process name (proc.Name), new on each call: leader election
+// (csi-lib-utils) tells replicas apart by hostname, and two processes of one
+// host would both believe they hold the Lease. A standby started earlier may
+// lead by now (a test or trial that terminated the leader before).
 func (d *Driver) StartStandbyAttacher(ctx context.Context) (proc *Process, httpAddr string, err error) {
+	d.standbys++
 	name := d.procName("csi-fence-attacher-standby")
+	if d.standbys > 1 {
+		name += "-" + strconv.Itoa(d.standbys)
+	}
 	return d.c.startServer(ctx, name, "unshare", "/metrics", 60*time.Second, func(addr string) []string {
 		return append([]string{"--uts", "sh", "-c", `hostname "$0" && exec "$@"`, name, d.fenceBin}, d.attacherArgs(addr)...)
 	})

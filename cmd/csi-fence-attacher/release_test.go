@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// waitDone fails the test unless ctx ends within a generous deadline.
+func waitDone(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: the election's context did not end", what)
+	}
+}
+
+// The order that keeps one leader at a time: on termination a leader's
+// workers stop first, the Lease is released (the election's context ends)
+// only once they have returned; a replica that does not lead lets go at
+// once.
+func TestReleaseOnTerm(t *testing.T) {
+	tests := []struct {
+		name string
+		// termBeforeLead: terminated once the Lease was taken, before
+		// the leader's function ran.
+		termBeforeLead bool
+		// loseLease ends the leader's context instead of terminating.
+		loseLease bool
+		wantRun   bool
+	}{
+		{name: "leader terminated", wantRun: true},
+		{name: "leader loses the Lease", loseLease: true, wantRun: true},
+		{name: "terminated while taking the Lease", termBeforeLead: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			term, terminate := context.WithCancel(context.Background())
+			defer terminate()
+			leaderCtx, lose := context.WithCancel(context.Background())
+			defer lose()
+			running := make(chan struct{})
+			ran := false
+			var electionCtx context.Context
+			run := func(ctx context.Context) {
+				ran = true
+				close(running)
+				<-ctx.Done()
+				// The workers still run: the Lease must still be held.
+				if electionCtx.Err() != nil {
+					t.Error("the Lease was released while the workers still ran")
+				}
+			}
+			var lead func(context.Context)
+			var release context.CancelFunc
+			electionCtx, lead, release = releaseOnTerm(context.Background(), term, run)
+			defer release()
+			if tc.termBeforeLead {
+				terminate()
+			}
+			led := make(chan struct{})
+			go func() {
+				defer close(led)
+				lead(leaderCtx)
+			}()
+			if tc.wantRun {
+				<-running
+				if electionCtx.Err() != nil {
+					t.Fatal("the election ended while leading")
+				}
+				if tc.loseLease {
+					lose()
+				} else {
+					terminate()
+				}
+			}
+			<-led
+			if ran != tc.wantRun {
+				t.Errorf("run called: %v, want %v", ran, tc.wantRun)
+			}
+			waitDone(t, electionCtx, tc.name)
+		})
+	}
+}
+
+// A replica that never leads exits on termination: its election ends
+// without waiting for the Lease.
+func TestReleaseOnTermStandby(t *testing.T) {
+	term, terminate := context.WithCancel(context.Background())
+	electionCtx, _, release := releaseOnTerm(context.Background(), term, func(context.Context) {
+		t.Error("run called without the Lease")
+	})
+	defer release()
+	if electionCtx.Err() != nil {
+		t.Fatal("the election ended before termination")
+	}
+	terminate()
+	waitDone(t, electionCtx, "standby")
+}
