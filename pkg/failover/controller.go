@@ -342,7 +342,11 @@ func addIndexers(inf cache.SharedIndexInformer, idx cache.Indexers) error {
 	return inf.AddIndexers(idx)
 }
 
-// Run runs workers until ctx is done.
+// Run runs workers until ctx is done, then waits for them to return and
+// only then ends its run for the node-fencing Lease (released if held): a
+// sync in flight when the process is told to stop finishes before another
+// controller can own node-level state, and the next owner need not wait for
+// the Lease to expire. Run returns once the Lease is released.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
@@ -361,15 +365,24 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	register(ctx)
 	go wait.UntilWithContext(ctx, register, registrationRenewal)
+	var election sync.WaitGroup
+	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		endElection()
+		election.Wait()
+	}()
 	if c.election != nil {
-		go c.election.runElection(ctx, c.opts.Election, c.enqueueAll)
+		election.Go(func() { c.election.runElection(electionCtx, c.opts.Election, c.enqueueAll) })
 	}
+	var running sync.WaitGroup
 	for i := 0; i < workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, 0)
+		running.Go(func() { wait.UntilWithContext(ctx, c.worker, 0) })
 	}
 	// A periodic pass catches what no event announces (time passing).
 	go wait.UntilWithContext(ctx, c.resync, c.opts.Resync)
 	<-ctx.Done()
+	c.queue.ShutDown()
+	running.Wait()
 }
 
 // startInformers starts the informers and waits for their caches.

@@ -44,11 +44,6 @@ type ElectionConfig struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
-	// Ended, when set, is called once the election has ended after its
-	// context: the Lease released if it was held. Whoever ends the process
-	// waits for it, so that the release reaches the API server before the
-	// exit and the next owner need not wait for the Lease to expire.
-	Ended func()
 }
 
 // leaseOwner holds the node-fencing Lease through client-go's leader
@@ -65,12 +60,9 @@ func (o *leaseOwner) IsOwner() bool { return o.owner.Load() }
 // changed each time this controller becomes or stops being the owner. The
 // Lease is released when ctx is done (client-go releases it before its Run
 // returns), so that another controller, of this driver's next leader or of
-// another driver, takes over at once on a rolling update; cfg.Ended is
-// called after that.
+// another driver, takes over at once on a rolling update; it returns after
+// that.
 func (o *leaseOwner) runElection(ctx context.Context, cfg ElectionConfig, changed func()) {
-	if cfg.Ended != nil {
-		defer cfg.Ended()
-	}
 	logger := klog.FromContext(ctx)
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: NodeFencingLeaseName, Namespace: cfg.Namespace},

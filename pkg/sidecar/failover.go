@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -158,8 +156,6 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	if power != nil {
 		opts.Power = power
 	}
-	electionEnded := make(chan struct{})
-	opts.Election.Ended = sync.OnceFunc(func() { close(electionEnded) })
 	c, err := failover.New(opts, d.Client, factory, dfactory, fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
@@ -168,26 +164,10 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		if power != nil {
 			power.start(ctx)
 		}
+		// Run returns once its workers have returned and its node-fencing
+		// Lease is released: the caller then releases the driver's Lease.
 		c.Run(ctx, int(d.Options.WorkerThreads))
-		awaitRelease(ctx, electionEnded, opts.Election.RenewDeadline)
 	}, nil
-}
-
-// awaitRelease waits, once the failover controller has stopped, until its
-// node-fencing election has ended (the Lease released if it held it), for
-// at most bound: the caller releases the driver's Lease and exits next, and
-// an exit before the release would leave the next owner to wait out the
-// Lease. An election that never started (stopped before the caches synced)
-// never ends: then the wait takes the whole bound, once, on exit.
-func awaitRelease(ctx context.Context, ended <-chan struct{}, bound time.Duration) {
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
-	select {
-	case <-ended:
-	case <-timer.C:
-		klog.FromContext(ctx).Info("The node-fencing election did not end in time; if this replica held the Lease, it expires instead of being released",
-			"lease", failover.NodeFencingLeaseName, "waited", bound)
-	}
 }
 
 // electionConfig is how this sidecar runs for ownership of node-level
