@@ -19,7 +19,6 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
-	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/nodeagent"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
@@ -74,8 +73,13 @@ func runNode(ctx context.Context, opts *sidecar.Options, nodeOpts *sidecar.NodeO
 		mux := http.NewServeMux()
 		metricsManager.RegisterToServer(mux, sc.MetricsPath)
 		// The termination reason of pods force-deleted from this node while
-		// it was away, for their preStop hooks (pkg/termreason).
-		mux.Handle(termreason.ServedPath, nodeagent.ReasonHandler(ctx, fencingv1alpha1.NewClient(dyn), nodeOpts.NodeName))
+		// it was away, for their preStop hooks (pkg/termreason), with a
+		// client and bounds of its own: not the cleanup's rate limiter.
+		reasons, err := nodeagent.ReasonEndpoint(ctx, restConfig, nodeOpts.NodeName)
+		if err != nil {
+			return err
+		}
+		mux.Handle(termreason.ServedPath, reasons)
 		go func() {
 			logger.Info("Serving metrics", "address", httpAddr, "metricsPath", sc.MetricsPath)
 			if err := http.ListenAndServe(httpAddr, mux); err != nil {

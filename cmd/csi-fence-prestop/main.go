@@ -105,7 +105,7 @@ func execWith(argv []string, env, reason string) error {
 }
 
 // install copies this binary to dest (the shared emptyDir), atomically so
-// that a container never sees half of it.
+// that a container never sees half of it, executable by every user.
 func install(dest string) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -122,6 +122,12 @@ func install(dest string) error {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	// Explicitly, whatever the umask: the installer runs as a user of its
+	// own, the app containers that run the copy as any other.
+	if err := out.Chmod(0o755); err != nil {
 		out.Close()
 		return err
 	}

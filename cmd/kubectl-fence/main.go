@@ -1,7 +1,7 @@
 // Command kubectl-fence is fence-attacher's kubectl plugin (on PATH as
 // kubectl-fence, run as `kubectl fence ...`).
 //
-//	kubectl fence terminate pod/NAME --reason="..." [-n NAMESPACE] [--grace-period=N]
+//	kubectl fence terminate pod/NAME --reason="..." [-n NAMESPACE] [--grace-period=N] [--force]
 //
 // terminate does what the seed's `kubectl delete po NAME --reason=...`
 // would: it records the reason on the pod, where its preStop hook reads it
@@ -33,7 +33,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"terminate": {"terminate pod/NAME --reason=REASON [-n NAMESPACE] [--grace-period=SECONDS]: record why, then delete the pod", terminate},
+	"terminate": {"terminate pod/NAME --reason=REASON [-n NAMESPACE] [--grace-period=SECONDS] [--force]: record why, then delete the pod", terminate},
 }
 
 func main() {
@@ -115,39 +115,100 @@ func interleave(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func terminate(args []string) error {
+// terminateOptions are terminate's parsed arguments.
+type terminateOptions struct {
+	k       kubeFlags
+	name    string
+	reason  string
+	grace   int64 // -1: the pod's own
+	timeout time.Duration
+	// force: a force delete (grace period 0 with --force).
+	force bool
+	// warning, if any, goes to stderr before the delete, as kubectl's.
+	warning string
+}
+
+// Warnings of kubectl delete, for the same cases.
+const (
+	forceWarning   = "Warning: Immediate deletion does not wait for confirmation that the running resource has been terminated. The resource may continue to run on the cluster indefinitely."
+	ignoredWarning = "Warning: --force is ignored because --grace-period is not 0."
+)
+
+// gracePeriod resolves --grace-period and --force as kubectl delete does.
+// A zero grace period is a force delete: the pod is gone from the API at
+// once while its containers may still run (and write its volumes) on a live
+// node, and a replacement may start elsewhere. So 0 alone becomes 1 (the
+// kubelet still stops the pod, as fast as it can), and only --force keeps
+// 0; --force without a grace period means 0.
+func (o *terminateOptions) gracePeriod(force bool) {
+	if o.grace < 0 {
+		o.grace = -1
+	}
+	switch {
+	case force && o.grace <= 0:
+		o.grace, o.force, o.warning = 0, true, forceWarning
+	case force:
+		o.warning = ignoredWarning
+	case o.grace == 0:
+		o.grace = 1
+	}
+}
+
+// done is what terminate prints once the pod is deleted.
+func (o *terminateOptions) done() string {
+	if o.force {
+		return fmt.Sprintf("pod/%s force deleted (reason: %s)", o.name, o.reason)
+	}
+	return fmt.Sprintf("pod/%s terminated (reason: %s)", o.name, o.reason)
+}
+
+func parseTerminate(args []string) (*terminateOptions, error) {
 	fs := flag.NewFlagSet("terminate", flag.ContinueOnError)
-	var k kubeFlags
-	k.register(fs)
-	reason := fs.String("reason", "", "why the pod is terminated, delivered to its preStop hook (required)")
-	grace := fs.Int64("grace-period", -1, "seconds the pod has to stop (default: its own terminationGracePeriodSeconds)")
-	timeout := fs.Duration("request-timeout", 30*time.Second, "bound of the API requests")
+	o := &terminateOptions{}
+	o.k.register(fs)
+	fs.StringVar(&o.reason, "reason", "", "why the pod is terminated, delivered to its preStop hook (required)")
+	fs.Int64Var(&o.grace, "grace-period", -1, "seconds the pod has to stop (default: its own terminationGracePeriodSeconds); 0 is taken as 1 unless --force is given")
+	force := fs.Bool("force", false, "with --grace-period=0 (or none): force delete, the pod is removed from the API at once without waiting for its containers to stop (as kubectl delete --force)")
+	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "bound of the API requests")
 	pos, err := interleave(fs, args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(pos) != 1 {
-		return errors.New("terminate: want exactly one pod/NAME")
+		return nil, errors.New("terminate: want exactly one pod/NAME")
 	}
 	name, ok := strings.CutPrefix(pos[0], "pod/")
 	if !ok {
 		name, ok = strings.CutPrefix(pos[0], "pods/")
 	}
 	if !ok || name == "" {
-		return fmt.Errorf("terminate: %q is not pod/NAME (only pods carry a termination reason)", pos[0])
+		return nil, fmt.Errorf("terminate: %q is not pod/NAME (only pods carry a termination reason)", pos[0])
 	}
-	if *reason == "" {
-		return errors.New("terminate: --reason is required")
+	if o.reason == "" {
+		return nil, errors.New("terminate: --reason is required")
 	}
-	client, ns, err := k.client()
+	o.name = name
+	o.gracePeriod(*force)
+	return o, nil
+}
+
+func terminate(args []string) error {
+	o, err := parseTerminate(args)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	if err := termreason.Terminate(ctx, client, ns, name, *reason, *grace); err != nil {
+	client, ns, err := o.k.client()
+	if err != nil {
 		return err
 	}
-	fmt.Printf("pod/%s terminated (reason: %s)\n", name, *reason)
+	if o.warning != "" {
+		fmt.Fprintln(os.Stderr, o.warning)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	if err := termreason.Terminate(ctx, client, ns, o.name, o.reason, o.grace); err != nil {
+		return err
+	}
+	fmt.Println(o.done())
 	return nil
 }

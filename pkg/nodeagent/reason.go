@@ -8,6 +8,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -23,6 +25,60 @@ type RecordGetter interface {
 // reasonReadTimeout bounds the record read of one request: the helper that
 // asks has a few seconds of the pod's grace period for everything.
 const reasonReadTimeout = 2 * time.Second
+
+// Bounds of the termination reason endpoint (ReasonEndpoint).
+const (
+	// reasonQPS and reasonBurst rate the endpoint's own API client: a
+	// node's pods terminate a few at a time, and each asks once.
+	reasonQPS   = 5
+	reasonBurst = 10
+	// maxReasonsInFlight bounds the requests served at once; more are
+	// refused at once (429) rather than queued behind reads that may each
+	// wait up to reasonReadTimeout.
+	maxReasonsInFlight = 8
+)
+
+// ReasonEndpoint is the handler of termreason.ServedPath that the node
+// role serves. The endpoint is unauthenticated, so whoever can reach it
+// must not be able to slow the node's cleanups, whose writes go through the
+// client built from cfg: it reads through a client of its own, built from a
+// copy of cfg with its own small rate limiter, and serves at most
+// maxReasonsInFlight requests at once.
+//
+// A live read, not an informer: the record it serves is written while the
+// node is away (before the force-delete), and the hooks that ask run as
+// soon as the node is back, the very moment this agent's watch may not have
+// caught up after the partition; a cache would answer "no reason" there.
+// The bounds keep the live reads cheap: at most reasonQPS to the apiserver,
+// whatever the flood.
+func ReasonEndpoint(ctx context.Context, cfg *rest.Config, nodeName string) (http.Handler, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = reasonQPS, reasonBurst
+	// A RateLimiter in cfg would be shared by every client built from
+	// it; nil makes the client build its own from QPS and Burst.
+	cfg.RateLimiter = nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return limitInFlight(ReasonHandler(ctx, fencingv1alpha1.NewClient(dyn), nodeName), maxReasonsInFlight), nil
+}
+
+// limitInFlight serves at most n requests of h at once and refuses the
+// others with 429 Too Many Requests.
+func limitInFlight(h http.Handler, n int) http.Handler {
+	slots := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			h.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many termination reason requests in flight", http.StatusTooManyRequests)
+		}
+	})
+}
 
 // ReasonHandler serves termreason.ServedPath: the termination reason of a
 // pod that this system force-deleted from nodeName while the node was away,

@@ -4,12 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
@@ -66,5 +72,151 @@ func TestReasonHandler(t *testing.T) {
 				t.Errorf("served %+v", got)
 			}
 		})
+	}
+}
+
+// countingLimiter is a client's rate limiter that counts the requests that
+// waited on it (client-go calls Wait before each request).
+type countingLimiter struct {
+	flowcontrol.RateLimiter
+	waits atomic.Int64
+}
+
+func (l *countingLimiter) Wait(ctx context.Context) error {
+	l.waits.Add(1)
+	return l.RateLimiter.Wait(ctx)
+}
+
+// fakeRecordAPI answers the FencingRequest reads and status writes of
+// node-1, as the apiserver does.
+func fakeRecordAPI(t *testing.T, fr *fencingv1alpha1.FencingRequest) *httptest.Server {
+	u, err := fencingv1alpha1.ToUnstructured(fr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "/apis/" + fencingv1alpha1.Resource.Group + "/" + fencingv1alpha1.Resource.Version + "/" + fencingv1alpha1.Resource.Resource + "/node-1"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == base:
+			_, _ = w.Write(body)
+		case r.Method == http.MethodPut && r.URL.Path == base+"/status":
+			_, _ = io.Copy(w, r.Body)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// The endpoint is unauthenticated: a flood of requests must not consume the
+// rate limiter of the client that writes the node's cleanups (built from
+// the same configuration), nor pile up without bound; the cleanup write
+// still takes its turn at once.
+func TestReasonEndpointSparesTheCleanupClient(t *testing.T) {
+	record := &fencingv1alpha1.FencingRequest{TypeMeta: metav1.TypeMeta{APIVersion: fencingv1alpha1.SchemeGroupVersion.String(), Kind: "FencingRequest"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Status: fencingv1alpha1.FencingRequestStatus{ForceDeletedPods: []fencingv1alpha1.ForceDeletedPod{
+			{Namespace: "ns", Name: "db-0", UID: "u1", TerminationReason: termreason.IntolerableTaint}}}}
+	api := fakeRecordAPI(t, record)
+	cleanupLimiter := &countingLimiter{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(1000, 1000)}
+	cfg := &rest.Config{Host: api.URL, RateLimiter: cleanupLimiter}
+	cleanupDyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint, err := ReasonEndpoint(context.Background(), cfg, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(endpoint)
+	defer srv.Close()
+
+	const flood = 3 * maxReasonsInFlight
+	statuses := make(chan int, flood)
+	var wg sync.WaitGroup
+	for range flood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rsp, err := http.Get(srv.URL + termreason.ServedPath + "?uid=u1")
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			rsp.Body.Close()
+			statuses <- rsp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	t.Logf("statuses of %d concurrent requests: %v", flood, count)
+	if count[http.StatusOK] == 0 {
+		t.Errorf("no request of the flood was served: %v", count)
+	}
+	if count[http.StatusOK]+count[http.StatusTooManyRequests]+count[http.StatusServiceUnavailable] != flood {
+		t.Errorf("unexpected statuses: %v", count)
+	}
+	if n := cleanupLimiter.waits.Load(); n != 0 {
+		t.Errorf("the flood of endpoint requests took %d turns of the cleanup client's rate limiter, want 0", n)
+	}
+
+	// A cleanup write after the flood: the cleanup client's limiter sees
+	// it, and only it.
+	if _, err := fencingv1alpha1.NewClient(cleanupDyn).UpdateStatus(context.Background(), record); err != nil {
+		t.Fatal(err)
+	}
+	if n := cleanupLimiter.waits.Load(); n != 1 {
+		t.Errorf("the cleanup client's rate limiter saw %d requests, want the one cleanup write", n)
+	}
+}
+
+// Requests beyond the bound of those in flight are refused at once with 429,
+// not queued: a request in flight may wait for the record for seconds.
+func TestReasonEndpointBoundsRequestsInFlight(t *testing.T) {
+	const limit = 3
+	entered, release := make(chan struct{}), make(chan struct{})
+	blocking := getterFunc(func(ctx context.Context, name string) (*fencingv1alpha1.FencingRequest, error) {
+		select {
+		case entered <- struct{}{}:
+		case <-ctx.Done(): // a request the test does not expect here
+			return nil, ctx.Err()
+		}
+		<-release
+		return nil, apierrors.NewNotFound(fencingv1alpha1.Resource.GroupResource(), name)
+	})
+	h := limitInFlight(ReasonHandler(context.Background(), blocking, "node-1"), limit)
+	get := func() int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, termreason.ServedPath+"?uid=u1", nil))
+		return rec.Code
+	}
+	done := make(chan int, limit)
+	for range limit {
+		go func() { done <- get() }()
+		<-entered // in flight, reading the record
+	}
+	if code := get(); code != http.StatusTooManyRequests {
+		t.Errorf("request %d with %d in flight: status %d, want %d", limit+1, limit, code, http.StatusTooManyRequests)
+	}
+	close(release)
+	for range limit {
+		if code := <-done; code != http.StatusNotFound {
+			t.Errorf("a request in flight: status %d, want %d", code, http.StatusNotFound)
+		}
+	}
+	// Their slots are free again.
+	go func() { <-entered }()
+	if code := get(); code != http.StatusNotFound {
+		t.Errorf("a request after the others ended: status %d, want %d", code, http.StatusNotFound)
 	}
 }

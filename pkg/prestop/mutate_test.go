@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -220,5 +221,124 @@ func TestHandler(t *testing.T) {
 				t.Fatalf("denial %+v lacks %q", r.Result, tc.wantInMsg)
 			}
 		})
+	}
+}
+
+// restrictedViolations checks c as Pod Security "restricted" (the latest
+// version) checks a container of pod, with the pod's settings inherited
+// where the container has none.
+func restrictedViolations(pod *v1.Pod, c v1.Container) []string {
+	var v []string
+	psc := pod.Spec.SecurityContext
+	if psc == nil {
+		psc = &v1.PodSecurityContext{}
+	}
+	sc := c.SecurityContext
+	if sc == nil {
+		sc = &v1.SecurityContext{}
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		v = append(v, "privileged")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		v = append(v, "allowPrivilegeEscalation != false")
+	}
+	if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		v = append(v, "capabilities do not drop ALL")
+	} else if slices.ContainsFunc(sc.Capabilities.Add, func(c v1.Capability) bool { return c != "NET_BIND_SERVICE" }) {
+		v = append(v, "capabilities added")
+	}
+	nonRoot := sc.RunAsNonRoot
+	if nonRoot == nil {
+		nonRoot = psc.RunAsNonRoot
+	}
+	if nonRoot == nil || !*nonRoot {
+		v = append(v, "runAsNonRoot != true")
+	}
+	user := sc.RunAsUser
+	if user == nil {
+		user = psc.RunAsUser
+	}
+	if user != nil && *user == 0 {
+		v = append(v, "runAsUser=0")
+	}
+	seccomp := sc.SeccompProfile
+	if seccomp == nil {
+		seccomp = psc.SeccompProfile
+	}
+	if seccomp == nil || (seccomp.Type != v1.SeccompProfileTypeRuntimeDefault && seccomp.Type != v1.SeccompProfileTypeLocalhost) {
+		v = append(v, "seccompProfile not RuntimeDefault or Localhost")
+	}
+	return v
+}
+
+// restrictedApp is a container that "restricted" admits on its own.
+func restrictedApp() v1.Container {
+	return v1.Container{Name: "db", Lifecycle: hook(v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"stop"}}}),
+		SecurityContext: &v1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
+			Capabilities:   &v1.Capabilities{Drop: []v1.Capability{"ALL"}},
+			SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}}}
+}
+
+// The installer passes Pod Security "restricted" and quotas that require
+// limits, whatever the pod sets for itself: a restricted pod stays
+// admissible once mutated, and the installer runs as a non-root user of
+// its own (the copy it makes is executable by every user, see
+// cmd/csi-fence-prestop).
+func TestMutateInstallerIsRestricted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		psc  *v1.PodSecurityContext
+	}{
+		{name: "no pod security context"},
+		{name: "the pod's own user, group and seccomp profile", psc: &v1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](3000),
+			FSGroup: ptr.To[int64](2000), RunAsNonRoot: ptr.To(true), SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}}},
+		{name: "a pod running as root (not restricted itself)", psc: &v1.PodSecurityContext{RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := optedIn(restrictedApp())
+			pod.Spec.SecurityContext = tc.psc
+			patch, err := Mutate(pod, MutateOptions{Image: image})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := apply(t, pod, patch)
+			install := out.Spec.InitContainers[0]
+			if install.Name != InitName {
+				t.Fatalf("first init container %q", install.Name)
+			}
+			if v := restrictedViolations(out, install); len(v) > 0 {
+				t.Errorf("the installer breaks restricted: %v (%+v)", v, install.SecurityContext)
+			}
+			sc := install.SecurityContext
+			if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != InstallUser || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("the installer does not run as user %d, non-root, on a read-only root: %+v", InstallUser, sc)
+			}
+			if tc.psc == nil || tc.psc.RunAsNonRoot == nil || *tc.psc.RunAsNonRoot {
+				for _, c := range out.Spec.Containers {
+					if v := restrictedViolations(out, c); len(v) > 0 {
+						t.Errorf("container %s of a restricted pod breaks restricted once mutated: %v", c.Name, v)
+					}
+				}
+			}
+			for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+				req, lim := install.Resources.Requests[r], install.Resources.Limits[r]
+				if req.IsZero() || lim.IsZero() || req.Cmp(lim) > 0 {
+					t.Errorf("installer %s request %s, limit %s: want both, request <= limit", r, req.String(), lim.String())
+				}
+			}
+		})
+	}
+}
+
+// The helper is a Linux binary, and the installer's Linux security
+// settings are invalid on a Windows pod: such a pod is denied with the
+// reason, not mutated into one the apiserver rejects with another.
+func TestMutateRefusesWindowsPods(t *testing.T) {
+	pod := optedIn(v1.Container{Name: "db", Lifecycle: hook(v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"stop"}}})})
+	pod.Spec.OS = &v1.PodOS{Name: v1.Windows}
+	if _, err := Mutate(pod, MutateOptions{Image: image}); err == nil || !strings.Contains(err.Error(), "Linux") {
+		t.Fatalf("error %v, want a denial that names Linux", err)
 	}
 }

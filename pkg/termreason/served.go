@@ -11,7 +11,8 @@ package termreason
 // ServedPath is the path of the node agent's HTTP endpoint that serves the
 // reason of a pod force-deleted from its node: GET ServedPath?uid=UID.
 // It answers 200 with a ServedReason, 404 when it has no reason for the
-// UID, and 503 when it cannot read the record.
+// UID, 503 when it cannot read the record, and 429 when it serves too many
+// requests at once.
 const ServedPath = "/termination-reason"
 
 // ServedReason is the node agent's answer.

@@ -672,6 +672,54 @@ func TestTerminationReasonDeliveryRules(t *testing.T) {
 	}
 }
 
+// An opted-in pod that Pod Security "restricted" admits is still admitted
+// once the webhook added its installer: the real apiserver's PodSecurity
+// admission (on by default) checks the mutated pod in a namespace that
+// enforces restricted, and the pod runs and gets its reason as anywhere.
+func TestTerminationReasonPodSecurityRestricted(t *testing.T) {
+	e := termSetup(t)
+	ctx := context.Background()
+	ns := termNamespace(ctx, t, fmt.Sprintf("term-restricted-%d", time.Now().UnixNano()%100000))
+	patch := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted","pod-security.kubernetes.io/enforce-version":"latest"}}}`)
+	if _, err := cluster.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := e.optedInTemplate(ns, e.nodes[0], execHook, nil)
+	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	pod.Namespace, pod.Name = ns, "app"
+	pods := cluster.Client.CoreV1().Pods(ns)
+
+	// The namespace enforces: the app as it is (no security context) is
+	// denied by PodSecurity, else the test below would prove nothing.
+	if _, err := pods.Create(ctx, pod.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+		t.Fatalf("a pod that is not restricted was not denied by PodSecurity: %v", err)
+	}
+
+	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000),
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a restricted opted-in pod was denied once mutated: %v", err)
+	}
+	if len(created.Spec.InitContainers) == 0 || created.Spec.InitContainers[0].Name != prestop.InitName {
+		t.Fatalf("the webhook did not mutate the pod: %+v", created.Spec.InitContainers)
+	}
+	install := created.Spec.InitContainers[0]
+	t.Logf("admitted; the installer runs as user %d, limits cpu %s memory %s",
+		*install.SecurityContext.RunAsUser, install.Resources.Limits.Cpu(), install.Resources.Limits.Memory())
+	held := waitHeld(ctx, t, ns, pod.Name)
+	const reason = "Restricted namespace drained"
+	if err := termreason.Terminate(ctx, cluster.Client, ns, pod.Name, reason, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.hookReason(ctx, t, held, execHook); got != reason {
+		t.Fatalf("the preStop hook got reason %q, want %q", got, reason)
+	}
+}
+
 // The webhook fails open: while it is down, the apiserver admits an
 // opted-in pod unmodified (its hooks run without a reason) instead of
 // refusing pods; restarted with a new CA, it writes that CA into its
