@@ -76,6 +76,24 @@ func StormGuard(quarantined, total, max, percent int, already bool) (bool, strin
 	return true, ""
 }
 
+// AdmissionStale decides whether a node's storm-guard admission holds a
+// slot for nothing: nothing of it is pending in its record (no volume left
+// to clean, no admin's request under way, no node-level fence of a node
+// still down) and the node is gone, or Ready and not quarantined. node is
+// nil for a Node that does not exist. Both are read live by the caller.
+func AdmissionStale(node *v1.Node, fr *fencingv1alpha1.FencingRequest) bool {
+	if fencerecord.Pending(fr) || fr.ManualActive() {
+		return false
+	}
+	if node == nil {
+		return true
+	}
+	if fr != nil && fr.Status.NodeFence != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete && !podgc.NodeReady(node) {
+		return false
+	}
+	return podgc.NodeReady(node) && podgc.Taint(node, contract.QuarantineTaintKey) == nil
+}
+
 // Release decides whether a node that is Ready again may leave quarantine:
 // every volume recorded on it (all drivers, fenced or only intended) is
 // cleaned, and no VolumeAttachment of those volumes remains on it unless the

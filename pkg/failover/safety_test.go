@@ -885,3 +885,81 @@ func TestFencingCompleteCoversStorageWithoutAttachment(t *testing.T) {
 		})
 	}
 }
+
+// S5, S6, issue 19 hole 6: an admission whose release never came (a crash
+// between the admission and the quarantine, a Node deleted with nothing
+// pending) does not hold a slot forever: before it refuses, the guard drops
+// the admissions that live reads show hold it for nothing. One that still
+// fences keeps its slot.
+func TestStormGuardDropsLeakedAdmissions(t *testing.T) {
+	tests := []struct {
+		name   string
+		listed string // the admissions on the Lease before n1 fails
+		admit  bool
+	}{
+		{name: "a deleted Node with nothing pending", listed: "gone", admit: true},
+		{name: "a Ready node never quarantined (crash after the admission)", listed: "n3", admit: true},
+		{name: "a node still fencing", listed: "n2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := failing(objects(v1.ConditionUnknown, true), "n2")
+			for _, o := range objs {
+				if n, ok := o.(*v1.Node); ok && n.Name == "n2" {
+					n.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
+				}
+			}
+			objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+				Annotations: map[string]string{stormGuardAnnotation: tc.listed}}})
+			e := newEnv(t, objs, true)
+			e.tweaks = append(e.tweaks, func(o *Options) { o.MaxFencedNodes, o.MaxFencedNodePercent = 1, 0 })
+			e.restart(t)
+			_ = e.sync(t)
+			quarantined := podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil
+			if quarantined != tc.admit {
+				t.Fatalf("n1 quarantined = %v, want %v (steps %v)", quarantined, tc.admit, e.steps.log)
+			}
+			l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), StormGuardLeaseName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "n1"
+			if !tc.admit {
+				want = tc.listed
+			}
+			if got := l.Annotations[stormGuardAnnotation]; got != want {
+				t.Errorf("admissions %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestAdmissionStale(t *testing.T) {
+	ready := &v1.Node{Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	quarantined := ready.DeepCopy()
+	quarantined.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey}}
+	down := &v1.Node{Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown}}}}
+	pending := &fencingv1alpha1.FencingRequest{Spec: fencingv1alpha1.FencingRequestSpec{Origin: fencingv1alpha1.OriginAutomatic},
+		Status: fencingv1alpha1.FencingRequestStatus{Volumes: []fencingv1alpha1.FencedVolume{{Driver: driver, VolumeHandle: "h"}}}}
+	manual := &fencingv1alpha1.FencingRequest{}
+	powering := &fencingv1alpha1.FencingRequest{Spec: fencingv1alpha1.FencingRequestSpec{Origin: fencingv1alpha1.OriginAutomatic},
+		Status: fencingv1alpha1.FencingRequestStatus{NodeFence: &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendPower}}}
+	for _, tc := range []struct {
+		name  string
+		node  *v1.Node
+		fr    *fencingv1alpha1.FencingRequest
+		stale bool
+	}{
+		{"Node gone, no record", nil, nil, true},
+		{"Node gone, volumes pending", nil, pending, false},
+		{"Ready, not quarantined, no record", ready, nil, true},
+		{"Ready, quarantined", quarantined, nil, false},
+		{"Ready, an admin's request", ready, manual, false},
+		{"down, not quarantined yet", down, nil, false},
+		{"down, power fence under way", down, powering, false},
+	} {
+		if got := AdmissionStale(tc.node, tc.fr); got != tc.stale {
+			t.Errorf("%s: AdmissionStale = %v, want %v", tc.name, got, tc.stale)
+		}
+	}
+}

@@ -144,12 +144,32 @@ func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
 	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
 	err = c.guard.admit(ctx, node.Name, quarantined, func(admitted int) (bool, string) {
 		return StormGuard(admitted, len(all), c.opts.MaxFencedNodes, c.opts.MaxFencedNodePercent, false)
-	})
+	}, c.admissionStale)
 	if err != nil {
 		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %v", node.Name, err)
 		klog.FromContext(ctx).V(2).Info("Not fencing", "why", err)
 	}
 	return err
+}
+
+// admissionStale reads a node and its record live and says whether its
+// storm-guard admission holds a slot for nothing (AdmissionStale).
+func (c *Controller) admissionStale(ctx context.Context, name string) (bool, error) {
+	node, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		node = nil
+	case err != nil:
+		return false, err
+	}
+	fr, err := c.frClient.Get(ctx, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		fr = nil
+	case err != nil:
+		return false, err
+	}
+	return AdmissionStale(node, fr), nil
 }
 
 // defaultLiveReadValidity is how long a live read finding the node down

@@ -44,7 +44,13 @@ type stormGuard struct {
 // admit adds node to the list unless limit refuses one more; a node listed
 // already, or force (a node quarantined already, whose fencing only
 // continues), is admitted whatever the count.
-func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit func(admitted int) (bool, string)) error {
+//
+// Before it refuses, it drops the admissions that stale (live reads) says
+// have nothing left to do: an admission whose release never came (a crash
+// or a failed Node patch between the admission and the quarantine, a Node
+// deleted with nothing pending) must not hold a slot forever. The list it
+// writes back is the pruned one, in the same update.
+func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit func(admitted int) (bool, string), stale func(ctx context.Context, node string) (bool, error)) error {
 	return g.update(ctx, func(nodes []string, paused string) ([]string, error) {
 		if slices.Contains(nodes, node) {
 			return nodes, nil
@@ -52,13 +58,32 @@ func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit f
 		if paused != "" && !force {
 			return nil, fmt.Errorf("fencing is paused (%s=%q on Lease %s)", PausedAnnotation, paused, StormGuardLeaseName)
 		}
-		if !force {
+		if ok, _ := limit(len(nodes)); !force && !ok {
+			var err error
+			if nodes, err = g.prune(ctx, nodes, stale); err != nil {
+				return nil, err
+			}
 			if ok, why := limit(len(nodes)); !ok {
 				return nil, fmt.Errorf("storm guard: %s (fencing: %s)", why, strings.Join(nodes, ", "))
 			}
 		}
 		return append(nodes, node), nil
 	})
+}
+
+// prune drops the nodes that stale says hold their admission for nothing.
+func (g *stormGuard) prune(ctx context.Context, nodes []string, stale func(ctx context.Context, node string) (bool, error)) ([]string, error) {
+	var kept []string
+	for _, n := range nodes {
+		drop, err := stale(ctx, n)
+		if err != nil {
+			return nil, fmt.Errorf("storm guard: checking the admission of node %s: %w", n, err)
+		}
+		if !drop {
+			kept = append(kept, n)
+		}
+	}
+	return kept, nil
 }
 
 // release removes node from the list: its fencing is over.
