@@ -202,8 +202,14 @@ func (c *Controller) powerFence(ctx context.Context, node *v1.Node, fr *fencingv
 	// The intent is recorded: from here on the node may be off. It is
 	// powered off only if it is down by a live read now, not a cache.
 	if err := c.down(ctx, node.Name); err != nil {
-		_ = fencerecord.RecordNodeFenceOutcome(ctx, c.frClient, node.Name, backend, false, "not sent: "+err.Error(), "")
+		_ = fencerecord.RecordNodeFenceOutcome(ctx, c.frClient, node.Name, backend, false, "not sent: "+err.Error(), "", nil)
 		return c.readRecord(ctx, node.Name, fr, fmt.Errorf("not powering off node %s: %w", node.Name, err))
+	}
+	// The not-Ready episode the power off ends: its confirmation holds
+	// only while the node's Ready condition has not transitioned since.
+	var notReadySince *metav1.Time
+	if live, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err == nil {
+		notReadySince = fencerecord.ReadyTransition(live)
 	}
 	backendAttempts.WithLabelValues(backend).Inc()
 	start := time.Now()
@@ -218,7 +224,7 @@ func (c *Controller) powerFence(ctx context.Context, node *v1.Node, fr *fencingv
 		}
 		msg = fenceErr.Error()
 	}
-	if err := fencerecord.RecordNodeFenceOutcome(ctx, c.frClient, node.Name, backend, confirmed, msg, stepsOutput(res)); err != nil {
+	if err := fencerecord.RecordNodeFenceOutcome(ctx, c.frClient, node.Name, backend, confirmed, msg, stepsOutput(res), notReadySince); err != nil {
 		return fr, fmt.Errorf("recording the power fence outcome: %w", err)
 	}
 	if !confirmed {

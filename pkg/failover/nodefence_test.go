@@ -172,6 +172,9 @@ func TestPowerFenceEscalation(t *testing.T) {
 				if !tc.wantOOS && nf.Error == "" {
 					t.Errorf("failed power fence without its error in the record: %+v", nf)
 				}
+				if tc.wantOOS && (nf.NotReadySince == nil || !nf.NotReadySince.Equal(fencerecord.ReadyTransition(n))) {
+					t.Errorf("confirmed power fence records notReadySince %v, want the node's Ready transition %v", nf.NotReadySince, fencerecord.ReadyTransition(n))
+				}
 			}
 		})
 	}

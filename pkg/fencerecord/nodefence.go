@@ -37,7 +37,10 @@ func RecordNodeFenceIntent(ctx context.Context, c Client, nodeName, reason, back
 
 // RecordNodeFenceOutcome records what the backend's fence did: confirmed
 // (the node is off) or the error; output is the agent's redacted output.
-func RecordNodeFenceOutcome(ctx context.Context, c Client, nodeName, backend string, confirmed bool, errMsg, output string) error {
+//
+// notReadySince is the node's Ready condition's lastTransitionTime read
+// just before the fence (NodeFenced holds it against the node's).
+func RecordNodeFenceOutcome(ctx context.Context, c Client, nodeName, backend string, confirmed bool, errMsg, output string, notReadySince *metav1.Time) error {
 	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		nf := fr.Status.NodeFence
 		if nf == nil || nf.Backend != backend {
@@ -45,7 +48,7 @@ func RecordNodeFenceOutcome(ctx context.Context, c Client, nodeName, backend str
 		}
 		nf.Output = output
 		if confirmed {
-			nf.ConfirmedTime, nf.Error = &now, ""
+			nf.ConfirmedTime, nf.Error, nf.NotReadySince = &now, "", notReadySince
 		} else {
 			nf.Error = errMsg
 		}
@@ -56,10 +59,13 @@ func RecordNodeFenceOutcome(ctx context.Context, c Client, nodeName, backend str
 // NodeFenced reports whether fr records the node confirmed fenced as a whole
 // (powered off) in the current fencing of it, and the node has not been
 // Ready since: a node powered on again is not fenced, whatever the record
-// says. node is the node as last read; its Ready condition's last transition
-// after the confirmation means it was Ready in between (it was not Ready
-// when it was confirmed off, so any later change went through Ready or
-// through a kubelet reporting, which is as alive).
+// says. node is the node as last read. The record keeps the Ready
+// condition's transition time as read before the fence (notReadySince):
+// while the condition has not transitioned since, the node has not been
+// Ready in between. Those are times of one clock, the node lifecycle
+// controller's, compared for equality; this process's clock (the
+// confirmation time) is never compared with them. A record from before
+// notReadySince existed falls back to that comparison.
 func NodeFenced(fr *fencingv1alpha1.FencingRequest, node *v1.Node) bool {
 	if fr == nil || fr.Status.Phase == fencingv1alpha1.PhaseComplete {
 		return false
@@ -69,11 +75,30 @@ func NodeFenced(fr *fencingv1alpha1.FencingRequest, node *v1.Node) bool {
 		return false
 	}
 	for _, c := range node.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status != v1.ConditionTrue && !c.LastTransitionTime.After(nf.ConfirmedTime.Time)
+		if c.Type != v1.NodeReady {
+			continue
 		}
+		if c.Status == v1.ConditionTrue {
+			return false
+		}
+		if nf.NotReadySince != nil {
+			return c.LastTransitionTime.Equal(nf.NotReadySince)
+		}
+		return !c.LastTransitionTime.After(nf.ConfirmedTime.Time)
 	}
 	return false
+}
+
+// ReadyTransition is the node's Ready condition's lastTransitionTime (nil
+// without one), to record as NodeFence.NotReadySince.
+func ReadyTransition(node *v1.Node) *metav1.Time {
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			t := c.LastTransitionTime
+			return &t
+		}
+	}
+	return nil
 }
 
 // MaxForceDeletedPods bounds status.forceDeletedPods: more than a node's pods

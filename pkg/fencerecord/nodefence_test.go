@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -99,4 +102,38 @@ func uids(from, to int) []string {
 		out = append(out, fmt.Sprint(i))
 	}
 	return out
+}
+
+// Issue 19 hole 12: a power fence's confirmation holds while the node's
+// Ready condition has not transitioned since the fence, judged on the node
+// lifecycle controller's own times, whatever its clock says against this
+// process's.
+func TestNodeFencedAcrossClocks(t *testing.T) {
+	// This process confirmed the node off at noon by its clock.
+	confirmed := metav1.NewTime(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	node := func(status v1.ConditionStatus, transition time.Duration) *v1.Node {
+		return &v1.Node{Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: status,
+			LastTransitionTime: metav1.NewTime(confirmed.Add(transition))}}}}
+	}
+	record := func(notReadySince *metav1.Time) *fencingv1alpha1.FencingRequest {
+		r := fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced)
+		r.Status.NodeFence = &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendPower, ConfirmedTime: &confirmed, NotReadySince: notReadySince}
+		return r
+	}
+	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(confirmed.Add(d)); return &t }
+	for _, tc := range []struct {
+		name   string
+		fr     *fencingv1alpha1.FencingRequest
+		node   *v1.Node
+		fenced bool
+	}{
+		{"same episode, controller clocks agree", record(at(-time.Minute)), node(v1.ConditionUnknown, -time.Minute), true},
+		{"same episode, the node lifecycle controller's clock an hour ahead", record(at(time.Hour)), node(v1.ConditionUnknown, time.Hour), true},
+		{"Ready since, then down again, its clock an hour behind", record(at(-time.Hour)), node(v1.ConditionUnknown, -time.Hour+time.Minute), false},
+		{"Ready now", record(at(-time.Minute)), node(v1.ConditionTrue, time.Minute), false},
+	} {
+		if got := NodeFenced(tc.fr, tc.node); got != tc.fenced {
+			t.Errorf("%s: NodeFenced = %v, want %v", tc.name, got, tc.fenced)
+		}
+	}
 }

@@ -62,6 +62,7 @@ func (in *NodeFence) DeepCopyInto(out *NodeFence) {
 	*out = *in
 	out.StartedTime = in.StartedTime.DeepCopy()
 	out.ConfirmedTime = in.ConfirmedTime.DeepCopy()
+	out.NotReadySince = in.NotReadySince.DeepCopy()
 }
 
 // DeepCopyInto copies in into out.

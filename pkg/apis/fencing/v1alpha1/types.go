@@ -159,6 +159,12 @@ type NodeFence struct {
 	// while not confirmed. A node confirmed off stays fenced only while it
 	// has not been Ready since.
 	ConfirmedTime *metav1.Time `json:"confirmedTime,omitempty"`
+	// NotReadySince is the node's Ready condition's lastTransitionTime, as
+	// the node lifecycle controller wrote it, read just before the fence:
+	// a confirmation holds only while that condition has not changed since
+	// (the node has not been Ready in between). An equality of one clock's
+	// times, never a comparison of the controller's clock with this one's.
+	NotReadySince *metav1.Time `json:"notReadySince,omitempty"`
 	// Error is the last failure (redacted: no credential), if not confirmed.
 	Error string `json:"error,omitempty"`
 	// Output is the last agent runs' output, redacted and truncated.
