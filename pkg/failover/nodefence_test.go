@@ -22,6 +22,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 	"github.com/csi-fence/fence-attacher/pkg/powerfence"
 )
@@ -131,9 +132,8 @@ func TestPowerFenceEscalation(t *testing.T) {
 				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: v1.NamespaceNodeLease},
 					Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now())), LeaseDurationSeconds: ptr.To[int32](40)}})
 			}
-			if tc.alive || tc.aliveLater {
-				objs[0].(*v1.Node).Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute))
-			}
+			// As the node lifecycle controller sets it (kept by the record).
+			objs[0].(*v1.Node).Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
 			power := &fakePower{configured: tc.configured, err: tc.powerErr, confirmed: !tc.unconfirmed}
 			e := powerEnv(t, objs, tc.canFence, tc.backends, power)
 			if tc.aliveLater {
