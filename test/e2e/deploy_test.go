@@ -68,6 +68,9 @@ func TestDeployExample(t *testing.T) {
 			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
 			{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
 			{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
+			// The kubelets' heartbeats, watched and read live (pkg/nodehealth).
+			{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"},
+			{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"},
 		},
 		"node": {
 			{Verb: "watch", Group: "fencing.csi-fence.io", Resource: "fencingrequests"},
