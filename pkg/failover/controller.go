@@ -119,6 +119,8 @@ type Controller struct {
 	// eligible remembers when each pod was first seen eligible, for the
 	// failover duration metric; shared by the workers.
 	eligible eligibleSince
+	// notices: what was said of pods that will not fail over.
+	notices notices
 }
 
 // eligibleSince is when each pod (by UID) was first seen eligible for
@@ -236,6 +238,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 			}
 			if p, ok := o.(*v1.Pod); ok {
 				c.eligible.forget(p)
+				c.notices.forget(p.UID)
 			}
 		},
 	}); err != nil {
@@ -552,7 +555,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		// seen unreachable, required once it stays so. A kubelet that
 		// reports its node not Ready itself (a node registering, a
 		// runtime down) is alive: nothing to fence, nothing to signal.
-		if unreachable(node) {
+		if nodehealth.Unreachable(node) {
 			// With volumes fenced on it, the node's signals are derived
 			// from the record here too: the pass that force-deleted the
 			// last pod may have ended before it set them.
@@ -671,11 +674,11 @@ func (c *Controller) candidates(ctx context.Context, node *v1.Node, pods []*v1.P
 			continue
 		}
 		if err != nil {
-			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", err)
+			c.blocked(ctx, node, p, err.Error())
 			continue
 		}
 		if ok, why := podgc.SafeDetach(p, vols, c.failsOver(node), func(podgc.Volume) bool { return true }); !ok {
-			logger.V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
+			c.blocked(ctx, node, p, why)
 			continue
 		}
 		var nsLabels map[string]string
@@ -693,15 +696,43 @@ func (c *Controller) candidates(ctx context.Context, node *v1.Node, pods []*v1.P
 	return out, staying
 }
 
-// unreachable reports whether the node's Ready condition is Unknown: the
-// node lifecycle controller's verdict that the kubelet stopped reporting.
-func unreachable(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionUnknown
-		}
+// blocked says, once per pod and reason, why a Terminating pod on an
+// unreachable node will not be moved by storage fencing: an Event on the
+// pod (FailoverBlocked), so that its owner sees why it stays Terminating
+// (unless a power fence or an admin's out-of-service taint moves it).
+func (c *Controller) blocked(ctx context.Context, node *v1.Node, p *v1.Pod, why string) {
+	klog.FromContext(ctx).V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
+	if !nodehealth.Unreachable(node) || !c.notices.first(p.UID, why) {
+		return
 	}
-	return true // never reported
+	c.recorder.Eventf(p, v1.EventTypeWarning, "FailoverBlocked", "Pod %s on unreachable node %s is not failed over by storage fencing: %s", p.Name, node.Name, why)
+}
+
+// notices remembers the last reason said of each pod (by UID), so that a
+// pass over a node says it once, not at every sync; forgotten with the pod.
+type notices struct {
+	mu   sync.Mutex
+	last map[types.UID]string
+}
+
+// first records why for uid and reports whether it is news.
+func (n *notices) first(uid types.UID, why string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.last == nil {
+		n.last = map[types.UID]string{}
+	}
+	if n.last[uid] == why {
+		return false
+	}
+	n.last[uid] = why
+	return true
+}
+
+func (n *notices) forget(uid types.UID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.last, uid)
 }
 
 // candidate is a Terminating pod that fails over once its volumes are fenced.

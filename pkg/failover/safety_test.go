@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -877,6 +878,15 @@ func TestFencingCompleteCoversStorageWithoutAttachment(t *testing.T) {
 			if !found {
 				t.Errorf("FencingRequired does not say why the node is not fenced as a whole: %+v", n.Status.Conditions)
 			}
+			said := 0
+			for ev := range drain(e.c.recorder.(*record.FakeRecorder).Events) {
+				if strings.Contains(ev, "FailoverBlocked") && strings.Contains(ev, "web-0") {
+					said++
+				}
+			}
+			if said != 1 {
+				t.Errorf("pod web-0 stays Terminating without one FailoverBlocked Event saying why (%d)", said)
+			}
 			e.restart(t)
 			_ = e.sync(t)
 			if e.steps.index("delete web-0") >= 0 {
@@ -960,6 +970,20 @@ func TestAdmissionStale(t *testing.T) {
 	} {
 		if got := AdmissionStale(tc.node, tc.fr); got != tc.stale {
 			t.Errorf("%s: AdmissionStale = %v, want %v", tc.name, got, tc.stale)
+		}
+	}
+}
+
+// drain returns what the channel holds now, closed.
+func drain(c chan string) chan string {
+	out := make(chan string, len(c))
+	for {
+		select {
+		case s := <-c:
+			out <- s
+		default:
+			close(out)
+			return out
 		}
 	}
 }
