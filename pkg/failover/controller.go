@@ -480,7 +480,6 @@ func (c *Controller) worker(ctx context.Context) {
 // owner of node-level state; every driver's controller fences its own
 // driver's attachments once the owner has quarantined the node.
 func (c *Controller) sync(ctx context.Context, nodeName string) error {
-	logger := klog.FromContext(ctx)
 	owner := c.owner.IsOwner()
 	fr, err := c.frs.Get(nodeName)
 	if err != nil {
@@ -501,6 +500,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	if err != nil {
 		return err
 	}
+	// A node that is back is released once clean.
 	if ready && !manual {
 		if !owner {
 			return nil
@@ -518,124 +518,54 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		return err
 	}
 	if !ready && owner {
-		// KEP-2268's out-of-service taint and the Node Fencing KEP's
-		// FencingComplete, whoever set them.
-		for _, p := range pods {
-			switch {
-			case podgc.OutOfService(p, node):
-				c.forceDelete(ctx, p, podgc.ReasonOutOfService)
-			case podgc.FencingComplete(p, node):
-				c.forceDelete(ctx, p, podgc.ReasonFencingComplete)
-			}
-		}
+		c.honourSignals(ctx, node, pods)
 	}
-	if !ready && IsControlPlane(node) && !manual {
+	if !manual && c.notAutomatically(ctx, node, ready, owner) {
 		return nil
 	}
-	if why := Maintenance(node); why != "" && !manual {
-		// Someone is working on the node: nothing is fenced or signalled
-		// automatically (an admin's FencingRequest still fences it).
-		logger.V(2).Info("Not fencing: the node is under maintenance", "why", why)
-		if owner && !ready {
-			c.recorder.Eventf(node, v1.EventTypeNormal, "FencingSkipped", "Not fencing node %s automatically: %s", node.Name, why)
-		}
-		return nil
-	}
+	// Triage: the pods that fail over once their storage is fenced. With
+	// none, and nothing left unsettled in the record, the node is only
+	// signalled.
 	candidates, staying := c.candidates(ctx, node, pods)
-	ours := slices.ContainsFunc(candidates, func(cand candidate) bool {
-		return slices.ContainsFunc(cand.vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName })
-	})
-	// A record not settled yet (a fence intended, a restart since) is
-	// finished whatever the pods do now.
 	if len(candidates) == 0 && !manual && !unsettled(fr, "") {
 		if ready || !owner {
 			return nil
 		}
-		// The Node Fencing KEP's timeline: triaged as soon as the node is
-		// seen unreachable, required once it stays so. A kubelet that
-		// reports its node not Ready itself (a node registering, a
-		// runtime down) is alive: nothing to fence, nothing to signal.
-		if nodehealth.Unreachable(node) {
-			// With volumes fenced on it, the node's signals are derived
-			// from the record here too: the pass that force-deleted the
-			// last pod may have ended before it set them.
-			signal := c.triage
-			if fencerecord.Pending(fr) || fencerecord.NodeFenced(fr, node) {
-				signal = func(ctx context.Context, node *v1.Node) error { return c.signalFencing(ctx, node, fr) }
-			}
-			if err := signal(ctx, node); err != nil {
-				return err
-			}
-			if fencerecord.NodeFenced(fr, node) {
-				// Confirmed off in a pass that ended before its taint.
-				if err := c.addOutOfServiceTaint(ctx, node); err != nil {
-					return err
-				}
-			}
-		}
-		return c.releaseVolumesInUse(ctx, node.Name, fr)
+		return c.signalIdle(ctx, node, fr)
 	}
 	var aliveChecked time.Time
 	if !manual {
 		// Fencing a node nobody asked for needs it down by a live read,
 		// not by the cache (S4).
 		if err := c.down(ctx, nodeName); err != nil {
-			logger.V(2).Info("Not fencing: the node is alive", "why", err)
+			klog.FromContext(ctx).V(2).Info("Not fencing: the node is alive", "why", err)
 			return nil
 		}
 		aliveChecked = time.Now()
 	}
+	// 1. Admission by the storm guard, then quarantine (the owner).
 	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
 	if owner {
-		if err := c.admit(ctx, node); err != nil {
-			return err
-		}
-		// 1. Quarantine first.
-		if err := c.addQuarantineTaint(ctx, node); err != nil {
+		if err := c.quarantine(ctx, node); err != nil {
 			return err
 		}
 		quarantined = true
 	}
-	// 2. Fence every attachment of our driver on the node but those of
-	//    pods that stay, write-ahead, once the node is quarantined (by
-	//    whichever controller owns it).
-	var fenceErr error
-	if quarantined && (ours || manual || unsettled(fr, c.opts.DriverName)) && c.backendEnabled(fencingv1alpha1.BackendStorage) && !fencerecord.NodeFenced(fr, node) {
-		if !c.opts.CanFence {
-			logger.V(2).Info("Not fencing: the driver does not advertise UNPUBLISH_FENCE")
-		} else {
-			fr, fenceErr = c.fenceNode(ctx, node, fr, staying, manual, aliveChecked)
-		}
-	}
+	// 2. Fence this driver's attachments, write-ahead (every driver).
+	fr, fenceErr := c.fenceStorage(ctx, node, fr, candidates, staying, manual, quarantined, aliveChecked)
 	if !owner {
 		return fenceErr
 	}
 	if !ready {
-		// 2b. A node that storage fencing cannot free is fenced as a
-		//     whole by the next backend (nodefence.go).
+		// 3. A node that storage fencing cannot free is fenced as a
+		//    whole by the next backend (nodefence.go).
 		var err error
 		if fr, err = c.fenceNodeLevel(ctx, node, fr, candidates); err != nil {
 			fenceErr = errors.Join(fenceErr, err)
 		}
-	}
-	// 3. The pod GC: each pod whose every volume is confirmed fenced (or
-	//    whose node is confirmed off) goes, if the node is still down by a
-	//    live read (S3). A manual request on a Ready node fences storage and
-	//    deletes nothing.
-	if !ready {
-		nodeOff := c.nodeFencedLive(ctx, node, fr)
-		for _, cand := range candidates {
-			if ok, why := podgc.SafeDetach(cand.pod, cand.vols, c.failsOver(node), func(v podgc.Volume) bool {
-				return nodeOff || fencerecord.IsFenced(fr, v.Driver, v.VolumeHandle)
-			}); !ok {
-				logger.V(2).Info("Pod waits", "pod", klog.KObj(cand.pod), "why", why)
-				continue
-			}
-			if c.forceDelete(ctx, cand.pod, podgc.ReasonSafeDetach) {
-				c.eligible.deleted(cand.pod)
-			}
-		}
-		// 4. Let the attach/detach controller detach the fenced volumes now.
+		// 4. The pod GC: the pods whose storage is fenced go.
+		c.deleteFenced(ctx, node, fr, candidates)
+		// 5. Let the attach/detach controller detach the fenced volumes now.
 		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
 			return err
 		}
@@ -645,16 +575,123 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		// live for each pod already). A node that is alive gets no
 		// fencing signal; its next pass releases it.
 		if err := c.down(ctx, nodeName); err != nil {
-			logger.V(2).Info("The node came back during the fence", "why", err)
+			klog.FromContext(ctx).V(2).Info("The node came back during the fence", "why", err)
 			return fenceErr
 		}
 	}
-	// 5. The Node Fencing KEP's signals, off the failover's critical path:
+	// 6. The Node Fencing KEP's signals, off the failover's critical path:
 	//    FencingRequired, and FencingComplete once the whole node is.
 	if err := c.signalFencing(ctx, node, fr); err != nil {
 		return err
 	}
 	return fenceErr
+}
+
+// honourSignals force-deletes the pods that others' signals free: KEP-2268's
+// out-of-service taint and the Node Fencing KEP's FencingComplete, whoever
+// set them (each delete guarded by a live read, S3).
+func (c *Controller) honourSignals(ctx context.Context, node *v1.Node, pods []*v1.Pod) {
+	for _, p := range pods {
+		switch {
+		case podgc.OutOfService(p, node):
+			c.forceDelete(ctx, p, podgc.ReasonOutOfService)
+		case podgc.FencingComplete(p, node):
+			c.forceDelete(ctx, p, podgc.ReasonFencingComplete)
+		}
+	}
+}
+
+// notAutomatically reports whether a node must not be fenced or signalled
+// unless an admin asks: a control-plane node, or one under maintenance.
+func (c *Controller) notAutomatically(ctx context.Context, node *v1.Node, ready, owner bool) bool {
+	if !ready && IsControlPlane(node) {
+		return true
+	}
+	why := Maintenance(node)
+	if why == "" {
+		return false
+	}
+	// Someone is working on the node: nothing is fenced or signalled
+	// automatically (an admin's FencingRequest still fences it).
+	klog.FromContext(ctx).V(2).Info("Not fencing: the node is under maintenance", "why", why)
+	if owner && !ready {
+		c.recorder.Eventf(node, v1.EventTypeNormal, "FencingSkipped", "Not fencing node %s automatically: %s", node.Name, why)
+	}
+	return true
+}
+
+// signalIdle is the owner's pass over a node that is not Ready with nothing
+// to fail over now. The Node Fencing KEP's timeline: triaged as soon as the
+// node is seen unreachable, required once it stays so; a kubelet that
+// reports its node not Ready itself (a node registering, a runtime down) is
+// alive: nothing to fence, nothing to signal.
+func (c *Controller) signalIdle(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
+	if nodehealth.Unreachable(node) {
+		// With volumes fenced on it, the node's signals are derived from
+		// the record here too: the pass that force-deleted the last pod
+		// may have ended before it set them.
+		signal := c.triage
+		if fencerecord.Pending(fr) || fencerecord.NodeFenced(fr, node) {
+			signal = func(ctx context.Context, node *v1.Node) error { return c.signalFencing(ctx, node, fr) }
+		}
+		if err := signal(ctx, node); err != nil {
+			return err
+		}
+		if fencerecord.NodeFenced(fr, node) {
+			// Confirmed off in a pass that ended before its taint.
+			if err := c.addOutOfServiceTaint(ctx, node); err != nil {
+				return err
+			}
+		}
+	}
+	return c.releaseVolumesInUse(ctx, node.Name, fr)
+}
+
+// quarantine admits the node through the storm guard (S5), then adds the
+// quarantine taint: before any fence, so that nothing new is scheduled
+// there while its volumes may be fenced.
+func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
+	if err := c.admit(ctx, node); err != nil {
+		return err
+	}
+	return c.addQuarantineTaint(ctx, node)
+}
+
+// fenceStorage fences every attachment of this driver on the node but those
+// of pods that stay, write-ahead, once the node is quarantined (by whichever
+// controller owns it): when a candidate uses this driver, an admin asked,
+// or a fence of this driver is unsettled in the record. It returns the
+// record read back.
+func (c *Controller) fenceStorage(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate, staying map[string]bool, manual, quarantined bool, aliveChecked time.Time) (*fencingv1alpha1.FencingRequest, error) {
+	ours := slices.ContainsFunc(candidates, func(cand candidate) bool {
+		return slices.ContainsFunc(cand.vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName })
+	})
+	if !quarantined || !(ours || manual || unsettled(fr, c.opts.DriverName)) || !c.backendEnabled(fencingv1alpha1.BackendStorage) || fencerecord.NodeFenced(fr, node) {
+		return fr, nil
+	}
+	if !c.opts.CanFence {
+		klog.FromContext(ctx).V(2).Info("Not fencing: the driver does not advertise UNPUBLISH_FENCE")
+		return fr, nil
+	}
+	return c.fenceNode(ctx, node, fr, staying, manual, aliveChecked)
+}
+
+// deleteFenced is the pod GC's SafeDetach rule: each candidate whose every
+// volume is confirmed fenced (or whose node is confirmed off) goes, if the
+// node is still down by a live read (S3, in the guarded delete).
+func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate) {
+	nodeOff := c.nodeFencedLive(ctx, node, fr)
+	for _, cand := range candidates {
+		if ok, why := podgc.SafeDetach(cand.pod, cand.vols, c.failsOver(node), func(v podgc.Volume) bool {
+			return nodeOff || fencerecord.IsFenced(fr, v.Driver, v.VolumeHandle)
+		}); !ok {
+			klog.FromContext(ctx).V(2).Info("Pod waits", "pod", klog.KObj(cand.pod), "why", why)
+			continue
+		}
+		if c.forceDelete(ctx, cand.pod, podgc.ReasonSafeDetach) {
+			c.eligible.deleted(cand.pod)
+		}
+	}
 }
 
 // candidates returns the Terminating pods that fail over once their volumes
