@@ -487,6 +487,12 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 	}
 	node, err := c.nodes.Get(nodeName)
 	if apierrors.IsNotFound(err) {
+		if c.opts.SafeDetach {
+			// Every driver lets go of its own attachments.
+			if fr, err = c.releaseAttachmentsOfGoneNode(ctx, nodeName, fr); err != nil {
+				return err
+			}
+		}
 		if !owner {
 			return nil
 		}
@@ -808,32 +814,6 @@ func (c *Controller) manualRequest(ctx context.Context, nodeName string, fr *fen
 		return false, err
 	}
 	return live.ManualActive(), nil
-}
-
-// nodeGone handles a deleted Node. Its record stays while anything in it is
-// not cleaned (a re-registered node resumes the cleanup, S6); a record with
-// nothing pending has no more use and goes.
-func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
-	if fr == nil {
-		return nil
-	}
-	if fencerecord.Pending(fr) {
-		klog.FromContext(ctx).V(2).Info("Node deleted; keeping its FencingRequest until its fenced volumes are cleaned up")
-		return nil
-	}
-	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, nodeName); err != nil {
-		return err
-	}
-	if err := c.guard.release(ctx, nodeName); err != nil {
-		return err
-	}
-	if fr.Spec.Origin != fencingv1alpha1.OriginAutomatic {
-		return nil // an admin's request is the admin's to delete
-	}
-	if err := c.frClient.Delete(ctx, nodeName); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	return nil
 }
 
 func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {

@@ -69,8 +69,8 @@ func TestAccessFrom(t *testing.T) {
 		// CheckAccess asks in --storm-guard-namespace, kube-system by
 		// default: the failover's Leases are granted there.
 		{name: "deploy/'s RBAC in the default storm-guard namespace", rules: rulesIn(t, ourRBAC, DefaultStormGuardNamespace), recordServed: true, want: FullAccess},
-		{name: "deploy/'s RBAC in the sidecar's namespace: its leader election only, no failover", rules: rulesIn(t, ourRBAC, "default"), recordServed: true,
-			want: Access{Nodes: true, Record: true, Events: true}, wantMissing: []string{"list leases.coordination.k8s.io", "watch leases.coordination.k8s.io"}},
+		{name: "deploy/'s RBAC in a namespace without its Roles: no failover", rules: rulesIn(t, ourRBAC, "elsewhere"), recordServed: true,
+			want: Access{Nodes: true, Record: true, Events: true}, wantMissing: []string{"create leases.coordination.k8s.io", "update leases.coordination.k8s.io"}},
 		{name: "deploy/'s RBAC without the CRD: no record, no failover", rules: rulesOf(t, ourRBAC), want: Access{Nodes: true, Events: true}},
 		{name: "external-attacher's stock RBAC: nothing of the fence", rules: rulesOf(t, stockRBAC), recordServed: true,
 			wantMissing: []string{"get nodes", "list nodes", "watch nodes", "create fencingrequests.fencing.csi-fence.io",

@@ -210,3 +210,62 @@ func failWithSlowFence(ctx context.Context, t *testing.T, prefix string, latency
 	}
 	return env, victim, vol
 }
+
+// Issue 19 hole 8, the classic manual failover on the real control plane:
+// the node dies and an operator deletes its Node at once (`kubectl delete
+// node`), before anything else happens. Kubernetes' pod GC deletes the
+// orphaned pod and the StatefulSet replaces it elsewhere; left alone, the
+// attach/detach controller would keep the volume counted as mounted on the
+// deleted node for 6 minutes (no Node to clear volumesInUse from). The
+// product fences the attachment (recorded) and, once no pod uses it there,
+// deletes it: the volume attaches elsewhere well within those 6 minutes (the
+// deadline below is shorter), with no violation on the array.
+func TestDeletedDeadNodeFailsOver(t *testing.T) {
+	ctx := context.Background()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "dn", 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := env.Volumes[0]
+	if err := env.PowerOff(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %s powered off and deleted", victim)
+	// The pod GC's orphan quarantine (40 s), the attach/detach controller's
+	// sync of its actual state (1 min), the attach: far less than its
+	// 6-minute wait for a volume it counts as mounted.
+	on, err := env.WaitAttached(ctx, 0, victim, 4*time.Minute)
+	if err != nil {
+		t.Fatalf("the volume of the deleted node did not attach elsewhere before the attach/detach controller's 6-minute wait: %v", err)
+	}
+	t.Logf("%s attached on %s", vol, on)
+	fr, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, victim)
+	if err != nil || !fencerecord.IsFenced(fr, framework.DriverName, vol) {
+		t.Errorf("the fence of %s on the deleted node %s is not recorded: %v, %v", vol, victim, fr, err)
+	}
+	expectNoViolations(t)
+
+	// The machine registers again: its agent cleans the volume, the record goes.
+	if err := cluster.CreateNode(ctx, victim, framework.DriverName); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := env.PowerOn(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 120*time.Second, "the re-registered node's agent cleaning "+vol+", then the record gone", func(ctx context.Context) (bool, error) {
+		_, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, victim)
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitTaint(ctx, victim, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule, false, 60*time.Second); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,127 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+)
+
+// A deleted Node (`kubectl delete node` on a dead node, the classic manual
+// failover, or a cloud's node controller) has no status to patch: the
+// attach/detach controller keeps each volume that its last status listed in
+// use counted as mounted there, and detaches it, and so lets a ReadWriteOnce
+// volume attach elsewhere, only after its 6-minute wait. It forgets an
+// attachment sooner only when its periodic sync of the actual state
+// (--attach-detach-reconcile-sync-period, 1 minute by default) finds the
+// VolumeAttachment gone. So, once a volume's attachment to a Node that is
+// gone is fenced (recorded, S8) and no pod on that node uses it any more,
+// its VolumeAttachment is deleted: the attacher then completes the detach
+// (as a fence), and the volume moves within that minute. The record keeps
+// the fence until the node, if it ever registers again, has cleaned it
+// (S2, S6).
+
+// releaseAttachmentsOfGoneNode fences this driver's attachments to a Node
+// that is gone, once it is down by a live read (its heartbeat Lease gone or
+// silent: a kubelet that still renews it is alive, S4), and deletes those
+// that are fenced and no pod on the node uses any more. It returns the
+// record read back.
+func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) (*fencingv1alpha1.FencingRequest, error) {
+	logger := klog.FromContext(ctx)
+	vas, err := c.vasOn(nodeName)
+	if err != nil {
+		return fr, err
+	}
+	ours := false
+	for _, va := range vas {
+		ours = ours || va.Spec.Attacher == c.opts.DriverName
+	}
+	if !ours || !c.opts.CanFence || !c.backendEnabled(fencingv1alpha1.BackendStorage) {
+		return fr, nil
+	}
+	if err := c.down(ctx, nodeName); err != nil {
+		logger.V(2).Info("Node deleted, but not fencing its attachments: its kubelet is alive", "why", err)
+		return fr, nil
+	}
+	// The Node is gone: Events name it all the same. No quarantine taint
+	// (no Node to carry it): the record keeps publishes off it (S2).
+	gone := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
+	fr, fenceErr := c.fenceNode(ctx, gone, fr, nil, false, time.Now())
+	pods, err := c.podsOn(nodeName)
+	if err != nil {
+		return fr, errors.Join(fenceErr, err)
+	}
+	used := map[string]bool{}
+	for _, p := range pods {
+		for _, vol := range p.Spec.Volumes {
+			claim := ""
+			switch {
+			case vol.PersistentVolumeClaim != nil:
+				claim = vol.PersistentVolumeClaim.ClaimName
+			case vol.Ephemeral != nil:
+				claim = p.Name + "-" + vol.Name
+			default:
+				continue
+			}
+			if pv, err := c.pvOf(p.Namespace, claim); err == nil {
+				used[pv.Name] = true
+			}
+		}
+	}
+	for _, va := range vas {
+		pv := va.Spec.Source.PersistentVolumeName
+		if va.Spec.Attacher != c.opts.DriverName || pv == nil || used[*pv] || va.DeletionTimestamp != nil {
+			// A pod still there keeps the attach/detach controller wanting
+			// it: it would only create the attachment again.
+			continue
+		}
+		driver, handle := c.pvHandle(*pv)
+		if driver == "" || !fencerecord.IsFenced(fr, driver, handle) {
+			continue
+		}
+		uid := va.UID
+		err := c.client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			fenceErr = errors.Join(fenceErr, fmt.Errorf("deleting VolumeAttachment %s of deleted node %s: %w", va.Name, nodeName, err))
+			continue
+		}
+		logger.V(2).Info("Released the fenced attachment of a deleted node", "VolumeAttachment", va.Name, "volume", handle)
+		c.recorder.Eventf(va, v1.EventTypeNormal, "AttachmentReleased",
+			"Node %s is deleted and volume %s is fenced from it: VolumeAttachment deleted so that the volume may attach elsewhere at once", nodeName, handle)
+	}
+	return fr, fenceErr
+}
+
+// nodeGone handles a deleted Node. Its record stays while anything in it is
+// not cleaned (a re-registered node resumes the cleanup, S6); a record with
+// nothing pending has no more use and goes.
+func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
+	if fr == nil {
+		return nil
+	}
+	if fencerecord.Pending(fr) {
+		klog.FromContext(ctx).V(2).Info("Node deleted; keeping its FencingRequest until its fenced volumes are cleaned up")
+		return nil
+	}
+	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, nodeName); err != nil {
+		return err
+	}
+	if err := c.guard.release(ctx, nodeName); err != nil {
+		return err
+	}
+	if fr.Spec.Origin != fencingv1alpha1.OriginAutomatic {
+		return nil // an admin's request is the admin's to delete
+	}
+	if err := c.frClient.Delete(ctx, nodeName); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
