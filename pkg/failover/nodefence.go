@@ -118,7 +118,7 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 			}
 			errs = errors.Join(errs, err)
 		case b == fencingv1alpha1.BackendOutOfService && c.outOfServiceFences(node.Name):
-			if _, ours := node.Annotations[contract.OutOfServiceProvenanceAnnotation]; !ours && podgc.Taint(node, contract.OutOfServiceTaintKey) == nil {
+			if !fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey)) && podgc.Taint(node, contract.OutOfServiceTaintKey) == nil {
 				// The taint lets every pod GC delete the node's pods and the
 				// attach/detach controller detach everything: like a power
 				// off, only on a node down by a live read now, not as it was
@@ -281,18 +281,26 @@ func lastLine(s string) string {
 }
 
 // addOutOfServiceTaint adds KEP-2268's out-of-service taint to a node
-// confirmed fenced as a whole, with the provenance annotation in the same
-// patch, so that release removes it and only it. A taint someone else
-// added is left as it is, and never marked as this system's.
+// confirmed fenced as a whole. Whose taint it is lives in the record,
+// written first (its timeAdded, fencerecord.RecordOutOfServiceTaint), so
+// that release removes it and only it; the annotation in the same patch
+// only tells a person. A taint someone else added is left as it is, and
+// never taken for this system's.
 func (c *Controller) addOutOfServiceTaint(ctx context.Context, node *v1.Node) error {
+	if podgc.Taint(node, contract.OutOfServiceTaintKey) != nil {
+		return nil
+	}
+	timeAdded, err := fencerecord.RecordOutOfServiceTaint(ctx, c.frClient, node.Name)
+	if err != nil {
+		return fmt.Errorf("recording the out-of-service taint: %w", err)
+	}
 	added := false
-	err := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
+	err = c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
 		if podgc.Taint(n, contract.OutOfServiceTaintKey) != nil {
 			return false
 		}
-		now := metav1.Now()
 		n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: contract.OutOfServiceTaintKey, Value: contract.OutOfServiceTaintValue,
-			Effect: v1.TaintEffectNoExecute, TimeAdded: &now})
+			Effect: v1.TaintEffectNoExecute, TimeAdded: &timeAdded})
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
@@ -312,13 +320,18 @@ func (c *Controller) addOutOfServiceTaint(ctx context.Context, node *v1.Node) er
 }
 
 // withoutOwnOutOfServiceTaint removes from n the out-of-service taint that
-// this system added (the provenance annotation says so) and the annotation;
-// a taint without it is someone else's and stays.
-func withoutOwnOutOfServiceTaint(n *v1.Node) bool {
-	if _, ours := n.Annotations[contract.OutOfServiceProvenanceAnnotation]; !ours {
-		return false
+// this system added for the fence fr records (its timeAdded), and the
+// annotation that tells a person so. Any other out-of-service taint is
+// someone else's and stays, whatever annotation the Node carries.
+func withoutOwnOutOfServiceTaint(n *v1.Node, fr *fencingv1alpha1.FencingRequest) bool {
+	changed := false
+	if _, ok := n.Annotations[contract.OutOfServiceProvenanceAnnotation]; ok {
+		delete(n.Annotations, contract.OutOfServiceProvenanceAnnotation)
+		changed = true
 	}
-	delete(n.Annotations, contract.OutOfServiceProvenanceAnnotation)
-	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == contract.OutOfServiceTaintKey })
-	return true
+	if fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(n, contract.OutOfServiceTaintKey)) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == contract.OutOfServiceTaintKey })
+		changed = true
+	}
+	return changed
 }

@@ -172,6 +172,9 @@ func TestPowerFenceEscalation(t *testing.T) {
 				if !tc.wantOOS && nf.Error == "" {
 					t.Errorf("failed power fence without its error in the record: %+v", nf)
 				}
+				if tc.wantOOS && !fencerecord.OwnOutOfServiceTaint(e.record(t), podgc.Taint(n, contract.OutOfServiceTaintKey)) {
+					t.Errorf("the record does not say the out-of-service taint is this system's: %+v, taint %+v", nf, podgc.Taint(n, contract.OutOfServiceTaintKey))
+				}
 				if tc.wantOOS && (nf.NotReadySince == nil || !nf.NotReadySince.Equal(fencerecord.ReadyTransition(n))) {
 					t.Errorf("confirmed power fence records notReadySince %v, want the node's Ready transition %v", nf.NotReadySince, fencerecord.ReadyTransition(n))
 				}
@@ -285,22 +288,27 @@ func killWrites(e *env) {
 // node is not back.
 func TestOutOfServiceTaintRemovedOnlyIfOurs(t *testing.T) {
 	tests := []struct {
-		name      string
-		ours      bool
-		ready     v1.ConditionStatus
-		wantTaint bool
+		name string
+		// ours: the record holds the taint's timeAdded; annotated: the
+		// Node carries the provenance annotation (which its own kubelet
+		// may write).
+		ours, annotated bool
+		ready           v1.ConditionStatus
+		wantTaint       bool
 	}{
-		{name: "ours, node back", ours: true, ready: v1.ConditionTrue, wantTaint: false},
-		{name: "an admin's, node back", ours: false, ready: v1.ConditionTrue, wantTaint: true},
-		{name: "ours, node still down", ours: true, ready: v1.ConditionUnknown, wantTaint: true},
+		{name: "ours, node back", ours: true, annotated: true, ready: v1.ConditionTrue, wantTaint: false},
+		{name: "an admin's, node back", ready: v1.ConditionTrue, wantTaint: true},
+		{name: "an admin's, annotated by the node itself, node back", annotated: true, ready: v1.ConditionTrue, wantTaint: true},
+		{name: "ours, node still down", ours: true, annotated: true, ready: v1.ConditionUnknown, wantTaint: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := objects(tc.ready, false)
 			n := objs[0].(*v1.Node)
-			n.Spec.Taints = []v1.Taint{{Key: contract.OutOfServiceTaintKey, Value: contract.OutOfServiceTaintValue, Effect: v1.TaintEffectNoExecute},
+			taintAdded := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+			n.Spec.Taints = []v1.Taint{{Key: contract.OutOfServiceTaintKey, Value: contract.OutOfServiceTaintValue, Effect: v1.TaintEffectNoExecute, TimeAdded: &taintAdded},
 				{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
-			if tc.ours {
+			if tc.annotated {
 				n.Annotations = map[string]string{contract.OutOfServiceProvenanceAnnotation: driver}
 			}
 			e := powerEnv(t, objs, false, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower}, &fakePower{configured: true, confirmed: true})
@@ -308,6 +316,9 @@ func TestOutOfServiceTaintRemovedOnlyIfOurs(t *testing.T) {
 			confirmed := metav1.NewTime(time.Now().Add(-time.Minute))
 			fr := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
 				Status: fencingv1alpha1.FencingRequestStatus{Phase: fencingv1alpha1.PhaseFenced, NodeFence: &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendPower, StartedTime: &confirmed, ConfirmedTime: &confirmed}}}
+			if tc.ours {
+				fr.Status.NodeFence.OutOfServiceTaintAdded = &taintAdded
+			}
 			if _, err := e.fr.Create(context.Background(), fr); err != nil {
 				t.Fatal(err)
 			}

@@ -463,7 +463,8 @@ func fencedUnique(fr *fencingv1alpha1.FencingRequest, unique string) bool {
 func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
 	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
 	active := fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
-	_, ownOutOfService := node.Annotations[contract.OutOfServiceProvenanceAnnotation]
+	_, annotated := node.Annotations[contract.OutOfServiceProvenanceAnnotation]
+	ownOutOfService := annotated || fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey))
 	if !quarantined && !active && !fencerecord.Pending(fr) && !hasFencingCondition(node) && !ownOutOfService &&
 		podgc.Taint(node, contract.FencingTriagedTaintKey) == nil && podgc.Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
@@ -485,11 +486,10 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		klog.FromContext(ctx).V(2).Info("Node stays quarantined", "why", why)
 		return c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{contract.ConditionFencingRequired: v1.ConditionTrue}, "AwaitingCleanup", why)
 	}
-	// The out-of-service taint goes only if this system added it (its
-	// provenance annotation): a taint an admin or another fencer added is
-	// theirs.
+	// The out-of-service taint goes only if this system added it (the
+	// record says so): a taint an admin or another fencer added is theirs.
 	if err := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
-		changed := withoutOwnOutOfServiceTaint(n)
+		changed := withoutOwnOutOfServiceTaint(n, fr)
 		var kept []v1.Taint
 		for _, t := range n.Spec.Taints {
 			if t.Key == contract.QuarantineTaintKey || t.Key == contract.FencingTriagedTaintKey || t.Key == contract.FencingRequiredTaintKey {

@@ -2,7 +2,9 @@ package fencerecord
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,6 +89,45 @@ func NodeFenced(fr *fencingv1alpha1.FencingRequest, node *v1.Node) bool {
 		return !c.LastTransitionTime.After(nf.ConfirmedTime.Time)
 	}
 	return false
+}
+
+// RecordOutOfServiceTaint records, before the taint is added, that this
+// system adds the out-of-service taint to the node for its current
+// node-level fence, and returns the taint's timeAdded to use: the one
+// recorded already in this fence if any (a pass that crashed, or read a
+// stale cache, before its taint), so that the taint and the record always
+// agree. A node without a node-level fence in its record gets no taint.
+func RecordOutOfServiceTaint(ctx context.Context, c Client, nodeName string) (metav1.Time, error) {
+	var added metav1.Time
+	recorded := false
+	err := updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		nf := fr.Status.NodeFence
+		if nf == nil {
+			return false
+		}
+		recorded = true
+		if nf.OutOfServiceTaintAdded != nil {
+			added = *nf.OutOfServiceTaintAdded
+			return false
+		}
+		// Taint times travel with a precision of seconds.
+		added = metav1.NewTime(now.Truncate(time.Second))
+		nf.OutOfServiceTaintAdded = &added
+		return true
+	})
+	if err == nil && !recorded {
+		err = fmt.Errorf("no node-level fence of node %s is recorded: not adding the out-of-service taint", nodeName)
+	}
+	return added, err
+}
+
+// OwnOutOfServiceTaint reports whether taint is the out-of-service taint
+// this system added to the node for the fence fr records.
+func OwnOutOfServiceTaint(fr *fencingv1alpha1.FencingRequest, taint *v1.Taint) bool {
+	if fr == nil || fr.Status.NodeFence == nil || fr.Status.NodeFence.OutOfServiceTaintAdded == nil || taint == nil || taint.TimeAdded == nil {
+		return false
+	}
+	return taint.TimeAdded.Equal(fr.Status.NodeFence.OutOfServiceTaintAdded)
 }
 
 // ReadyTransition is the node's Ready condition's lastTransitionTime (nil

@@ -63,6 +63,7 @@ func (in *NodeFence) DeepCopyInto(out *NodeFence) {
 	out.StartedTime = in.StartedTime.DeepCopy()
 	out.ConfirmedTime = in.ConfirmedTime.DeepCopy()
 	out.NotReadySince = in.NotReadySince.DeepCopy()
+	out.OutOfServiceTaintAdded = in.OutOfServiceTaintAdded.DeepCopy()
 }
 
 // DeepCopyInto copies in into out.

@@ -159,6 +159,12 @@ type NodeFence struct {
 	// while not confirmed. A node confirmed off stays fenced only while it
 	// has not been Ready since.
 	ConfirmedTime *metav1.Time `json:"confirmedTime,omitempty"`
+	// OutOfServiceTaintAdded is the timeAdded of the out-of-service taint
+	// this system put on the node for this fence, recorded before the
+	// taint: release removes an out-of-service taint only if its timeAdded
+	// is this one. The record, not an annotation on the Node (which its
+	// own kubelet may write), says whose taint it is.
+	OutOfServiceTaintAdded *metav1.Time `json:"outOfServiceTaintAdded,omitempty"`
 	// NotReadySince is the node's Ready condition's lastTransitionTime, as
 	// the node lifecycle controller wrote it, read just before the fence:
 	// a confirmation holds only while that condition has not changed since
