@@ -252,16 +252,17 @@ func TestDeletedDeadNodeFailsOver(t *testing.T) {
 	}
 	expectNoViolations(t)
 
-	// The machine registers again: its agent cleans the volume, the record goes.
+	// The machine registers again: its agent cleans the volume, the request
+	// completes.
 	if err := cluster.CreateNode(ctx, victim, framework.DriverName); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if err := env.PowerOn(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.WaitFor(ctx, 120*time.Second, "the re-registered node's agent cleaning "+vol+", then the record gone", func(ctx context.Context) (bool, error) {
-		_, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, victim)
-		return apierrors.IsNotFound(err), nil
+	if err := framework.WaitFor(ctx, 120*time.Second, "the re-registered node's agent cleaning "+vol+", then the request Complete", func(ctx context.Context) (bool, error) {
+		fr, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, victim)
+		return err == nil && !fencerecord.Pending(fr) && fr.Status.Phase == fencingv1alpha1.PhaseComplete, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
