@@ -987,3 +987,51 @@ func drain(c chan string) chan string {
 		}
 	}
 }
+
+// S6/S8: release decides on the cached record, then completes the request on
+// a live read. A fence recorded in between (another driver's, an admin's)
+// keeps the request open: it is never marked Complete with an entry that is
+// not cleaned.
+func TestReleaseDoesNotCompleteOverANewFence(t *testing.T) {
+	objs := objects(v1.ConditionTrue, false)
+	objs[0].(*v1.Node).Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
+	for i, o := range objs {
+		if va, ok := o.(*storagev1.VolumeAttachment); ok && va.Name == "va1" {
+			objs = append(objs[:i], objs[i+1:]...)
+			break
+		}
+	}
+	e := newEnv(t, objs, true)
+	now := metav1.Now()
+	fr := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
+		Status: fencingv1alpha1.FencingRequestStatus{Phase: fencingv1alpha1.PhaseFenced,
+			Volumes: []fencingv1alpha1.FencedVolume{{Driver: driver, VolumeHandle: "h0", StartedTime: &now, FencedTime: &now, CleanedTime: &now}}}}
+	if _, err := e.fr.Create(context.Background(), fr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fr.UpdateStatus(context.Background(), fr); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	// Another driver records a fence on the node just after this pass read
+	// its cache: the live read of the completion sees it.
+	var once sync.Once
+	e.dyn.PrependReactor("get", "fencingrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() {
+			cur := fr.DeepCopy()
+			cur.Status.Volumes = append(cur.Status.Volumes, fencingv1alpha1.FencedVolume{Driver: otherDriver, VolumeHandle: "h9", StartedTime: &now})
+			u, err := fencingv1alpha1.ToUnstructured(cur)
+			if err == nil {
+				err = e.dyn.Tracker().Update(fencingv1alpha1.Resource, u, "")
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		return false, nil, nil
+	})
+	_ = e.sync(t)
+	if got := e.record(t); got.Status.Phase == fencingv1alpha1.PhaseComplete && fencerecord.Pending(got) {
+		t.Fatalf("request marked Complete with a volume not cleaned: %+v", got.Status)
+	}
+}

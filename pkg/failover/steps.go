@@ -512,6 +512,11 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 			if err != nil {
 				return err
 			}
+			if fencerecord.Pending(cur) {
+				// A fence was recorded since the cache this pass decided
+				// on: the next pass quarantines the node again.
+				return fmt.Errorf("a volume was recorded fenced on node %s meanwhile: its request stays open", node.Name)
+			}
 			now := metav1.Now()
 			cur.Status.Phase = fencingv1alpha1.PhaseComplete
 			cur.Status.CompletionTime = &now
