@@ -158,13 +158,8 @@ func UnattachedStorage(pods []*v1.Pod, pvOf func(namespace, claim string) (*v1.P
 			if podgc.NodeLocal(vol) {
 				continue
 			}
-			claim := ""
-			switch {
-			case vol.PersistentVolumeClaim != nil:
-				claim = vol.PersistentVolumeClaim.ClaimName
-			case vol.Ephemeral != nil:
-				claim = p.Name + "-" + vol.Name
-			default:
+			claim, ok := podgc.ClaimName(p, vol)
+			if !ok {
 				return fmt.Sprintf("pod %s/%s has inline volume %s, which no attachment fence covers", p.Namespace, p.Name, vol.Name)
 			}
 			pv, err := pvOf(p.Namespace, claim)

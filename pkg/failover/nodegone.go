@@ -13,6 +13,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
 // A deleted Node (`kubectl delete node` on a dead node, the classic manual
@@ -62,13 +63,8 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 	used := map[string]bool{}
 	for _, p := range pods {
 		for _, vol := range p.Spec.Volumes {
-			claim := ""
-			switch {
-			case vol.PersistentVolumeClaim != nil:
-				claim = vol.PersistentVolumeClaim.ClaimName
-			case vol.Ephemeral != nil:
-				claim = p.Name + "-" + vol.Name
-			default:
+			claim, ok := podgc.ClaimName(p, vol)
+			if !ok {
 				continue
 			}
 			if pv, err := c.pvOf(p.Namespace, claim); err == nil {

@@ -73,6 +73,19 @@ func NodeLocal(v v1.Volume) bool {
 		s.Projected != nil || s.HostPath != nil || s.Image != nil
 }
 
+// ClaimName returns the name of the claim behind a pod volume: a
+// PersistentVolumeClaim's, or the one generated for an ephemeral volume
+// ("<pod>-<volume>"); ok is false for an inline volume.
+func ClaimName(pod *v1.Pod, vol v1.Volume) (string, bool) {
+	switch {
+	case vol.PersistentVolumeClaim != nil:
+		return vol.PersistentVolumeClaim.ClaimName, true
+	case vol.Ephemeral != nil:
+		return pod.Name + "-" + vol.Name, true
+	}
+	return "", false
+}
+
 // Volumes resolves the pod's volumes that are not node-local. claim maps a
 // claim name (a PVC, or the generated claim of an ephemeral volume) to its
 // CSI volume, or fails. A volume that is neither node-local nor a claim
@@ -84,13 +97,8 @@ func Volumes(pod *v1.Pod, claim func(name string) (*Volume, error)) ([]Volume, e
 		if NodeLocal(vol) {
 			continue
 		}
-		name := ""
-		switch {
-		case vol.PersistentVolumeClaim != nil:
-			name = vol.PersistentVolumeClaim.ClaimName
-		case vol.Ephemeral != nil:
-			name = pod.Name + "-" + vol.Name
-		default:
+		name, ok := ClaimName(pod, vol)
+		if !ok {
 			return nil, fmt.Errorf("volume %s is an inline network volume: it cannot be fenced", vol.Name)
 		}
 		v, err := claim(name)

@@ -66,14 +66,7 @@ func TestControllerKilledMidFence(t *testing.T) {
 // the record go.
 func TestRecordSurvivesDeletions(t *testing.T) {
 	ctx := context.Background()
-	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "nd", 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, victim := setupAttached(ctx, t, "nd")
 	vol := env.Volumes[0]
 	rec := watchTimeline(t, env, victim, vol)
 	if err := env.Failover(ctx, rec, scenario.FailoverOptions{}); err != nil {
@@ -181,13 +174,7 @@ func TestRollingUpdateDuringFailover(t *testing.T) {
 // its intent recorded, no outcome yet.
 func failWithSlowFence(ctx context.Context, t *testing.T, prefix string, latency time.Duration) (env *scenario.Env, victim, vol string) {
 	t.Helper()
-	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, prefix, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if victim, err = env.WaitAttached(ctx, 0, "", 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	env, victim = setupAttached(ctx, t, prefix)
 	vol = env.Volumes[0]
 	store := faults.NewStore(product.StateDir)
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
@@ -222,14 +209,7 @@ func failWithSlowFence(ctx context.Context, t *testing.T, prefix string, latency
 // deadline below is shorter), with no violation on the array.
 func TestDeletedDeadNodeFailsOver(t *testing.T) {
 	ctx := context.Background()
-	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "dn", 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, victim := setupAttached(ctx, t, "dn")
 	vol := env.Volumes[0]
 	if err := env.PowerOff(ctx, victim); err != nil {
 		t.Fatal(err)
@@ -269,4 +249,19 @@ func TestDeletedDeadNodeFailsOver(t *testing.T) {
 	if err := cluster.WaitTaint(ctx, victim, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule, false, 60*time.Second); err != nil {
 		t.Error(err)
 	}
+}
+
+// setupAttached sets up a one-replica workload on 3 nodes and returns the
+// node its volume is attached to.
+func setupAttached(ctx context.Context, t *testing.T, prefix string) (*scenario.Env, string) {
+	t.Helper()
+	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, prefix, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, victim
 }
