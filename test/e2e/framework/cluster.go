@@ -264,6 +264,8 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 		// Node and their pods; nothing else in the tests is a node.
 		"--enable-admission-plugins=NodeRestriction",
 		"--kubelet-client-certificate="+p("apiserver-kubelet-client.crt"), "--kubelet-client-key="+p("apiserver-kubelet-client.key"),
+		// A node's name is not in any DNS here: reach kubelets by address.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))
 	c.apiBin = bin("kube-apiserver")
 	if err := c.startAPIServer(ctx); err != nil {
