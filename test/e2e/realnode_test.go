@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +129,12 @@ func TestRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	started := map[int]string{}
+	for _, pid := range before {
+		if st, err := procStat(pid); err == nil {
+			started[pid] = st.start
+		}
+	}
 	names := commands(before)
 	for _, want := range []string{"kubelet", "containerd", "containerd-shim", "pause", "writer"} {
 		if !strings.Contains(" "+strings.Join(names, " ")+" ", " "+want) {
@@ -148,9 +153,11 @@ func TestRealNodes(t *testing.T) {
 	if len(after) != 0 {
 		t.Fatalf("after PowerOff node %s's cgroup still holds %v", off.Name, commands(after))
 	}
-	for _, pid := range before {
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process %d of node %s still exists after PowerOff (kill 0: %v)", pid, off.Name, err)
+	// A killed container or shim is an orphan of the init process, which
+	// reaps it when it will: a zombie has ended.
+	for pid, start := range started {
+		if st, err := procStat(pid); err == nil && st.start == start && st.state != "Z" {
+			t.Errorf("process %d (%s) of node %s still runs after PowerOff, state %s", pid, st.comm, off.Name, st.state)
 		}
 	}
 	if err := c.WaitNodeNotReady(ctx, off.Name, 60*time.Second); err != nil {
@@ -163,6 +170,28 @@ func TestRealNodes(t *testing.T) {
 	if !framework.NodeReady(n) {
 		t.Fatalf("node %s went NotReady with %s", on.Name, off.Name)
 	}
+}
+
+type stat struct{ comm, state, start string }
+
+// procStat reads a process's name, state and start time (which tells a
+// reused PID apart) from /proc/PID/stat.
+func procStat(pid int) (stat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}, err
+	}
+	// pid (comm) state ppid ... with starttime the 22nd field; comm may
+	// hold spaces and parentheses, so split after its last ')'.
+	open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || close < open {
+		return stat{}, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	f := strings.Fields(string(b[close+1:]))
+	if len(f) < 20 {
+		return stat{}, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	return stat{comm: string(b[open+1 : close]), state: f[0], start: f[19]}, nil
 }
 
 // commands names each process by its comm (or "gone").

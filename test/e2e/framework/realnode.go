@@ -534,6 +534,10 @@ func (n *RealNode) writeContainerdConfig() error {
 	// containerd 2.4's own format (`containerd config default` prints
 	// version 4); everything that defaults to a host-wide path is the
 	// node's own, so that nodes share nothing (and a cleanup finds it all).
+	// restrict_oom_score_adj: a sandbox's -998 needs CAP_SYS_RESOURCE,
+	// which root may lack (this VM's does), and then runc cannot start
+	// any pod ("failed to update /proc/self/oom_score_adj: Permission
+	// denied"); restricted, no container scores below containerd.
 	cfg := fmt.Sprintf(`version = 4
 root = %q
 state = %q
@@ -549,6 +553,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
 
   [plugins.'io.containerd.cri.v1.runtime']
     netns_mounts_under_state_dir = true
+    restrict_oom_score_adj = true
     cdi_spec_dirs = []
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = 'runc'
