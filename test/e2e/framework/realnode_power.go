@@ -149,9 +149,11 @@ func (rn *realNet) killCgroup(ctx context.Context, path string, timeout time.Dur
 }
 
 // removeCgroup removes path's subtree in every hierarchy, deepest first.
-// A cgroup whose last task has just died may still be busy for a moment:
-// each rmdir is retried for a bounded time.
-func (rn *realNet) removeCgroup(ctx context.Context, path string) error {
+// A cgroup whose last task has just died may still be busy for a moment, so
+// rmdir is retried, within one deadline for the whole removal: a cgroup that
+// still holds a process must not cost every other one a full wait.
+func (rn *realNet) removeCgroup(path string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	var errs []error
 	for _, h := range rn.hierarchies {
 		var dirs []string
@@ -162,13 +164,16 @@ func (rn *realNet) removeCgroup(ctx context.Context, path string) error {
 			return nil
 		})
 		for i := len(dirs) - 1; i >= 0; i-- {
-			dir := dirs[i]
-			err := waitFor(ctx, 5*time.Second, 50*time.Millisecond, "removing cgroup "+dir, func(context.Context) (bool, error) {
-				err := syscall.Rmdir(dir)
-				return err == nil || errors.Is(err, syscall.ENOENT), err
-			})
-			if err != nil {
-				errs = append(errs, err)
+			for {
+				err := syscall.Rmdir(dirs[i])
+				if err == nil || errors.Is(err, syscall.ENOENT) {
+					break
+				}
+				if time.Now().After(deadline) {
+					errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dirs[i], err))
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		}
 	}
@@ -243,20 +248,20 @@ func (c *Cluster) stopRealNodes() {
 	c.mu.Lock()
 	nodes := rn.nodes
 	c.mu.Unlock()
+	// Every node's subtree is emptied, also a node powered off before: it
+	// is then empty already, unless something was left, which must die
+	// before its cgroups can go.
 	for _, n := range nodes {
 		n.mu.Lock()
-		off := n.poweredOff
 		n.poweredOff = true
 		n.mu.Unlock()
-		if !off {
-			for _, p := range []*Process{n.kubelet, n.containerd} {
-				if p != nil {
-					p.markStopped()
-				}
+		for _, p := range []*Process{n.kubelet, n.containerd} {
+			if p != nil {
+				p.markStopped()
 			}
-			_, err := rn.killCgroup(ctx, n.cgroup, 30*time.Second)
-			report(err)
 		}
+		_, err := rn.killCgroup(ctx, n.cgroup, 30*time.Second)
+		report(err)
 	}
 	if rn.forward != nil {
 		rn.forward.Close()
@@ -265,14 +270,14 @@ func (c *Cluster) stopRealNodes() {
 		report(unmountUnder(n.Dir))
 		report(unmountUnder(n.shimDir()))
 		report(ipCmd(ctx, "netns", "delete", n.netns))
-		report(rn.removeCgroup(ctx, n.cgroup))
+		report(rn.removeCgroup(n.cgroup, 10*time.Second))
 		removeContainerLogLinks(n.Dir)
 		for _, d := range []string{"containerd", "kubelet", "cni-ipam"} {
 			report(os.RemoveAll(filepath.Join(n.Dir, d)))
 		}
 		report(os.RemoveAll(filepath.Dir(n.shimDir())))
 	}
-	report(rn.removeCgroup(ctx, fmt.Sprintf("/fence-e2e-%d", rn.index)))
+	report(rn.removeCgroup(fmt.Sprintf("/fence-e2e-%d", rn.index), 5*time.Second))
 	_ = os.Remove(fmt.Sprintf("/run/fence-e2e-%d", rn.index))
 	if rn.bridge != "" {
 		report(ipCmd(ctx, "link", "del", rn.bridge))
