@@ -130,27 +130,16 @@ func CheckRealNodeHost() error {
 	if os.Geteuid() != 0 {
 		return errors.New("real nodes need root (network namespaces, cgroups, mounts)")
 	}
-	var missing []string
-	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
-		missing = append(missing, "network namespaces (CONFIG_NET_NS): /proc/self/ns/net: "+err.Error())
-	}
+	_, netnsErr := os.Stat("/proc/self/ns/net")
 	fs, err := os.ReadFile("/proc/filesystems")
 	if err != nil {
 		return err
-	}
-	if !hasFilesystem(string(fs), "overlay") {
-		missing = append(missing, "overlayfs (CONFIG_OVERLAY_FS; try modprobe overlay): not in /proc/filesystems")
 	}
 	hier, err := cgroupV1Hierarchies()
 	if err != nil {
 		return err
 	}
-	for _, ctl := range []string{"pids", "freezer", "memory", "cpu", "cpuset"} {
-		if _, ok := hier[ctl]; !ok {
-			missing = append(missing, "cgroup v1 controller "+ctl+" (not mounted under a v1 hierarchy; real nodes run the kubelet with cgroupfs on cgroup v1)")
-		}
-	}
-	if len(missing) > 0 {
+	if missing := missingKernelFeatures(netnsErr, string(fs), hier); len(missing) > 0 {
 		return &MissingKernelFeatureError{Features: missing}
 	}
 	for _, p := range []string{"ip", "nsenter", "runc", "iptables"} {
@@ -166,6 +155,26 @@ func CheckRealNodeHost() error {
 		}
 	}
 	return nil
+}
+
+// missingKernelFeatures names what real nodes need and this kernel lacks,
+// from the stat of /proc/self/ns/net, /proc/filesystems and the mounted v1
+// cgroup hierarchies. (veth and bridge devices are found missing when the
+// first is made.)
+func missingKernelFeatures(netnsErr error, procFilesystems string, hier map[string]string) []string {
+	var missing []string
+	if netnsErr != nil {
+		missing = append(missing, "network namespaces (CONFIG_NET_NS): /proc/self/ns/net: "+netnsErr.Error())
+	}
+	if !hasFilesystem(procFilesystems, "overlay") {
+		missing = append(missing, "overlayfs (CONFIG_OVERLAY_FS; try modprobe overlay): not in /proc/filesystems")
+	}
+	for _, ctl := range []string{"pids", "freezer", "memory", "cpu", "cpuset"} {
+		if _, ok := hier[ctl]; !ok {
+			missing = append(missing, "cgroup v1 controller "+ctl+" (no v1 hierarchy has it mounted: the real nodes run the kubelet with cgroupfs on cgroup v1, and PowerOff freezes and kills through the v1 freezer and pids trees)")
+		}
+	}
+	return missing
 }
 
 func hasFilesystem(procFilesystems, name string) bool {
@@ -185,8 +194,12 @@ func cgroupV1Hierarchies() (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCgroupV1Hierarchies(string(b)), nil
+}
+
+func parseCgroupV1Hierarchies(mountinfo string) map[string]string {
 	out := map[string]string{}
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(mountinfo, "\n") {
 		// ID parent major:minor root mountpoint options [optional...] - fstype source superoptions
 		pre, post, ok := strings.Cut(l, " - ")
 		if !ok {
@@ -206,7 +219,7 @@ func cgroupV1Hierarchies() (map[string]string, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // StartRealNodes starts n real nodes and waits until each has registered

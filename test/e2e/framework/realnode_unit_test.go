@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -94,5 +96,57 @@ func TestForwarder(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", f.l.Addr().String(), time.Second); err == nil {
 		c.Close()
 		t.Fatal("the forwarder still accepts after Close")
+	}
+}
+
+func TestParseCgroupV1Hierarchies(t *testing.T) {
+	const mountinfo = `25 30 0:22 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+26 25 0:23 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
+27 25 0:24 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+28 25 0:25 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+29 25 0:26 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate
+`
+	got := parseCgroupV1Hierarchies(mountinfo)
+	want := map[string]string{
+		"cpu": "/sys/fs/cgroup/cpu,cpuacct", "cpuacct": "/sys/fs/cgroup/cpu,cpuacct",
+		"pids": "/sys/fs/cgroup/pids", "xattr": "/sys/fs/cgroup/systemd", "name=systemd": "/sys/fs/cgroup/systemd",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+func TestMissingKernelFeatures(t *testing.T) {
+	const withOverlay = "nodev\tcgroup\nnodev\toverlay\n"
+	v1 := map[string]string{"pids": "/p", "freezer": "/f", "memory": "/m", "cpu": "/c", "cpuset": "/s"}
+	for _, tc := range []struct {
+		name     string
+		netnsErr error
+		fs       string
+		hier     map[string]string
+		want     []string // a word of each missing feature, in order
+	}{
+		{"all there", nil, withOverlay, v1, nil},
+		{"no network namespaces", os.ErrNotExist, withOverlay, v1, []string{"network namespaces"}},
+		{"no overlayfs", nil, "nodev\tcgroup\n", v1, []string{"overlayfs"}},
+		{"no freezer", nil, withOverlay, map[string]string{"pids": "/p", "memory": "/m", "cpu": "/c", "cpuset": "/s"}, []string{"freezer"}},
+		{"cgroup v2 only", nil, withOverlay, map[string]string{}, []string{"pids", "freezer", "memory", "cpu", "cpuset"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := missingKernelFeatures(tc.netnsErr, tc.fs, tc.hier)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %q, want one each for %q", got, tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("missing[%d] = %q, want it to name %q", i, got[i], w)
+				}
+			}
+		})
 	}
 }
