@@ -37,6 +37,7 @@ test-realnodes:
 	./hack/install-node-deps.sh
 	./hack/e2e-binaries.sh >/dev/null
 	./hack/node-binaries.sh >/dev/null
+	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
 	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestRealNodes$$' ./test/e2e/
 
 # Randomized failover trials (cmd/fence-trials): one trial of every fault

@@ -89,6 +89,9 @@ type realNet struct {
 	images  []Image
 	forward *forwarder
 	nodes   []*RealNode
+	// sysctls are the host's values of the kernel tunables a kubelet
+	// sets at start, restored by Stop.
+	sysctls map[string]string
 	// hierarchies are the mount points of the cgroup v1 hierarchies,
 	// freezer the freezer controller's.
 	hierarchies []string
@@ -258,7 +261,7 @@ func (c *Cluster) StartRealNodes(ctx context.Context, n int, opts RealNodeOption
 	if err != nil {
 		return nil, err
 	}
-	rn := &realNet{binDir: opts.BinDir, images: images, freezer: hier["freezer"]}
+	rn := &realNet{binDir: opts.BinDir, images: images, freezer: hier["freezer"], sysctls: readSysctls(kubeletSysctls)}
 	seen := map[string]bool{}
 	for _, mnt := range hier {
 		if !seen[mnt] {
@@ -294,6 +297,23 @@ func (c *Cluster) StartRealNodes(ctx context.Context, n int, opts RealNodeOption
 	return nodes, nil
 }
 
+// kubeletSysctls are the host-wide kernel tunables a kubelet sets when it
+// starts (without protectKernelDefaults, which would instead refuse to run
+// on a host that differs): vm.overcommit_memory=1, kernel.panic=10,
+// kernel.panic_on_oops=1 and so on. Stop puts back what they were.
+var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+
+func readSysctls(names []string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		if b, err := os.ReadFile("/proc/sys/" + n); err == nil {
+			out[n] = strings.TrimSpace(string(b))
+		}
+	}
+	return out
+}
+
 func nodeNames(nodes []*RealNode) []string {
 	var out []string
 	for _, n := range nodes {
@@ -316,6 +336,7 @@ func ipCmd(ctx context.Context, args ...string) error {
 // forwards the apiserver to its address.
 func (c *Cluster) createBridge(ctx context.Context, rn *realNet) error {
 	const maxBridges = 32
+	c.reclaimStale(ctx, rn)
 	for i := 0; i < maxBridges; i++ {
 		name := fmt.Sprintf("fence-br%d", i)
 		err := ipCmd(ctx, "link", "add", name, "type", "bridge")
@@ -333,6 +354,9 @@ func (c *Cluster) createBridge(ctx context.Context, rn *realNet) error {
 	}
 	if rn.bridge == "" {
 		return fmt.Errorf("no free bridge among fence-br0..%d (left over from killed runs? ip link del them)", maxBridges-1)
+	}
+	if err := c.writeOwner(rn); err != nil {
+		return err
 	}
 	if err := ipCmd(ctx, "addr", "add", rn.hostIP+"/24", "dev", rn.bridge); err != nil {
 		return err

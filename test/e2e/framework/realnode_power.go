@@ -240,8 +240,10 @@ func (c *Cluster) stopRealNodes() {
 		return
 	}
 	ctx := context.Background()
+	failed := false
 	report := func(err error) {
 		if err != nil {
+			failed = true
 			c.log.Logf("real nodes cleanup: %v", err)
 		}
 	}
@@ -278,9 +280,19 @@ func (c *Cluster) stopRealNodes() {
 		report(os.RemoveAll(filepath.Dir(n.shimDir())))
 	}
 	report(rn.removeCgroup(fmt.Sprintf("/fence-e2e-%d", rn.index), 5*time.Second))
-	_ = os.Remove(fmt.Sprintf("/run/fence-e2e-%d", rn.index))
 	if rn.bridge != "" {
 		report(ipCmd(ctx, "link", "del", rn.bridge))
+	}
+	for n, v := range rn.sysctls {
+		if cur := readSysctls([]string{n}); cur[n] != v {
+			report(os.WriteFile("/proc/sys/"+n, []byte(v), 0o644))
+		}
+	}
+	// The owner record goes last, and only when everything else went: what
+	// is left is then the next run's to reclaim.
+	if !failed {
+		_ = os.Remove(filepath.Join(runDir(rn.index), "owner"))
+		_ = os.Remove(runDir(rn.index))
 	}
 }
 
