@@ -143,6 +143,7 @@ func TestRealNodes(t *testing.T) {
 	}
 	t.Logf("node %s runs %d processes: %v", off.Name, len(before), names)
 
+	poweredOff := time.Now()
 	if err := c.PowerOff(ctx, off); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +164,7 @@ func TestRealNodes(t *testing.T) {
 	if err := c.WaitNodeNotReady(ctx, off.Name, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("node %s NotReady %.1fs after its power off", off.Name, time.Since(poweredOff).Seconds())
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, on.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
