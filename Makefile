@@ -28,6 +28,18 @@ test-e2e:
 	./hack/e2e-binaries.sh >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/...
 
+# Real nodes (not part of `make test` yet): a real kubelet and containerd
+# per node in its own network namespace and cgroup, joined to the local
+# control plane (test/e2e/framework, StartRealNodes). Installs runc and the
+# CNI plugins with apt when missing, builds the kubelet and containerd once
+# into ~/.cache/fence-attacher/node-bin, then runs TestRealNodes (as root).
+test-realnodes:
+	./hack/install-node-deps.sh
+	./hack/e2e-binaries.sh >/dev/null
+	./hack/node-binaries.sh >/dev/null
+	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
+	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestRealNodes$$' ./test/e2e/
+
 # Randomized failover trials (cmd/fence-trials): one trial of every fault
 # schedule with fixed seeds, so that CI replays the same ones. `make chaos
 # TRIALS=N` runs N trials of each schedule with seeds from the clock.
@@ -41,7 +53,7 @@ chaos:
 	./hack/e2e-binaries.sh >/dev/null
 	$(GO) run ./cmd/fence-trials -trials $(TRIALS)
 
-.PHONY: all test test-powerfence test-e2e test-trials chaos demo
+.PHONY: all test test-powerfence test-e2e test-realnodes test-trials chaos demo
 
 # The product's main job on an embedded default: a local real control plane,
 # the mock driver, the sidecar, and a node failure that fails over.

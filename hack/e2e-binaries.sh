@@ -10,10 +10,9 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools=$repo/test/e2e/tools
+# shellcheck source=lib/k8s-ldflags.sh
+. "$repo/hack/lib/k8s-ldflags.sh"
 
-version_of() { # module go.mod path
-	awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) { print ($1 == "require") ? $3 : $2; exit }' "$2"
-}
 k8s=$(version_of k8s.io/kubernetes "$tools/k8s/go.mod")
 etcd=$(version_of go.etcd.io/etcd/server/v3 "$tools/etcd/go.mod")
 kwok=$(version_of sigs.k8s.io/kwok "$tools/kwok/go.mod")
@@ -56,11 +55,7 @@ if [ ! -x "$out/kwok" ]; then
 	build kwok "$tools/kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
 fi
 if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kube-controller-manager" ] || [ ! -x "$out/kube-scheduler" ]; then
-	minor=${k8s#v1.}; minor=${minor%%.*}
-	ver="-X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1"
-	ver="$ver -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-	ver="$ver -X k8s.io/client-go/pkg/version.gitVersion=$k8s"
-	build kubernetes "$tools/k8s" "-s -w $ver" \
+	build kubernetes "$tools/k8s" "-s -w $(k8s_version_ldflags "$k8s")" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 fi
 

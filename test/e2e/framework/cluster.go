@@ -91,6 +91,7 @@ type Cluster struct {
 
 	mu        sync.Mutex
 	processes []*Process
+	realNet   *realNet // the real nodes (StartRealNodes), nil without
 }
 
 // RepoRoot is the root of this repository.
@@ -176,6 +177,9 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 		{"kcm", "system:kube-controller-manager", nil, false},
 		{"scheduler", "system:kube-scheduler", nil, false},
 		{"kwok", "kwok", []string{"system:masters"}, false},
+		// The apiserver's client certificate for the real nodes' kubelets
+		// (logs, exec), which authorize it by its group.
+		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, false},
 	} {
 		if err := c.pki.issue(cert.name, cert.cn, cert.orgs, cert.server); err != nil {
 			return nil, err
@@ -256,6 +260,12 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+p("sa.pub"), "--service-account-signing-key-file="+p("sa.key"),
 		"--authorization-mode=Node,RBAC", "--endpoint-reconciler-type=none", "--allow-privileged=true",
+		// Real nodes' kubelets (StartRealNodes) may change only their own
+		// Node and their pods; nothing else in the tests is a node.
+		"--enable-admission-plugins=NodeRestriction",
+		"--kubelet-client-certificate="+p("apiserver-kubelet-client.crt"), "--kubelet-client-key="+p("apiserver-kubelet-client.key"),
+		// A node's name is not in any DNS here: reach kubelets by address.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))
 	c.apiBin = bin("kube-apiserver")
 	if err := c.startAPIServer(ctx); err != nil {
@@ -433,10 +443,12 @@ func (c *Cluster) StartProcess(name, bin string, args ...string) (*Process, erro
 	return c.run(filepath.Join(c.WorkDir, "logs"), name, bin, args...)
 }
 
-// Stop stops every process: first everything started after the control
-// plane (the product), then the control plane from kwok down to etcd, each
+// Stop stops every process: first the real nodes (powered off, and what
+// they made removed), then everything else started after the control plane
+// (the product), then the control plane from kwok down to etcd, each
 // group in parallel (SIGTERM, SIGKILL after a grace period).
 func (c *Cluster) Stop() {
+	c.stopRealNodes()
 	c.mu.Lock()
 	procs := c.processes
 	c.processes = nil

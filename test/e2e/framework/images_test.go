@@ -1,0 +1,82 @@
+package framework
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// TestBuildImages reads each built tarball back as an image: tagged with its
+// name, its entrypoint the binary, and that binary in its one layer,
+// executable.
+func TestBuildImages(t *testing.T) {
+	images, err := BuildImages(context.Background(), t, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{PauseImage: "pause", WriterImage: "writer"}
+	if len(images) != len(want) {
+		t.Fatalf("got %d images, want %d", len(images), len(want))
+	}
+	for _, im := range images {
+		cmd, ok := want[im.Name]
+		if !ok {
+			t.Fatalf("unexpected image %s", im.Name)
+		}
+		tag, err := name.NewTag(im.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := tarball.ImageFromPath(im.Tarball, &tag)
+		if err != nil {
+			t.Fatalf("%s: %v", im.Name, err)
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Config.Entrypoint; len(got) != 1 || got[0] != "/"+cmd {
+			t.Errorf("%s: entrypoint %q, want [/%s]", im.Name, got, cmd)
+		}
+		if cfg.OS != "linux" {
+			t.Errorf("%s: os %q", im.Name, cfg.OS)
+		}
+		layers, err := img.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("%s: %d layers, %v", im.Name, len(layers), err)
+		}
+		hdr, err := findInLayer(layers[0].Uncompressed, cmd)
+		if err != nil {
+			t.Fatalf("%s: %v", im.Name, err)
+		}
+		if hdr.Mode&0o111 == 0 || hdr.Size == 0 {
+			t.Errorf("%s: /%s mode %o size %d, want an executable", im.Name, cmd, hdr.Mode, hdr.Size)
+		}
+	}
+}
+
+func findInLayer(open func() (io.ReadCloser, error), file string) (*tar.Header, error) {
+	rc, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New(file + " not in the layer")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if hdr.Name == file {
+			return hdr, nil
+		}
+	}
+}
