@@ -10,7 +10,7 @@ include release-tools/build.make
 # Everything CI runs: static checks, unit tests, then the end-to-end tests on
 # a real control plane (which builds the pinned Kubernetes binaries on first use
 # into ~/.cache/fence-attacher, ~11 minutes cold, seconds warm).
-test: verify test-go test-powerfence test-e2e test-trials
+test: verify test-go test-powerfence test-e2e test-realnodes test-trials
 
 # Power fencing on real parts: pkg/powerfence drives Debian's fence_ipmilan
 # against openipmi's ipmi_sim on loopback, whose "machine" is a process that
@@ -28,7 +28,7 @@ test-e2e:
 	./hack/e2e-binaries.sh >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/...
 
-# Real nodes (not part of `make test` yet): a real kubelet and containerd
+# Real nodes: a real kubelet and containerd
 # per node in its own network namespace and cgroup, joined to the local
 # control plane (test/e2e/framework, StartRealNodes). Installs runc and the
 # CNI plugins with apt when missing, builds the kubelet and containerd once
