@@ -62,15 +62,61 @@ func (r *Resolver) Resolve(ctx context.Context, node string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("FenceAgentConfig %s: %w", cfg.Name, err)
 	}
-	readSecret := func(namespace, name string) (*corev1.Secret, error) {
-		return r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-	}
-	t, err := targetFor(cfg, node, path, readSecret)
+	t, err := targetFor(cfg, node, path, r.secretReader(ctx))
 	if err != nil {
 		return nil, err
 	}
 	t.Agent.Env = r.Env
 	return t, nil
+}
+
+// Check tells whether cfg could fence its nodes now: its agent, its options,
+// its Secrets (read live, each once) and their opt-in label, as a fence
+// would find them, without running anything. It is for an early word to the
+// admin when a config is loaded; it decides nothing: a fence resolves its
+// node again, live (a Secret may lose its label after the check). The error
+// is the first node's that cannot be fenced, with how many more cannot.
+func (r *Resolver) Check(ctx context.Context, cfg *fencingv1alpha1.FenceAgentConfig) error {
+	if _, err := r.lookAgent(cfg.Spec.Agent); err != nil {
+		return fmt.Errorf("FenceAgentConfig %s: %w", cfg.Name, err)
+	}
+	type read struct {
+		secret *corev1.Secret
+		err    error
+	}
+	reads := map[string]read{} // namespace/name: shared credentials are read once
+	live := r.secretReader(ctx)
+	readSecret := func(namespace, name string) (*corev1.Secret, error) {
+		key := namespace + "/" + name
+		if got, ok := reads[key]; ok {
+			return got.secret, got.err
+		}
+		s, err := live(namespace, name)
+		reads[key] = read{s, err}
+		return s, err
+	}
+	var first error
+	failed := 0
+	for _, n := range cfg.Spec.Nodes {
+		if _, err := targetFor(cfg, n.Name, "", readSecret); err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more of its %d nodes)", first, failed-1, len(cfg.Spec.Nodes))
+	}
+	return first
+}
+
+// secretReader reads a Secret live; targetFor checks it opted in before it
+// uses its data.
+func (r *Resolver) secretReader(ctx context.Context) func(namespace, name string) (*corev1.Secret, error) {
+	return func(namespace, name string) (*corev1.Secret, error) {
+		return r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
 }
 
 // ConfigFor picks the one config that lists node (ErrNodeNotConfigured if

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -422,6 +423,74 @@ func TestBackendUsesOnlySecretsThatOptIn(t *testing.T) {
 			for _, text := range []string{err.Error(), string(b2), logs} {
 				if strings.Contains(text, "shared-pw") || strings.Contains(text, "admin") {
 					t.Errorf("a value of the Secret shows in:\n%s", text)
+				}
+			}
+		})
+	}
+}
+
+// Check finds, when a config is loaded, what would make the fence of its
+// nodes fail, a Secret that did not opt in first, and reads each Secret once.
+func TestResolverCheck(t *testing.T) {
+	unlabelled := testSecret("kube-system/bmc")
+	unlabelled.Labels = nil
+	for _, tc := range []struct {
+		name    string
+		cfg     *fencingv1alpha1.FenceAgentConfig
+		secrets []runtime.Object
+		wantErr string
+	}{
+		{name: "usable", cfg: bmcConfig("rack-1", nil),
+			secrets: []runtime.Object{testSecret("kube-system/bmc"), testSecret("kube-system/bmc-node-2")}},
+		{name: "the shared Secret did not opt in", cfg: bmcConfig("rack-1", nil),
+			secrets: []runtime.Object{unlabelled, testSecret("kube-system/bmc-node-2")},
+			wantErr: `FenceAgentConfig rack-1, node node-1: Secret kube-system/bmc does not opt in as fence agent credentials: it needs the label csi-fence.io/fence-agent-credentials="true"`},
+		{name: "a Secret with the label's other value, for several nodes",
+			cfg: bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) {
+				c.Spec.Credentials.SecretName = "yes"
+				c.Spec.Nodes = append(c.Spec.Nodes, fencingv1alpha1.FenceAgentNode{Name: "node-3"}, fencingv1alpha1.FenceAgentNode{Name: "node-4"})
+			}),
+			secrets: []runtime.Object{testSecret("kube-system/yes"), testSecret("kube-system/bmc-node-2")},
+			wantErr: `node node-1: Secret kube-system/yes does not opt in as fence agent credentials: its label csi-fence.io/fence-agent-credentials is "yes", not "true"; its data was not used (and 2 more of its 4 nodes)`},
+		{name: "a missing Secret", cfg: bmcConfig("rack-1", nil),
+			secrets: []runtime.Object{testSecret("kube-system/bmc")},
+			wantErr: "FenceAgentConfig rack-1, node node-2: reading Secret kube-system/bmc-node-2"},
+		{name: "a password in the config",
+			cfg:     bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) { c.Spec.SharedParameters["passwd"] = "oops" }),
+			secrets: []runtime.Object{testSecret("kube-system/bmc"), testSecret("kube-system/bmc-node-2")},
+			wantErr: `parameter "passwd" looks like a credential`},
+		{name: "an agent that is not here",
+			cfg:     bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) { c.Spec.Agent = "fence_gone" }),
+			secrets: []runtime.Object{testSecret("kube-system/bmc"), testSecret("kube-system/bmc-node-2")},
+			wantErr: "FenceAgentConfig rack-1: agent fence_gone: executable file not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "fence_ipmilan"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			kube := fake.NewClientset(tc.secrets...)
+			r := &Resolver{Kube: kube, AgentDirs: []string{dir}}
+			err := r.Check(ctx, tc.cfg)
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+			if err != nil && (strings.Contains(err.Error(), "shared-pw") || strings.Contains(err.Error(), "node-2-pw")) {
+				t.Errorf("error shows a Secret value: %v", err)
+			}
+			gets := map[string]int{}
+			for _, a := range kube.Actions() {
+				if g, ok := a.(clienttesting.GetAction); ok && a.GetResource().Resource == "secrets" {
+					gets[g.GetNamespace()+"/"+g.GetName()]++
+				}
+			}
+			for s, n := range gets {
+				if n != 1 {
+					t.Errorf("Secret %s read %d times, want once", s, n)
 				}
 			}
 		})
