@@ -82,6 +82,15 @@ const (
 	FenceAgentConfigResource = "fenceagentconfigs"
 )
 
+// FenceAgentCredentialsLabel on a Secret ("true") is its owner's consent to
+// its use as fence agent credentials: a FenceAgentConfig may name only such
+// a Secret, since the sidecar, which may read every Secret, would hand the
+// values to an agent that connects wherever the config says.
+const (
+	FenceAgentCredentialsLabel = Prefix + "/fence-agent-credentials"
+	FenceAgentCredentialsTrue  = "true"
+)
+
 // Feature gate that enables the SafeDetach pod GC.
 const NonGracefulFailoverGate = "NonGracefulFailover"
 

@@ -13,11 +13,13 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
 // ErrNodeNotConfigured: no FenceAgentConfig lists the node, so it cannot be
@@ -60,19 +62,61 @@ func (r *Resolver) Resolve(ctx context.Context, node string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("FenceAgentConfig %s: %w", cfg.Name, err)
 	}
-	readSecret := func(namespace, name string) (map[string][]byte, error) {
-		s, err := r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, err
-		}
-		return s.Data, nil
-	}
-	t, err := targetFor(cfg, node, path, readSecret)
+	t, err := targetFor(cfg, node, path, r.secretReader(ctx))
 	if err != nil {
 		return nil, err
 	}
 	t.Agent.Env = r.Env
 	return t, nil
+}
+
+// Check tells whether cfg could fence its nodes now: its agent, its options,
+// its Secrets (read live, each once) and their opt-in label, as a fence
+// would find them, without running anything. It is for an early word to the
+// admin when a config is loaded; it decides nothing: a fence resolves its
+// node again, live (a Secret may lose its label after the check). The error
+// is the first node's that cannot be fenced, with how many more cannot.
+func (r *Resolver) Check(ctx context.Context, cfg *fencingv1alpha1.FenceAgentConfig) error {
+	if _, err := r.lookAgent(cfg.Spec.Agent); err != nil {
+		return fmt.Errorf("FenceAgentConfig %s: %w", cfg.Name, err)
+	}
+	type read struct {
+		secret *corev1.Secret
+		err    error
+	}
+	reads := map[string]read{} // namespace/name: shared credentials are read once
+	live := r.secretReader(ctx)
+	readSecret := func(namespace, name string) (*corev1.Secret, error) {
+		key := namespace + "/" + name
+		if got, ok := reads[key]; ok {
+			return got.secret, got.err
+		}
+		s, err := live(namespace, name)
+		reads[key] = read{s, err}
+		return s, err
+	}
+	var first error
+	failed := 0
+	for _, n := range cfg.Spec.Nodes {
+		if _, err := targetFor(cfg, n.Name, "", readSecret); err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more of its %d nodes)", first, failed-1, len(cfg.Spec.Nodes))
+	}
+	return first
+}
+
+// secretReader reads a Secret live; targetFor checks it opted in before it
+// uses its data.
+func (r *Resolver) secretReader(ctx context.Context) func(namespace, name string) (*corev1.Secret, error) {
+	return func(namespace, name string) (*corev1.Secret, error) {
+		return r.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
 }
 
 // ConfigFor picks the one config that lists node (ErrNodeNotConfigured if
@@ -134,7 +178,7 @@ func (r *Resolver) lookAgent(name string) (string, error) {
 // the agents that do not use it ignore). Errors name options and Secret
 // keys, never values.
 func targetFor(cfg *fencingv1alpha1.FenceAgentConfig, node, agentPath string,
-	readSecret func(namespace, name string) (map[string][]byte, error)) (*Target, error) {
+	readSecret func(namespace, name string) (*corev1.Secret, error)) (*Target, error) {
 	var n *fencingv1alpha1.FenceAgentNode
 	for i := range cfg.Spec.Nodes {
 		if cfg.Spec.Nodes[i].Name == node {
@@ -172,10 +216,14 @@ func targetFor(cfg *fencingv1alpha1.FenceAgentConfig, node, agentPath string,
 		creds = n.Credentials
 	}
 	if creds != nil {
-		data, err := readSecret(creds.SecretNamespace, creds.SecretName)
+		secret, err := readSecret(creds.SecretNamespace, creds.SecretName)
 		if err != nil {
 			return nil, errorf("reading Secret %s/%s: %v", creds.SecretNamespace, creds.SecretName, err)
 		}
+		if err := optedIn(secret); err != nil {
+			return nil, errorf("%v", err)
+		}
+		data := secret.Data
 		for _, name := range sortedKeys(creds.Parameters) {
 			key := creds.Parameters[name]
 			v, ok := data[key]
@@ -218,6 +266,31 @@ func targetFor(cfg *fencingv1alpha1.FenceAgentConfig, node, agentPath string,
 		ConfirmTimeout: seconds(to.ConfirmTimeoutSeconds, DefaultConfirmTimeout),
 		StatusInterval: seconds(to.StatusIntervalSeconds, DefaultStatusInterval),
 	}, nil
+}
+
+// optedIn accepts a Secret as fence agent credentials only if it carries
+// contract.FenceAgentCredentialsLabel="true". A FenceAgentConfig may name any
+// Secret, and the sidecar may get every Secret in the cluster (the CSI publish
+// secrets external-attacher reads); the agent then connects to an address the
+// config names. Without this consent anyone allowed to write a config could
+// have the sidecar send another team's password wherever they like. The
+// label is set by whoever may write the Secret, who can normally read it
+// already, so it gives the config's author nothing they could not get. A
+// namespace allow-list would add nothing to that consent (a labelled Secret
+// in any namespace is one its owner meant for this), so there is none. The
+// error names the Secret and the label, never a value: the Secret's data is
+// not touched when it did not opt in.
+func optedIn(s *corev1.Secret) error {
+	v, ok := s.Labels[contract.FenceAgentCredentialsLabel]
+	switch {
+	case !ok:
+		return fmt.Errorf("Secret %s/%s does not opt in as fence agent credentials: it needs the label %s=%q; its data was not used",
+			s.Namespace, s.Name, contract.FenceAgentCredentialsLabel, contract.FenceAgentCredentialsTrue)
+	case v != contract.FenceAgentCredentialsTrue:
+		return fmt.Errorf("Secret %s/%s does not opt in as fence agent credentials: its label %s is %q, not %q; its data was not used",
+			s.Namespace, s.Name, contract.FenceAgentCredentialsLabel, v, contract.FenceAgentCredentialsTrue)
+	}
+	return nil
 }
 
 func seconds(s int32, def time.Duration) time.Duration {

@@ -19,11 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
 func bmcConfig(name string, mutate func(*fencingv1alpha1.FenceAgentConfig)) *fencingv1alpha1.FenceAgentConfig {
@@ -51,11 +53,28 @@ func bmcConfig(name string, mutate func(*fencingv1alpha1.FenceAgentConfig)) *fen
 var testSecrets = map[string]map[string][]byte{
 	"kube-system/bmc":        {"user": []byte("admin"), "pass": []byte("shared-pw")},
 	"kube-system/bmc-node-2": {"pass": []byte("node-2-pw")},
+	// Secrets that did not opt in as fence agent credentials: another
+	// team's, or one labelled by a slip.
+	"team-a/db":       {"user": []byte("app-user"), "pass": []byte("db-pw")},
+	"kube-system/yes": {"user": []byte("admin"), "pass": []byte("yes-pw")},
 }
 
-func readTestSecret(namespace, name string) (map[string][]byte, error) {
-	if d, ok := testSecrets[namespace+"/"+name]; ok {
-		return d, nil
+// testSecretLabels are the labels of testSecrets (none: no label).
+var testSecretLabels = map[string]map[string]string{
+	"kube-system/bmc":        {contract.FenceAgentCredentialsLabel: "true"},
+	"kube-system/bmc-node-2": {contract.FenceAgentCredentialsLabel: "true", "team": "infra"},
+	"kube-system/yes":        {contract.FenceAgentCredentialsLabel: "yes"},
+}
+
+func testSecret(key string) *corev1.Secret {
+	namespace, name, _ := strings.Cut(key, "/")
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: testSecretLabels[key]},
+		Data: testSecrets[key]}
+}
+
+func readTestSecret(namespace, name string) (*corev1.Secret, error) {
+	if _, ok := testSecrets[namespace+"/"+name]; ok {
+		return testSecret(namespace + "/" + name), nil
 	}
 	return nil, fmt.Errorf("secrets %q not found", name)
 }
@@ -161,6 +180,30 @@ func TestTargetFor(t *testing.T) {
 				c.Spec.Credentials.SecretName = "gone"
 			}),
 			node: "node-1", wantErr: "reading Secret kube-system/gone",
+		},
+		{
+			name: "a Secret without the label is not fence agent credentials",
+			cfg: bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) {
+				c.Spec.Credentials.SecretNamespace, c.Spec.Credentials.SecretName = "team-a", "db"
+			}),
+			node:    "node-1",
+			wantErr: `Secret team-a/db does not opt in as fence agent credentials: it needs the label csi-fence.io/fence-agent-credentials="true"`,
+		},
+		{
+			name: "nor is a node's own",
+			cfg: bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) {
+				c.Spec.Nodes[1].Credentials.SecretNamespace, c.Spec.Nodes[1].Credentials.SecretName = "team-a", "db"
+			}),
+			node:    "node-2",
+			wantErr: `Secret team-a/db does not opt in as fence agent credentials: it needs the label csi-fence.io/fence-agent-credentials="true"`,
+		},
+		{
+			name: "the label with another value does not opt in",
+			cfg: bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) {
+				c.Spec.Credentials.SecretName = "yes"
+			}),
+			node:    "node-1",
+			wantErr: `Secret kube-system/yes does not opt in as fence agent credentials: its label csi-fence.io/fence-agent-credentials is "yes", not "true"`,
 		},
 		{
 			name: "the action cannot be configured",
@@ -289,8 +332,7 @@ func TestBackendWithClients(t *testing.T) {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{fencingv1alpha1.FenceAgentConfigResource: "FenceAgentConfigList"}, u)
-	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bmc", Namespace: "kube-system"},
-		Data: testSecrets["kube-system/bmc"]})
+	kube := fake.NewClientset(testSecret("kube-system/bmc"))
 	b := NewBackend(&Resolver{Dynamic: dyn, Kube: kube, AgentDirs: []string{f.dir}})
 
 	res, err := b.Fence(ctx, "node-1")
@@ -317,5 +359,140 @@ func TestBackendWithClients(t *testing.T) {
 		if strings.Contains(text, "shared-pw") {
 			t.Errorf("the password shows in:\n%s", text)
 		}
+	}
+}
+
+// A FenceAgentConfig may name any Secret, and the sidecar may read any
+// Secret (external-attacher's publish secrets): only a Secret labelled as
+// fence agent credentials is used, or anyone who may write a config could
+// have another team's password sent to an address of their choosing. A
+// refused Secret stops the fence before the agent runs, with an error that
+// says which Secret and which label, and no value of it.
+func TestBackendUsesOnlySecretsThatOptIn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		labels  map[string]string
+		wantErr string
+	}{
+		{name: "labelled", labels: map[string]string{contract.FenceAgentCredentialsLabel: contract.FenceAgentCredentialsTrue}},
+		{name: "labelled, among other labels", labels: map[string]string{"app": "bmc", contract.FenceAgentCredentialsLabel: "true"}},
+		{name: "unlabelled", labels: map[string]string{"app": "bmc"},
+			wantErr: `Secret kube-system/bmc does not opt in as fence agent credentials: it needs the label csi-fence.io/fence-agent-credentials="true"`},
+		{name: "no labels at all",
+			wantErr: `it needs the label csi-fence.io/fence-agent-credentials="true"`},
+		{name: "another value", labels: map[string]string{contract.FenceAgentCredentialsLabel: "True"},
+			wantErr: `its label csi-fence.io/fence-agent-credentials is "True", not "true"`},
+		{name: "empty value", labels: map[string]string{contract.FenceAgentCredentialsLabel: ""},
+			wantErr: `its label csi-fence.io/fence-agent-credentials is "", not "true"`},
+		{name: "a similar key", labels: map[string]string{"csi-fence.io/fence-agent-credential": "true"},
+			wantErr: `it needs the label csi-fence.io/fence-agent-credentials="true"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(10), ktesting.BufferLogs(true)))
+			ctx := klog.NewContext(context.Background(), logger)
+			f := newFakeAgent(t, map[Action][]int{ActionOff: {0}, ActionStatus: {2}}, "")
+			cfg := bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) { c.Spec.Agent = "fence_fake" })
+			u, err := fencingv1alpha1.FenceAgentConfigToUnstructured(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{fencingv1alpha1.FenceAgentConfigResource: "FenceAgentConfigList"}, u)
+			secret := testSecret("kube-system/bmc")
+			secret.Labels = tc.labels
+			b := NewBackend(&Resolver{Dynamic: dyn, Kube: fake.NewClientset(secret), AgentDirs: []string{f.dir}})
+
+			res, err := b.Fence(ctx, "node-1")
+			if tc.wantErr == "" {
+				if err != nil || !res.Confirmed {
+					t.Fatalf("fence: %+v, %v", res, err)
+				}
+				if got := f.read("stdin", ActionOff, 1); !strings.Contains(got, "password=shared-pw\n") {
+					t.Errorf("agent stdin %q lacks the Secret's password", got)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+			if res.Confirmed || len(res.Steps) != 0 || f.calls(ActionOff)+f.calls(ActionStatus) != 0 {
+				t.Errorf("the agent ran with a Secret that did not opt in: %+v", res)
+			}
+			b2, _ := json.Marshal(res)
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			for _, text := range []string{err.Error(), string(b2), logs} {
+				if strings.Contains(text, "shared-pw") || strings.Contains(text, "admin") {
+					t.Errorf("a value of the Secret shows in:\n%s", text)
+				}
+			}
+		})
+	}
+}
+
+// Check finds, when a config is loaded, what would make the fence of its
+// nodes fail, a Secret that did not opt in first, and reads each Secret once.
+func TestResolverCheck(t *testing.T) {
+	unlabelled := testSecret("kube-system/bmc")
+	unlabelled.Labels = nil
+	for _, tc := range []struct {
+		name    string
+		cfg     *fencingv1alpha1.FenceAgentConfig
+		secrets []runtime.Object
+		wantErr string
+	}{
+		{name: "usable", cfg: bmcConfig("rack-1", nil),
+			secrets: []runtime.Object{testSecret("kube-system/bmc"), testSecret("kube-system/bmc-node-2")}},
+		{name: "the shared Secret did not opt in", cfg: bmcConfig("rack-1", nil),
+			secrets: []runtime.Object{unlabelled, testSecret("kube-system/bmc-node-2")},
+			wantErr: `FenceAgentConfig rack-1, node node-1: Secret kube-system/bmc does not opt in as fence agent credentials: it needs the label csi-fence.io/fence-agent-credentials="true"`},
+		{name: "a Secret with the label's other value, for several nodes",
+			cfg: bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) {
+				c.Spec.Credentials.SecretName = "yes"
+				c.Spec.Nodes = append(c.Spec.Nodes, fencingv1alpha1.FenceAgentNode{Name: "node-3"}, fencingv1alpha1.FenceAgentNode{Name: "node-4"})
+			}),
+			secrets: []runtime.Object{testSecret("kube-system/yes"), testSecret("kube-system/bmc-node-2")},
+			wantErr: `node node-1: Secret kube-system/yes does not opt in as fence agent credentials: its label csi-fence.io/fence-agent-credentials is "yes", not "true"; its data was not used (and 2 more of its 4 nodes)`},
+		{name: "a missing Secret", cfg: bmcConfig("rack-1", nil),
+			secrets: []runtime.Object{testSecret("kube-system/bmc")},
+			wantErr: "FenceAgentConfig rack-1, node node-2: reading Secret kube-system/bmc-node-2"},
+		{name: "a password in the config",
+			cfg:     bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) { c.Spec.SharedParameters["passwd"] = "oops" }),
+			secrets: []runtime.Object{testSecret("kube-system/bmc"), testSecret("kube-system/bmc-node-2")},
+			wantErr: `parameter "passwd" looks like a credential`},
+		{name: "an agent that is not here",
+			cfg:     bmcConfig("rack-1", func(c *fencingv1alpha1.FenceAgentConfig) { c.Spec.Agent = "fence_gone" }),
+			secrets: []runtime.Object{testSecret("kube-system/bmc"), testSecret("kube-system/bmc-node-2")},
+			wantErr: "FenceAgentConfig rack-1: agent fence_gone: executable file not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "fence_ipmilan"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			kube := fake.NewClientset(tc.secrets...)
+			r := &Resolver{Kube: kube, AgentDirs: []string{dir}}
+			err := r.Check(ctx, tc.cfg)
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+			if err != nil && (strings.Contains(err.Error(), "shared-pw") || strings.Contains(err.Error(), "node-2-pw")) {
+				t.Errorf("error shows a Secret value: %v", err)
+			}
+			gets := map[string]int{}
+			for _, a := range kube.Actions() {
+				if g, ok := a.(clienttesting.GetAction); ok && a.GetResource().Resource == "secrets" {
+					gets[g.GetNamespace()+"/"+g.GetName()]++
+				}
+			}
+			for s, n := range gets {
+				if n != 1 {
+					t.Errorf("Secret %s read %d times, want once", s, n)
+				}
+			}
+		})
 	}
 }

@@ -22,7 +22,9 @@
 // Which agent and options fence a node comes from the cluster-scoped
 // FenceAgentConfig resource (pkg/apis/fencing/v1alpha1) and the Secret it
 // names, both read live at the moment of the fence: see Resolver and
-// NewBackend. Backend is the seam for the failover controller, which will
+// NewBackend. The Secret is used only if it opted in, by the label
+// csi-fence.io/fence-agent-credentials: "true" (contract), since the config
+// may name any Secret and the agent connects where the config says. Backend is the seam for the failover controller, which will
 // escalate from storage fencing to power fencing; this package knows nothing
 // of it.
 package powerfence

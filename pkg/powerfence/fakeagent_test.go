@@ -14,7 +14,9 @@ import (
 // each action by a plan: the n-th call of an action exits with the n-th code
 // of its plan (the last code repeats). A code of -1 means hang (sleep) until
 // killed, leaving a grandchild that holds the output pipe, as fence_ipmilan's
-// ipmitool would.
+// ipmitool would. The call counter is renamed into place: a run killed at a
+// deadline (the confirm timeout) must leave the old count or the new one,
+// never a truncated file that reads as no call at all.
 type fakeAgent struct {
 	t    *testing.T
 	dir  string
@@ -40,7 +42,7 @@ dir=%q
 input=$(cat)
 action=$(printf '%%s\n' "$input" | sed -n 's/^action=//p' | tail -n 1)
 n=$(( $(cat "$dir/n.$action" 2>/dev/null || echo 0) + 1 ))
-echo $n > "$dir/n.$action"
+echo $n > "$dir/n.$action.$$" && mv "$dir/n.$action.$$" "$dir/n.$action"
 printf '%%s\n' "$input" > "$dir/stdin.$action.$n"
 printf '%%s\n' "$#" "$@" > "$dir/args.$action.$n"
 env > "$dir/env.$action.$n"

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/discovery"
@@ -26,22 +27,59 @@ import (
 type powerFencer struct {
 	informer cache.SharedIndexInformer
 	configs  cache.GenericLister
+	resolver *powerfence.Resolver
 	powerfence.Backend
 }
 
 func newPowerFencer(client kubernetes.Interface, dyn dynamic.Interface, f dynamicinformer.DynamicSharedInformerFactory, allowed []string) *powerFencer {
 	inf := f.ForResource(fencingv1alpha1.FenceAgentConfigResource)
+	r := &powerfence.Resolver{Dynamic: dyn, Kube: client, AllowedAgents: allowed}
 	return &powerFencer{
 		informer: inf.Informer(),
 		configs:  inf.Lister(),
-		Backend:  powerfence.NewBackend(&powerfence.Resolver{Dynamic: dyn, Kube: client, AllowedAgents: allowed}),
+		resolver: r,
+		Backend:  powerfence.NewBackend(r),
 	}
 }
 
-// start runs the config cache and waits for it.
+// configCheckTimeout bounds the live reads of one config's check.
+const configCheckTimeout = 30 * time.Second
+
+// start runs the config cache and waits for it. Each config is checked as
+// it is loaded, changed, and at every resync (a Secret can lose its label
+// or a key without the config changing).
 func (p *powerFencer) start(ctx context.Context) {
+	check := func(obj interface{}) { p.check(ctx, obj) }
+	if _, err := p.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    check,
+		UpdateFunc: func(_, obj interface{}) { check(obj) },
+	}); err != nil {
+		klog.FromContext(ctx).Error(err, "FenceAgentConfigs will not be checked as they are loaded")
+	}
 	go p.informer.Run(ctx.Done())
 	cache.WaitForNamedCacheSync("csi-fence-power", ctx.Done(), p.informer.HasSynced)
+}
+
+// check says in the log whether a fence of the config's nodes could run as
+// the config and its Secrets are now (powerfence.Resolver.Check): an admin
+// learns of a Secret without the opt-in label, a missing key or agent, when
+// the config is loaded, not when a node has died. It decides nothing; every
+// fence reads the config and its Secrets again, live. The error names
+// options, Secrets, keys and labels, never a value (S7).
+func (p *powerFencer) check(ctx context.Context, obj interface{}) {
+	logger := klog.FromContext(ctx)
+	cfg, err := fencingv1alpha1.FenceAgentConfigFromUnstructured(obj)
+	if err != nil {
+		logger.Error(err, "FenceAgentConfig ignored: its nodes cannot be power-fenced")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, configCheckTimeout)
+	defer cancel()
+	if err := p.resolver.Check(ctx, cfg); err != nil {
+		logger.Error(err, "FenceAgentConfig cannot fence its nodes as it is: their power fences will fail until it (or its Secret) is fixed", "config", cfg.Name)
+		return
+	}
+	logger.V(2).Info("FenceAgentConfig checked: its nodes can be power-fenced", "config", cfg.Name, "agent", cfg.Spec.Agent)
 }
 
 // Config names the one FenceAgentConfig that lists node, and its agent.

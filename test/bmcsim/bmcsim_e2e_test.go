@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/powerfence"
 	"github.com/csi-fence/fence-attacher/test/bmcsim"
 )
@@ -70,6 +71,9 @@ type rigOptions struct {
 	unknownSecretOption string
 	// confirmTimeout bounds the confirmation (default 20 s).
 	confirmTimeout int32
+	// secretLabels are the Secret's labels (default: the opt-in label
+	// that makes it fence agent credentials).
+	secretLabels map[string]string
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -79,6 +83,9 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	}
 	if o.confirmTimeout == 0 {
 		o.confirmTimeout = 20
+	}
+	if o.secretLabels == nil {
+		o.secretLabels = map[string]string{contract.FenceAgentCredentialsLabel: contract.FenceAgentCredentialsTrue}
 	}
 	for _, tool := range []string{"fence_ipmilan", "ipmitool", "ipmi_sim"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -128,7 +135,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{fencingv1alpha1.FenceAgentConfigResource: "FenceAgentConfigList"}, u)
-	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bmc", Namespace: "kube-system"},
+	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bmc", Namespace: "kube-system", Labels: o.secretLabels},
 		Data: map[string][]byte{"username": []byte("admin"), "password": []byte(o.agentPassword(r.password))}})
 	r.backend = powerfence.NewBackend(&powerfence.Resolver{Dynamic: dyn, Kube: kube, AllowedAgents: []string{"fence_ipmilan"}})
 	return r
@@ -323,4 +330,29 @@ func TestPowerFenceWrongPassword(t *testing.T) {
 	text := resultText(t, res, err)
 	r.expectNoSecret(t, wrong, text)
 	r.expectNoSecret(t, r.password, text)
+}
+
+// A Secret that did not opt in as fence agent credentials (another team's,
+// named by whoever wrote the FenceAgentConfig) is never handed to the agent:
+// the fence is not attempted, the error says which label the Secret needs,
+// and the machine runs on.
+func TestPowerFenceRefusesSecretWithoutOptIn(t *testing.T) {
+	r := newRig(t, rigOptions{secretLabels: map[string]string{"team": "databases"}})
+	pid, err := r.bmc.WaitMachine(r.ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.backend.Fence(r.ctx, node)
+	want := `Secret kube-system/bmc does not opt in as fence agent credentials: it needs the label csi-fence.io/fence-agent-credentials="true"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("fence with a Secret that did not opt in: %v; want an error containing %q", err, want)
+	}
+	if res.Confirmed || len(res.Steps) != 0 {
+		t.Errorf("the agent ran: %+v", res)
+	}
+	if !bmcsim.ProcessAlive(pid) {
+		t.Errorf("machine %d stopped although no fence was attempted", pid)
+	}
+	r.waitBeats(t, pid)
+	r.expectNoSecret(t, r.password, resultText(t, res, err))
 }

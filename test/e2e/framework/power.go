@@ -12,15 +12,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
 // ConfigurePowerSwitches gives the cluster what an admin gives it for the
 // BMCs of driver d's plugins on nodes (SetPowerSwitch): a Secret named name
-// in kube-system with the credentials, and a FenceAgentConfig named name
+// in kube-system with the credentials, labelled as fence agent credentials
+// (a Secret without the label is refused), and a FenceAgentConfig named name
 // that lists the nodes for fence_ipmilan. It returns a func deleting both.
 func (p *Product) ConfigurePowerSwitches(ctx context.Context, name string, d *Driver, nodes []string, user, password string) (func(), error) {
 	c := p.c
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system",
+		Labels: map[string]string{contract.FenceAgentCredentialsLabel: contract.FenceAgentCredentialsTrue}},
 		Data: map[string][]byte{"username": []byte(user), "password": []byte(password)}}
 	if _, err := c.Client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err

@@ -25,7 +25,8 @@ var FenceAgentConfigResource = SchemeGroupVersion.WithResource(contract.FenceAge
 // off the wrong machine is the worst thing a fence can do.
 //
 // The spec holds no secret: credentials are read from the Secret at the moment
-// of the fence and handed to the agent on its standard input only (S7).
+// of the fence and handed to the agent on its standard input only (S7), and
+// only from a Secret labelled csi-fence.io/fence-agent-credentials: "true".
 type FenceAgentConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -68,7 +69,11 @@ type FenceAgentNode struct {
 
 // FenceAgentCredentials maps keys of a Secret to agent options.
 type FenceAgentCredentials struct {
-	// SecretName and SecretNamespace name the Secret.
+	// SecretName and SecretNamespace name the Secret. It is used only if it
+	// carries the label csi-fence.io/fence-agent-credentials: "true" (its
+	// owner's consent): the sidecar may read every Secret, and the agent
+	// sends the values to the address this config names. Otherwise the
+	// fence is not attempted and the error names the Secret and the label.
 	SecretName      string `json:"secretName"`
 	SecretNamespace string `json:"secretNamespace"`
 	// Parameters maps an agent option to the Secret key holding its value,
