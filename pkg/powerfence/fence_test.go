@@ -52,12 +52,12 @@ func TestTargetFence(t *testing.T) {
 		{
 			name:    "still on at the confirm timeout",
 			plans:   map[Action][]int{ActionOff: {0}, ActionStatus: {0}},
-			wantErr: "not confirmed Off within 300ms: the agent reports On", wantState: PowerOn, wantOff: 1,
+			wantErr: "not confirmed Off within 2s: the agent reports On", wantState: PowerOn, wantOff: 1,
 		},
 		{
 			name:    "BMC unreachable",
 			plans:   map[Action][]int{ActionOff: {1}, ActionStatus: {1}},
-			wantErr: "not confirmed Off within 300ms: fence agent status exited with 1", wantState: PowerUnknown, wantOff: 2, wantActionErr: true,
+			wantErr: "not confirmed Off within 2s: fence agent status exited with 1", wantState: PowerUnknown, wantOff: 2, wantActionErr: true,
 		},
 	}
 	for _, tc := range tests {
@@ -69,7 +69,9 @@ func TestTargetFence(t *testing.T) {
 				ConfirmTimeout: 10 * time.Second, StatusInterval: 5 * time.Millisecond}
 			if tc.wantErr != "" {
 				// Only the cases that end at the confirm timeout wait for it.
-				target.ConfirmTimeout = 300 * time.Millisecond
+				// Long enough for a loaded machine to start the fake agent
+				// several times (a shorter one flaked under load).
+				target.ConfirmTimeout = 2 * time.Second
 			}
 			res, err := target.Fence(ctx)
 			if tc.wantErr == "" && err != nil {
