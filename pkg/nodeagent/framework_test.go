@@ -2,10 +2,12 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -77,6 +80,7 @@ func newEnv(t *testing.T) *env {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
+	compareAndSwap(dyn)
 	return &env{
 		t: t, ctx: ctx, layout: kubeletlayout.New(root), dyn: dyn, records: fencingv1alpha1.NewClient(dyn),
 		recorder: record.NewFakeRecorder(1000), mounts: &fakeMounts{paths: map[string]bool{}},
@@ -392,4 +396,29 @@ func recordErrorCount(t *testing.T, op string) float64 {
 // denyAll fails every call it reacts to, as RBAC would.
 func denyAll(action k8stesting.Action) (bool, runtime.Object, error) {
 	return true, nil, apierrors.NewForbidden(action.GetResource().GroupResource(), "", fmt.Errorf("denied by the test"))
+}
+
+// compareAndSwap makes the fake apiserver do what the real one does with
+// an update of a FencingRequest (or its status): it fails with a conflict
+// unless it carries the object's current resourceVersion, and bumps it. The
+// agent's workers write one record concurrently: without it, a write from
+// a stale read would silently undo another's (a cleanup done twice).
+func compareAndSwap(dyn *dynamicfake.FakeDynamicClient) {
+	var mu sync.Mutex
+	dyn.PrependReactor("update", "fencingrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		obj := a.(k8stesting.UpdateAction).GetObject().(*unstructured.Unstructured).DeepCopy()
+		cur, err := dyn.Tracker().Get(a.GetResource(), obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		curRV := cur.(*unstructured.Unstructured).GetResourceVersion()
+		if curRV != obj.GetResourceVersion() {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+		}
+		rv, _ := strconv.Atoi(curRV)
+		obj.SetResourceVersion(strconv.Itoa(rv + 1))
+		return true, obj, dyn.Tracker().Update(a.GetResource(), obj, obj.GetNamespace())
+	})
 }
