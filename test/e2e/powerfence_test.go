@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/powerfence"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
@@ -98,7 +99,8 @@ func TestFenceAgentConfigOnAPIServer(t *testing.T) {
 	}
 
 	const password = "e2e-bmc-Pa55word"
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "e2e-bmc", Namespace: "kube-system"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "e2e-bmc", Namespace: "kube-system",
+		Labels: map[string]string{contract.FenceAgentCredentialsLabel: contract.FenceAgentCredentialsTrue}},
 		Data: map[string][]byte{"user": []byte("admin"), "pass": []byte(password)}}
 	if _, err := cluster.Client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
