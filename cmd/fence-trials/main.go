@@ -72,7 +72,9 @@ func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int
 		return 0, err
 	}
 	defer func() { c.Cleanup(failed > 0 || err != nil) }()
-	p, err := c.StartProduct(ctx, framework.ProductOptions{})
+	// The mock driver logs every request (--v=5): the trials find in its
+	// log when each fence reached it.
+	p, err := c.StartProduct(ctx, framework.ProductOptions{MockArgs: trials.MockArgs})
 	if err != nil {
 		return 0, err
 	}
@@ -102,7 +104,7 @@ func printResult(r trials.Result) {
 	if r.Failed() {
 		verdict = "FAIL"
 	}
-	fmt.Printf("%-4s seed=%d %-32s recovery %6.2fs failover %6.2fs  %s\n", verdict, r.Seed, r.Schedule,
+	fmt.Printf("%-4s seed=%d %-40s recovery %6.2fs failover %6.2fs  %s\n", verdict, r.Seed, r.Schedule,
 		r.Recovery.Seconds(), r.Failover.Seconds(), strings.Join(r.Steps, "; "))
 	if r.Err != nil {
 		fmt.Printf("     error: %v\n", r.Err)
@@ -113,9 +115,10 @@ func printResult(r trials.Result) {
 }
 
 func printTable(schedules []trials.Schedule, results []trials.Result) {
-	fmt.Printf("\n%-32s %6s %6s %12s %12s %12s %12s\n", "schedule", "trials", "failed", "recovery p50", "recovery p95", "failover p50", "failover p95")
+	fmt.Printf("\n%-40s %6s %6s %12s %12s %12s %12s %10s\n", "schedule", "trials", "failed", "recovery p50", "recovery p95", "failover p50", "failover p95", "stall max")
 	for _, s := range schedules {
 		var rec, fo []time.Duration
+		var stall time.Duration
 		total, failed := 0, 0
 		for _, r := range results {
 			if r.Schedule != s.Name {
@@ -127,8 +130,13 @@ func printTable(schedules []trials.Schedule, results []trials.Result) {
 				continue
 			}
 			rec, fo = append(rec, r.Recovery), append(fo, r.Failover)
+			stall = max(stall, r.Stall)
 		}
-		fmt.Printf("%-32s %6d %6d %11.2fs %11.2fs %11.2fs %11.2fs\n", s.Name, total, failed,
-			timeline.Percentile(rec, 50).Seconds(), timeline.Percentile(rec, 95).Seconds(), timeline.Percentile(fo, 50).Seconds(), timeline.Percentile(fo, 95).Seconds())
+		stallCol := "-"
+		if stall > 0 {
+			stallCol = fmt.Sprintf("%.2fs", stall.Seconds())
+		}
+		fmt.Printf("%-40s %6d %6d %11.2fs %11.2fs %11.2fs %11.2fs %10s\n", s.Name, total, failed,
+			timeline.Percentile(rec, 50).Seconds(), timeline.Percentile(rec, 95).Seconds(), timeline.Percentile(fo, 50).Seconds(), timeline.Percentile(fo, 95).Seconds(), stallCol)
 	}
 }
