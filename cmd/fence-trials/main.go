@@ -36,6 +36,7 @@ func main() {
 	n := flag.Int("trials", 1, "Trials per schedule")
 	seed := flag.Int64("seed", 0, "Seed of the first trial (0: from the clock); trial i of the run uses seed+i")
 	schedules := flag.String("schedules", strings.Join(names, ","), "Fault schedules to run, comma-separated")
+	workDir := flag.String("workdir", "", "Directory to hold the run's work dir (default: the system's temp dir)")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() % 1_000_000_000
@@ -51,7 +52,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	failed, err := runTrials(ctx, run, *n, *seed)
+	failed, err := runTrials(ctx, run, *n, *seed, *workDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence-trials:", err)
 		os.Exit(1)
@@ -65,9 +66,18 @@ func main() {
 // runTrials runs n trials of each schedule, interleaved, on one control
 // plane, and prints each result and then the table. It returns how many
 // trials failed.
-func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int64) (failed int, err error) {
+func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int64, parent string) (failed int, err error) {
 	fmt.Printf("fence-trials: seed %d, %d trials of each of %d schedules\n", seed, n, len(schedules))
-	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+	opts := framework.Options{}
+	if parent != "" {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return 0, err
+		}
+		if opts.WorkDir, err = os.MkdirTemp(parent, "fence-trials-"); err != nil {
+			return 0, err
+		}
+	}
+	c, err := framework.Start(ctx, stdout{}, opts)
 	if err != nil {
 		return 0, err
 	}
