@@ -9,6 +9,7 @@ package trials
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -138,8 +139,9 @@ func (t *Trial) recordSurvives(ctx context.Context, when string) {
 // rollingUpdate starts a second replica of the controller, and terminates
 // the leader (SIGTERM, as a rolling update does) while a slow fence is in
 // flight. The leader finishes its work and releases its Leases; the stall
-// is how long after the SIGTERM the standby holds every Lease the leader
-// held (Result.Stall).
+// is how long after the SIGTERM every Lease the leader held has a new holder
+// (Result.Stall): the standby, or for node-level fencing state another
+// driver's sidecar.
 func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	t.procMu.Lock()
 	standby, _, err := t.p.StartStandbyAttacher(ctx)
@@ -160,6 +162,14 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The node-fencing Lease is the leader's to hand over only if it holds
+	// it: a second driver's sidecar may (and may take it over now).
+	driver := contract.SanitizeDriverName(framework.DriverName)
+	for name, holder := range held {
+		if strings.HasSuffix(name, "/"+failover.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
+			delete(held, name)
+		}
+	}
 	t.procMu.Lock()
 	sigterm := time.Now()
 	t.p.Attacher.Stop(30 * time.Second)
@@ -167,7 +177,7 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	t.p.Attacher = standby
 	t.procMu.Unlock()
 	steps := []string{fmt.Sprintf("standby started; leader terminated (SIGTERM) %.2fs into a %.2fs fence, exited after %.2fs", d.Seconds(), latency.Seconds(), exited.Seconds())}
-	err = framework.WaitFor(ctx, 90*time.Second, "the standby holding the leader's Leases", func(ctx context.Context) (bool, error) {
+	err = framework.WaitFor(ctx, 90*time.Second, "another replica holding the leader's Leases", func(ctx context.Context) (bool, error) {
 		now, err := t.leaderLeases(ctx)
 		if err != nil {
 			return false, nil
@@ -183,17 +193,22 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 		return steps, err
 	}
 	t.stall = time.Since(sigterm)
+	now, err := t.leaderLeases(ctx)
+	if err != nil {
+		return steps, err
+	}
 	var names []string
 	for name := range held {
-		names = append(names, name)
+		names = append(names, name+" by "+now[name])
 	}
-	return append(steps, fmt.Sprintf("standby holds %s %.2fs after the SIGTERM", strings.Join(names, ", "), t.stall.Seconds())), nil
+	slices.Sort(names)
+	return append(steps, fmt.Sprintf("%s held %.2fs after the SIGTERM", strings.Join(names, ", "), t.stall.Seconds())), nil
 }
 
 // leaderLeases returns the holders of the Leases the first driver's
 // controller may hold: external-attacher's leader election (named after
-// the driver) and, when this driver's sidecar holds it, the owner of
-// node-level fencing state.
+// the driver) and the owner of node-level fencing state (whoever holds
+// it), by namespace/name.
 func (t *Trial) leaderLeases(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	driver := contract.SanitizeDriverName(framework.DriverName)
@@ -211,8 +226,8 @@ func (t *Trial) leaderLeases(ctx context.Context) (map[string]string, error) {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return nil, err
-	case strings.HasSuffix(ptr.Deref(owner.Spec.HolderIdentity, ""), "_"+driver):
-		out[owner.Namespace+"/"+owner.Name] = *owner.Spec.HolderIdentity
+	default:
+		out[owner.Namespace+"/"+owner.Name] = ptr.Deref(owner.Spec.HolderIdentity, "")
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no leader-election Lease of %s", framework.DriverName)
