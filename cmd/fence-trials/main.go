@@ -36,6 +36,7 @@ func main() {
 	n := flag.Int("trials", 1, "Trials per schedule")
 	seed := flag.Int64("seed", 0, "Seed of the first trial (0: from the clock); trial i of the run uses seed+i")
 	schedules := flag.String("schedules", strings.Join(names, ","), "Fault schedules to run, comma-separated")
+	workDir := flag.String("workdir", "", "Directory to hold the run's work dir (default: the system's temp dir)")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() % 1_000_000_000
@@ -51,7 +52,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	failed, err := runTrials(ctx, run, *n, *seed)
+	failed, err := runTrials(ctx, run, *n, *seed, *workDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence-trials:", err)
 		os.Exit(1)
@@ -65,14 +66,25 @@ func main() {
 // runTrials runs n trials of each schedule, interleaved, on one control
 // plane, and prints each result and then the table. It returns how many
 // trials failed.
-func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int64) (failed int, err error) {
+func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int64, parent string) (failed int, err error) {
 	fmt.Printf("fence-trials: seed %d, %d trials of each of %d schedules\n", seed, n, len(schedules))
-	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+	opts := framework.Options{}
+	if parent != "" {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return 0, err
+		}
+		if opts.WorkDir, err = os.MkdirTemp(parent, "fence-trials-"); err != nil {
+			return 0, err
+		}
+	}
+	c, err := framework.Start(ctx, stdout{}, opts)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { c.Cleanup(failed > 0 || err != nil) }()
-	p, err := c.StartProduct(ctx, framework.ProductOptions{})
+	// The mock driver logs every request (--v=5): the trials find in its
+	// log when each fence reached it.
+	p, err := c.StartProduct(ctx, framework.ProductOptions{MockArgs: trials.MockArgs})
 	if err != nil {
 		return 0, err
 	}
@@ -102,7 +114,7 @@ func printResult(r trials.Result) {
 	if r.Failed() {
 		verdict = "FAIL"
 	}
-	fmt.Printf("%-4s seed=%d %-32s recovery %6.2fs failover %6.2fs  %s\n", verdict, r.Seed, r.Schedule,
+	fmt.Printf("%-4s seed=%d %-40s recovery %6.2fs failover %6.2fs  %s\n", verdict, r.Seed, r.Schedule,
 		r.Recovery.Seconds(), r.Failover.Seconds(), strings.Join(r.Steps, "; "))
 	if r.Err != nil {
 		fmt.Printf("     error: %v\n", r.Err)
@@ -113,9 +125,10 @@ func printResult(r trials.Result) {
 }
 
 func printTable(schedules []trials.Schedule, results []trials.Result) {
-	fmt.Printf("\n%-32s %6s %6s %12s %12s %12s %12s\n", "schedule", "trials", "failed", "recovery p50", "recovery p95", "failover p50", "failover p95")
+	fmt.Printf("\n%-40s %6s %6s %12s %12s %12s %12s %10s\n", "schedule", "trials", "failed", "recovery p50", "recovery p95", "failover p50", "failover p95", "stall max")
 	for _, s := range schedules {
 		var rec, fo []time.Duration
+		var stall time.Duration
 		total, failed := 0, 0
 		for _, r := range results {
 			if r.Schedule != s.Name {
@@ -127,8 +140,13 @@ func printTable(schedules []trials.Schedule, results []trials.Result) {
 				continue
 			}
 			rec, fo = append(rec, r.Recovery), append(fo, r.Failover)
+			stall = max(stall, r.Stall)
 		}
-		fmt.Printf("%-32s %6d %6d %11.2fs %11.2fs %11.2fs %11.2fs\n", s.Name, total, failed,
-			timeline.Percentile(rec, 50).Seconds(), timeline.Percentile(rec, 95).Seconds(), timeline.Percentile(fo, 50).Seconds(), timeline.Percentile(fo, 95).Seconds())
+		stallCol := "-"
+		if stall > 0 {
+			stallCol = fmt.Sprintf("%.2fs", stall.Seconds())
+		}
+		fmt.Printf("%-40s %6d %6d %11.2fs %11.2fs %11.2fs %11.2fs %10s\n", s.Name, total, failed,
+			timeline.Percentile(rec, 50).Seconds(), timeline.Percentile(rec, 95).Seconds(), timeline.Percentile(fo, 50).Seconds(), timeline.Percentile(fo, 95).Seconds(), stallCol)
 	}
 }

@@ -60,6 +60,12 @@ type Schedule struct {
 	// SecondDriver: each replica also has a volume of a second driver (with
 	// a sidecar of its own), which refuses its first fences.
 	SecondDriver bool
+	// Before runs once the replicas run, before the node fails (a pod of
+	// its own on the node, a standby controller).
+	Before func(ctx context.Context, t *Trial) ([]string, error)
+	// Check returns the broken invariants of the schedule's own, beside
+	// the checks of every trial.
+	Check func(ctx context.Context, t *Trial) []string
 }
 
 // Schedules are the fault schedules, in the order a fixed run covers them.
@@ -76,11 +82,20 @@ var Schedules = []Schedule{
 	{Name: "two-nodes", Victims: 2},
 	{Name: "two-nodes+storm-guard", Victims: 2, MaxQuarantined: 1, AttacherArgs: []string{"--max-fenced-nodes=1", "--max-fenced-node-percent=0"}},
 	{Name: "power-off+two-drivers", SecondDriver: true},
+	{Name: "power-off+node-deleted-and-reregistered", During: nodeDeletedAndReregistered, SameNodeOK: true},
+	{Name: "power-off+rolling-update", During: rollingUpdate},
+	{Name: "power-off+unattached-storage", Before: unattachedStorage, Check: checkUnattached},
+	{Name: "partition+skewed-kubelet", Partition: true, During: skewedKubelet, SameNodeOK: true},
+	{Name: "power-off+flap-during-slow-fence", During: flapDuringSlowFence},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added
 // once per run, it stays (and may own node-level state from then on).
 const secondDriverName = "trial2.csi-fence.io"
+
+// MockArgs are the flags the mock driver's instances need in a trial: every
+// request logged (the fence witness, fenceRPCs).
+var MockArgs = []string{"--v=5"}
 
 // ByName returns the schedule called name.
 func ByName(name string) (Schedule, bool) {
@@ -114,6 +129,20 @@ type Trial struct {
 	// most at once.
 	quarantined     map[string]bool
 	mostQuarantined int
+	// renewals: when the trial saw each new renewTime of a node's
+	// heartbeat Lease (lastRenew: the renewTime it saw last).
+	renewals  map[string][]time.Time
+	lastRenew map[string]time.Time
+	// fencingComplete: when a node was seen with FencingComplete=True.
+	fencingComplete map[string][]time.Time
+	// extra is a schedule's own state (its checks read it); found, the
+	// invariants it saw broken while it ran; stall, how long the controller
+	// was leaderless (rolling-update).
+	extra any
+	found []string
+	stall time.Duration
+	// stop ends the trial's watches.
+	stop <-chan struct{}
 }
 
 // Result is what a trial found.
@@ -125,6 +154,9 @@ type Result struct {
 	Recovery time.Duration
 	// Failover: pod eligible (Terminating) -> attached elsewhere.
 	Failover time.Duration
+	// Stall: the leader terminated -> its Leases held by the standby
+	// (rolling-update; 0 otherwise).
+	Stall time.Duration
 	// Problems are broken invariants and things left behind; Err is a
 	// trial that could not run to its end (also a failure).
 	Problems []string
@@ -148,6 +180,8 @@ func Run(ctx context.Context, c *framework.Cluster, p *framework.Product, log fr
 	res.Steps, res.Err = t.run(ctx, log, &res)
 	t.mu.Lock()
 	res.Steps = append(res.Steps, t.supervised...)
+	res.Problems = append(res.Problems, t.found...)
+	res.Stall = t.stall
 	t.mu.Unlock()
 	res.Problems = append(res.Problems, t.check(ctx, before, started)...)
 	return res
@@ -194,6 +228,7 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 	t.Env = env
 	stop := make(chan struct{})
 	defer close(stop)
+	t.stop = stop
 	go t.supervise(ctx, stop)
 	for i := 0; i < n; i++ {
 		node, err := env.WaitAttached(ctx, i, "", 30*time.Second)
@@ -211,6 +246,9 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		if err := t.watchReady(node, stop); err != nil {
 			return steps, err
 		}
+		if err := t.watchLease(node, stop); err != nil {
+			return steps, err
+		}
 		v.writer = scenario.StartWriter(ctx, t.p.Nodes[node], v.volume, 100*time.Millisecond)
 		defer v.writer.Stop()
 		if err := framework.WaitFor(ctx, 10*time.Second, "first write of the workload", func(context.Context) (bool, error) {
@@ -221,6 +259,13 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		t.victims = append(t.victims, v)
 	}
 	t.Victim, t.Volume = t.victims[0].node, t.victims[0].volume
+	if t.Schedule.Before != nil {
+		more, err := t.Schedule.Before(ctx, t)
+		steps = append(steps, more...)
+		if err != nil {
+			return steps, err
+		}
+	}
 
 	how := "power-off"
 	if t.Schedule.Partition {
@@ -341,10 +386,12 @@ func (t *Trial) watchReady(node string, stop <-chan struct{}) error {
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
 	on := func(o interface{}) {
 		if n, ok := o.(*corev1.Node); ok {
-			t.observe(n.Name, framework.NodeReady(n), framework.HasTaint(n, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule))
+			t.observe(n.Name, framework.NodeReady(n), nodeTalking(n), framework.HasTaint(n, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule), fencingComplete(n))
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o interface{}) { on(o) }}); err != nil {
+	// A deleted Node runs nothing: no kubelet reports for it.
+	gone := func(interface{}) { t.observe(node, false, false, false, false) }
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o interface{}) { on(o) }, DeleteFunc: gone}); err != nil {
 		return err
 	}
 	go inf.Run(stop)
@@ -354,17 +401,22 @@ func (t *Trial) watchReady(node string, stop <-chan struct{}) error {
 	return nil
 }
 
-// transition is a node seen Ready (or not) from At on.
+// transition is a node seen Ready (or not), and talking (or not: its Ready
+// condition Unknown, or the Node deleted), from At on.
 type transition struct {
-	At    time.Time
-	Ready bool
+	At      time.Time
+	Ready   bool
+	Talking bool
 }
 
-func (t *Trial) observe(node string, ready, quarantined bool) {
+func (t *Trial) observe(node string, ready, talking, quarantined, complete bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.transitions == nil {
-		t.transitions, t.quarantined = map[string][]transition{}, map[string]bool{}
+		t.transitions, t.quarantined, t.fencingComplete = map[string][]transition{}, map[string]bool{}, map[string][]time.Time{}
+	}
+	if complete {
+		t.fencingComplete[node] = append(t.fencingComplete[node], time.Now())
 	}
 	t.quarantined[node] = quarantined
 	now := 0
@@ -375,8 +427,8 @@ func (t *Trial) observe(node string, ready, quarantined bool) {
 	}
 	t.mostQuarantined = max(t.mostQuarantined, now)
 	trs := t.transitions[node]
-	if n := len(trs); n == 0 || trs[n-1].Ready != ready {
-		t.transitions[node] = append(trs, transition{At: time.Now(), Ready: ready})
+	if n := len(trs); n == 0 || trs[n-1].Ready != ready || trs[n-1].Talking != talking {
+		t.transitions[node] = append(trs, transition{At: time.Now(), Ready: ready, Talking: talking})
 	}
 }
 
@@ -424,7 +476,7 @@ func (t *Trial) secondDriver(ctx context.Context) (*framework.Driver, []string, 
 	}
 	if d == nil {
 		var err error
-		if d, err = t.p.AddDriver(ctx, framework.DriverOptions{Name: secondDriverName}); err != nil {
+		if d, err = t.p.AddDriver(ctx, framework.DriverOptions{Name: secondDriverName, MockArgs: MockArgs}); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -469,13 +521,82 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 	for _, v := range t.victims {
 		for _, e := range events {
 			if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.Env.NS &&
-				e.Name == t.Env.PodName(v.replica) && e.Time.After(started) && e.Code < 300 && t.ready(v.node, e.Time) {
-				problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Time.Format("15:04:05.000"), v.node))
+				e.Name == t.Env.PodName(v.replica) && e.Time.After(started) && e.Code < 300 {
+				switch {
+				case t.ready(v.node, e.Time):
+					problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Time.Format("15:04:05.000"), v.node))
+				case t.alive(v.node, e.Time):
+					problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was alive (%s)", e.Name, e.Time.Format("15:04:05.000"), v.node, t.why(v.node, e.Time)))
+				}
 			}
 		}
 		problems = append(problems, t.leftovers(ctx, v.node)...)
 	}
+	problems = append(problems, t.fencedAlive(started)...)
+	if t.Schedule.Check != nil {
+		problems = append(problems, t.Schedule.Check(ctx, t)...)
+	}
 	return problems
+}
+
+// fencedAlive returns the fences of the trial's volumes that reached the
+// array while their node was alive, as the trial saw it (S4: no automatic
+// fence of a node that is not down). A fence of a volume already fenced
+// from the node and not published there since changes nothing on the
+// array: S8 has every unpublish of a volume that may be quarantined fenced.
+func (t *Trial) fencedAlive(started time.Time) []string {
+	var out []string
+	for _, d := range t.p.Drivers {
+		rpcs, err := controllerRPCs(d.Mock.LogPath, started)
+		if err != nil {
+			return append(out, err.Error())
+		}
+		for _, r := range fencesWhileAlive(rpcs, func(node string, at time.Time) bool {
+			return slices.ContainsFunc(t.victims, func(v *victim) bool { return v.node == node }) && t.alive(node, at)
+		}) {
+			out = append(out, fmt.Sprintf("S4: volume %s of %s fenced from node %s at %s while the node was alive (%s)",
+				r.Volume, d.Name, r.NodeID, r.Received.Format("15:04:05.000"), t.why(r.NodeID, r.Received)))
+		}
+	}
+	return out
+}
+
+// fencesWhileAlive returns the fences in rpcs (oldest first) received while
+// alive says their node was, but those of a volume fenced from the node
+// before and not published there since.
+func fencesWhileAlive(rpcs []controllerRPC, alive func(node string, at time.Time) bool) []controllerRPC {
+	var out []controllerRPC
+	fenced := map[string]bool{} // volume + "@" + node
+	for _, r := range rpcs {
+		key := r.Volume + "@" + r.NodeID
+		if !r.Fence {
+			fenced[key] = false
+			continue
+		}
+		if !fenced[key] && alive(r.NodeID, r.Received) {
+			out = append(out, r)
+		}
+		fenced[key] = true
+	}
+	return out
+}
+
+// why says how the node was seen alive at the time at.
+func (t *Trial) why(node string, at time.Time) string {
+	if t.talking(node, at) {
+		return "its Ready condition not Unknown"
+	}
+	return "its heartbeat Lease renewed"
+}
+
+// fencingComplete says whether the node has FencingComplete=True.
+func fencingComplete(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if string(c.Type) == contract.ConditionFencingComplete {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // waitSettled waits until the nodes that came back hold nothing of the
@@ -568,25 +689,12 @@ func killController(ctx context.Context, t *Trial) ([]string, error) {
 // returnMidFence makes the fence slow and powers the node on while its RPC
 // is in flight: the node is Ready again before the fence is confirmed.
 func returnMidFence(ctx context.Context, t *Trial) ([]string, error) {
-	latency := t.between(2*time.Second, 5*time.Second)
-	store := faults.NewStore(t.p.StateDir)
-	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
+	latency, clear, err := t.slowFence(ctx, 2*time.Second, 5*time.Second)
+	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = store.Clear() }()
-	steps := []string{fmt.Sprintf("fence latency %.2fs", latency.Seconds())}
-	frs := fencingv1alpha1.NewClient(t.c.Dynamic)
-	if err := framework.WaitFor(ctx, 120*time.Second, "the fence of "+t.Volume+" in flight", func(ctx context.Context) (bool, error) {
-		fr, err := frs.Get(ctx, t.Victim)
-		if err != nil {
-			return false, nil
-		}
-		e := fencerecord.Find(fr, framework.DriverName, t.Volume)
-		return e != nil && e.StartedTime != nil && e.FencedTime == nil, nil
-	}); err != nil {
-		return steps, err
-	}
-	steps = append(steps, "power on mid-fence")
+	defer clear()
+	steps := []string{fmt.Sprintf("fence latency %.2fs", latency.Seconds()), "power on mid-fence"}
 	return steps, t.Env.PowerOn(ctx, t.Victim)
 }
 

@@ -1,0 +1,128 @@
+package trials
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"k8s.io/klog/v2"
+)
+
+// mockLog writes what the mock driver logs for unpublishes, with klog's own
+// formatting (the same calls as mock-driver/server's logRPC and the
+// driver's ControllerUnpublishVolume), and returns the file.
+func mockLog(t *testing.T, calls func(unpublish func(vol, node string, fence bool), publish func(vol, node string))) string {
+	t.Helper()
+	var buf bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&buf)
+	defer func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) }()
+	calls(func(vol, node string, fence bool) {
+		req := &csi.ControllerUnpublishVolumeRequest{VolumeId: vol, NodeId: node}
+		klog.Background().WithValues("method", "ControllerUnpublishVolume").Info("GRPC request", "request", protosanitizer.StripSecrets(req))
+		klog.Background().Info("Unpublished", "volume", vol, "node", node, "fence", fence)
+	}, func(vol, node string) {
+		req := &csi.ControllerPublishVolumeRequest{VolumeId: vol, NodeId: node, VolumeContext: map[string]string{"k": "v"}}
+		klog.Background().WithValues("method", "ControllerPublishVolume").Info("GRPC request", "request", protosanitizer.StripSecrets(req))
+	})
+	klog.Flush()
+	path := filepath.Join(t.TempDir(), "mock.log")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestFenceRPCs(t *testing.T) {
+	since := time.Now().Add(-time.Second)
+	path := mockLog(t, func(unpublish func(vol, node string, fence bool), publish func(vol, node string)) {
+		publish("v-1", "n-1")
+		unpublish("v-1", "n-1", false)
+		unpublish("v-1", "n-10", true)
+		unpublish("v-2", "n-1", true)
+	})
+	rpcs, err := controllerRPCs(path, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []controllerRPC{{Volume: "v-1", NodeID: "n-1"}, {Fence: true, Volume: "v-1", NodeID: "n-10"}, {Fence: true, Volume: "v-2", NodeID: "n-1"}}
+	if len(rpcs) != len(want) {
+		t.Fatalf("got %+v, want %+v", rpcs, want)
+	}
+	for i, r := range rpcs {
+		if r.Fence != want[i].Fence || r.Volume != want[i].Volume || r.NodeID != want[i].NodeID {
+			t.Errorf("call %d: got fence=%v %s on %s, want fence=%v %s on %s", i, r.Fence, r.Volume, r.NodeID, want[i].Fence, want[i].Volume, want[i].NodeID)
+		}
+		if r.Received.Before(since) || r.Received.After(time.Now()) {
+			t.Errorf("fence %d received at %s, not during the test", i, r.Received)
+		}
+	}
+	if rpcs, err := controllerRPCs(path, time.Now().Add(time.Minute)); err == nil {
+		t.Errorf("a log with no request since: %+v, want an error (the mock must run at --v=5)", rpcs)
+	}
+}
+
+func TestAlive(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// Up until 0, unreachable from 10 (NotReady), back at 30 (Ready).
+	trs := []transition{{At: at(0), Ready: true, Talking: true}, {At: at(10), Ready: false, Talking: false}, {At: at(30), Ready: true, Talking: true}}
+	for _, tc := range []struct {
+		name     string
+		renewals []time.Time
+		at       time.Time
+		want     bool
+	}{
+		{name: "up", at: at(5), want: true},
+		{name: "unreachable", at: at(15), want: false},
+		{name: "just unreachable", at: at(10.5), want: false},
+		{name: "Ready a moment ago: within the live read's validity", at: at(30.5), want: false},
+		{name: "Ready", at: at(32), want: true},
+		{name: "renewals before NotReady do not count", renewals: []time.Time{at(9)}, at: at(11), want: false},
+		{name: "renewing again", renewals: []time.Time{at(20)}, at: at(22), want: true},
+		{name: "renewed a moment ago", renewals: []time.Time{at(20)}, at: at(20.5), want: false},
+		{name: "renewal expired", renewals: []time.Time{at(20)}, at: at(29.9), want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &Trial{transitions: map[string][]transition{"n": trs}, renewals: map[string][]time.Time{"n": tc.renewals}}
+			if got := tr.alive("n", tc.at); got != tc.want {
+				t.Errorf("alive at %s: got %v, want %v", tc.at.Sub(t0), got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFencesWhileAlive(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	// n is down in [10, 20), alive again from 20; m is never alive.
+	alive := func(node string, x time.Time) bool { return node == "n" && (x.Before(at(10)) || !x.Before(at(20))) }
+	fence := func(vol, node string, s int) controllerRPC {
+		return controllerRPC{Fence: true, Volume: vol, NodeID: node, Received: at(s)}
+	}
+	publish := func(vol, node string, s int) controllerRPC {
+		return controllerRPC{Volume: vol, NodeID: node, Received: at(s)}
+	}
+	for _, tc := range []struct {
+		name string
+		rpcs []controllerRPC
+		want int
+	}{
+		{name: "fenced while down", rpcs: []controllerRPC{publish("v", "n", 0), fence("v", "n", 12)}, want: 0},
+		{name: "fenced while alive", rpcs: []controllerRPC{publish("v", "n", 0), fence("v", "n", 5)}, want: 1},
+		{name: "fenced again once back: changes nothing", rpcs: []controllerRPC{fence("v", "n", 12), fence("v", "n", 25)}, want: 0},
+		{name: "published again, then fenced once back", rpcs: []controllerRPC{fence("v", "n", 12), publish("v", "n", 22), fence("v", "n", 25)}, want: 1},
+		{name: "another volume's fence does not count", rpcs: []controllerRPC{fence("w", "n", 12), fence("v", "n", 25)}, want: 1},
+		{name: "another node", rpcs: []controllerRPC{fence("v", "m", 25)}, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fencesWhileAlive(tc.rpcs, alive); len(got) != tc.want {
+				t.Errorf("got %+v, want %d", got, tc.want)
+			}
+		})
+	}
+}
