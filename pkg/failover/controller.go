@@ -544,6 +544,10 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		// Fencing a node nobody asked for needs it down by a live read,
 		// not by the cache (S4).
 		if err := c.down(ctx, nodeName); err != nil {
+			if !errors.Is(err, nodehealth.ErrNodeAlive) {
+				// The read failed: nothing is known, retried with backoff.
+				return fmt.Errorf("not fencing: cannot tell whether the node is down: %w", err)
+			}
 			klog.FromContext(ctx).V(2).Info("Not fencing: the node is alive", "why", err)
 			return nil
 		}
@@ -581,6 +585,9 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		// live for each pod already). A node that is alive gets no
 		// fencing signal; its next pass releases it.
 		if err := c.down(ctx, nodeName); err != nil {
+			if !errors.Is(err, nodehealth.ErrNodeAlive) {
+				return errors.Join(fenceErr, fmt.Errorf("cannot tell whether the node is still down after the fence: %w", err))
+			}
 			klog.FromContext(ctx).V(2).Info("The node came back during the fence", "why", err)
 			return fenceErr
 		}

@@ -1035,3 +1035,18 @@ func TestReleaseDoesNotCompleteOverANewFence(t *testing.T) {
 		t.Fatalf("request marked Complete with a volume not cleaned: %+v", got.Status)
 	}
 }
+
+// A live read that fails says nothing about the node: the pass is retried
+// with backoff (an error), neither fenced nor given up as "alive".
+func TestFailedLiveReadIsRetried(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	e.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	if err := e.sync(t); err == nil {
+		t.Fatal("sync succeeded although the node could not be read: the node waits for an event instead of a retry")
+	}
+	if e.csi.calls != 0 || e.steps.index("delete db-0") >= 0 {
+		t.Fatalf("acted without a live read: %v", e.steps.log)
+	}
+}
