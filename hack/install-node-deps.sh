@@ -14,46 +14,14 @@ set -euo pipefail
 
 log() { echo "install-node-deps: $*" >&2; }
 
-have() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" >/dev/null 2>&1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib/apt-install.sh"
 
 if have runc && have iptables && have ip && [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ]; then
 	exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-	log "apt-get not found: install runc, containernetworking-plugins (/usr/lib/cni), iptables and iproute2 by hand"
-	exit 1
-fi
-
-sudo=()
-if [ "$(id -u)" != 0 ]; then
-	if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-		sudo=(sudo -n)
-	else
-		log "not root and no passwordless sudo: cannot install runc, containernetworking-plugins, iptables, iproute2"
-		exit 1
-	fi
-fi
-
-apt_install() {
-	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-		runc containernetworking-plugins iptables iproute2 >&2
-}
-
-# A fresh machine may have no package lists (or stale ones): update once,
-# then install; an install from lists we did not refresh gets one more try
-# after an update.
 start=$SECONDS
-if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$' -e '^auxfiles$')" ]; then
-	log "apt-get update"
-	"${sudo[@]}" apt-get update -q >&2
-	apt_install
-elif ! apt_install; then
-	log "install failed; apt-get update and one more try"
-	"${sudo[@]}" apt-get update -q >&2
-	apt_install
-fi
+apt_install_packages runc containernetworking-plugins iptables iproute2
 
 for b in runc iptables ip; do
 	have "$b" || { log "$b still missing after the install"; exit 1; }

@@ -1,0 +1,38 @@
+# Sourced by the hack/install-*.sh scripts: installs Debian packages the
+# tests need, non-interactively, as root or with passwordless sudo, on a
+# fresh machine too. The caller defines log().
+
+# have reports whether a command is on the PATH, or in /usr/sbin or /sbin
+# (which a non-root PATH often lacks).
+have() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" >/dev/null 2>&1; }
+
+# apt_install_packages installs its arguments (packages) with apt-get. A
+# fresh machine may have no package lists at all (or stale ones whose
+# versions the mirror no longer serves): update once, then install; and if an
+# install from lists we did not refresh fails, refresh and try once more.
+apt_install_packages() {
+	if ! command -v apt-get >/dev/null 2>&1; then
+		log "apt-get not found: install $* by hand"
+		return 1
+	fi
+	local sudo=()
+	if [ "$(id -u)" != 0 ]; then
+		if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+			sudo=(sudo -n)
+		else
+			log "not root and no passwordless sudo: cannot install $*"
+			return 1
+		fi
+	fi
+	local install=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@")
+	if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$' -e '^auxfiles$')" ]; then
+		log "apt-get update"
+		"${sudo[@]}" apt-get update -q >&2
+		"${install[@]}" >&2
+	elif ! "${install[@]}" >&2; then
+		log "install failed; apt-get update and one more try"
+		"${sudo[@]}" apt-get update -q >&2
+		"${install[@]}" >&2
+	fi
+}
