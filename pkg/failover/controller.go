@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -74,6 +75,8 @@ type Options struct {
 	Backends []string
 	// Power is the power backend (nil: none, e.g. no FenceAgentConfig CRD).
 	Power PowerFencer
+	// Clock times the kubelets' heartbeats (nil: the real clock; tests).
+	Clock clock.PassiveClock
 }
 
 // Controller is the failover controller of one driver.
@@ -115,7 +118,10 @@ type Controller struct {
 	// heartbeats watches the kubelets' Leases, so that health sees every
 	// renewal on its own clock (pkg/nodehealth).
 	heartbeats informers.SharedInformerFactory
-	health     *nodehealth.Observer
+	// heartbeatsHandled: health has been handed every Lease of the
+	// heartbeat informer's first list.
+	heartbeatsHandled cache.InformerSynced
+	health            *nodehealth.Observer
 	// eligible remembers when each pod was first seen eligible, for the
 	// failover duration metric; shared by the workers.
 	eligible eligibleSince
@@ -186,6 +192,9 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	if len(opts.Backends) == 0 {
 		opts.Backends = []string{fencingv1alpha1.BackendStorage}
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	c := &Controller{
 		power:            opts.Power,
 		liveReadValidity: defaultLiveReadValidity,
@@ -199,7 +208,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-failover"}),
-		health:     nodehealth.NewObserver(client),
+		health:     nodehealth.NewObserverWithClock(client, opts.Clock),
 		guard:      &stormGuard{client: client, namespace: opts.StormGuardNamespace},
 		owner:      AlwaysOwner{},
 		registry:   &registry{client: client, namespace: opts.StormGuardNamespace},
@@ -208,14 +217,16 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	c.pgc = &podgc.GC{Client: client, Recorder: recorder, Health: c.health}
 	c.heartbeats = informers.NewSharedInformerFactoryWithOptions(client, opts.Resync, informers.WithNamespace(nodehealth.LeaseNamespace))
 	heartbeats := c.heartbeats.Coordination().V1().Leases().Informer()
-	if _, err := heartbeats.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	handled, err := heartbeats.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o interface{}) { c.observeHeartbeat(o, false) },
 		UpdateFunc: func(_, o interface{}) { c.observeHeartbeat(o, false) },
 		DeleteFunc: func(o interface{}) { c.observeHeartbeat(o, true) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	c.synced = append(c.synced, heartbeats.HasSynced)
+	c.heartbeatsHandled = handled.HasSynced
+	c.synced = append(c.synced, c.heartbeatsHandled)
 	if opts.Election.Identity != "" {
 		c.election = &leaseOwner{}
 		c.owner = c.election
@@ -386,6 +397,17 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 	c.queue.ShutDown()
 	running.Wait()
+}
+
+// ObserveHeartbeats starts timing the kubelets' heartbeat Leases, until ctx
+// is done. A node is down only once its Lease has stayed unchanged for a
+// lease duration as this process saw it (pkg/nodehealth): a replica that
+// started watching only when it took over would wait a whole lease
+// duration before it could fail over any node, however long that node has
+// been silent. So every replica calls it at start, standby or not, and Run
+// finds the clock already running. It does not block.
+func (c *Controller) ObserveHeartbeats(ctx context.Context) {
+	c.heartbeats.Start(ctx.Done())
 }
 
 // startInformers starts the informers and waits for their caches.

@@ -6,10 +6,19 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 )
 
 // The node-fencing Lease is released when the election's context ends, and
@@ -119,5 +128,57 @@ func TestRunReleasesTheLeaseAfterItsWorkers(t *testing.T) {
 	}
 	if h := holder(); h != "" {
 		t.Errorf("Run returned with the node-fencing Lease still held by %q", h)
+	}
+}
+
+// A replica that watched the heartbeats while standing by finds a node whose
+// Lease has been silent for a lease duration down the moment it takes over;
+// one that starts watching only then must wait the whole duration again,
+// however long the node has been silent. ObserveHeartbeats is the first.
+func TestStandbyTimesHeartbeatsBeforeItTakesOver(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		observeEarly bool
+		wantDown     bool
+	}{
+		{name: "watched while standing by", observeEarly: true, wantDown: true},
+		{name: "watched only from takeover", observeEarly: false, wantDown: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			renewed := metav1.NewMicroTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: nodehealth.LeaseNamespace},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &renewed, LeaseDurationSeconds: ptr.To[int32](40)}}
+			e := newEnv(t, append(objects(v1.ConditionUnknown, true), lease), true)
+			clk := testingclock.NewFakeClock(time.Now())
+			c, err := New(Options{DriverName: driver, CanFence: true, SafeDetach: true, Timeout: time.Second,
+				StormGuardNamespace: "kube-system", RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second,
+				Resync: time.Hour, Clock: clk},
+				e.client, informers.NewSharedInformerFactory(e.client, 0), dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0),
+				e.fr, e.csi, record.NewFakeRecorder(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.observeEarly {
+				c.ObserveHeartbeats(ctx)
+				synced, stop := context.WithTimeout(ctx, 10*time.Second)
+				defer stop()
+				if !cache.WaitForCacheSync(synced.Done(), c.heartbeatsHandled) {
+					t.Fatal("heartbeat informer did not sync")
+				}
+			}
+			// The kubelet stays silent for a lease duration and more
+			// before this replica takes over.
+			clk.Step(41 * time.Second)
+			if !c.startInformers(ctx) {
+				t.Fatal("caches did not sync")
+			}
+			err = c.down(ctx, "n1")
+			if got := err == nil; got != tc.wantDown {
+				t.Errorf("down after takeover = %v (err %v), want %v", got, err, tc.wantDown)
+			}
+		})
 	}
 }

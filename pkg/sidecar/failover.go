@@ -121,7 +121,9 @@ type FailoverDeps struct {
 
 // NewFailover builds the failover controller and returns the function that
 // runs it. The caller runs it only where CheckAccess says it may: it keeps
-// its record in FencingRequests and cannot work without them.
+// its record in FencingRequests and cannot work without them. It starts
+// watching the kubelets' heartbeats at once, until ctx is done, whether or
+// not the returned function ever runs (failover.Controller.ObserveHeartbeats).
 func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), error) {
 	failover.RegisterMetrics()
 	factory := d.Informers
@@ -160,6 +162,10 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	if err != nil {
 		return nil, err
 	}
+	// From now on, leader or standby: a replica taking over judges a node
+	// down as soon as its heartbeat has been silent for a lease duration,
+	// not a lease duration after it took over.
+	c.ObserveHeartbeats(ctx)
 	return func(ctx context.Context) {
 		if power != nil {
 			power.start(ctx)

@@ -1,10 +1,22 @@
 package sidecar
 
 import (
+	"context"
 	"flag"
 	"testing"
+	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 )
 
 // The Leases that must be one per cluster (node-fencing owner, storm guard,
@@ -38,5 +50,39 @@ func TestStormGuardNamespace(t *testing.T) {
 				t.Errorf("StormGuardNamespace = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Issue 19 (liveness): a standby watches the kubelets' heartbeat Leases from
+// the moment it is built, before it leads, so that it can judge a silent
+// node down as soon as it takes over. Without it a new leader waited a whole
+// lease duration (18.7-19.5 s failovers in the rolling-update trials).
+func TestNewFailoverWatchesHeartbeatsBeforeItRuns(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
+	opts, _ := parse(t)
+	fo := &FailoverOptions{}
+	fo.AddFlags(flag.NewFlagSet("test", flag.ContinueOnError))
+	if _, err := NewFailover(ctx, FailoverDeps{
+		DriverName: drv, CanFence: true, SafeDetach: true, Options: opts, Failover: fo,
+		Client: client, Dynamic: dyn, ElectionClient: fake.NewClientset(), CSI: fenceDriver{&fakeDriver{}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The returned function is never called: this replica does not lead.
+	watching := func(ctx context.Context) (bool, error) {
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "watch" && a.GetResource().Resource == "leases" && a.GetNamespace() == nodehealth.LeaseNamespace {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, watching); err != nil {
+		t.Fatalf("a replica that does not lead is not watching the heartbeat Leases in %s: %v", nodehealth.LeaseNamespace, err)
 	}
 }
