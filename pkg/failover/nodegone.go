@@ -52,6 +52,19 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 		logger.V(2).Info("Node deleted, but not fencing its attachments: its kubelet is alive", "why", err)
 		return fr, nil
 	}
+	// Not admitted by the storm guard's count: the count brakes fences
+	// decided from silence alone, which a partition of many nodes from the
+	// control plane looks like; a deleted Node is someone's statement (an
+	// admin's, a cloud's node controller finding the instance gone) and
+	// no partition deletes Nodes. The admin's pause stops it all the same:
+	// it stops every automatic fence. Once it is lifted, the periodic pass
+	// over every node (Options.Resync) comes back here.
+	if why, err := c.guard.pausedBy(ctx); err != nil || why != "" {
+		if err == nil {
+			logger.Info("Node deleted, but not fencing its attachments: fencing is paused", "paused", why)
+		}
+		return fr, err
+	}
 	// The Node is gone: Events name it all the same. No quarantine taint
 	// (no Node to carry it): the record keeps publishes off it (S2).
 	gone := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}

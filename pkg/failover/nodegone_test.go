@@ -22,18 +22,21 @@ import (
 // node uses it, its VolumeAttachment is deleted, which the attach/detach
 // controller's next sync of its actual state takes as detached. Not while a
 // pod still uses it (it would be created again), and nothing at all while
-// the node's kubelet still renews its Lease (S4).
+// the node's kubelet still renews its Lease (S4) or while fencing is paused.
 func TestDeletedNodeReleasesFencedAttachments(t *testing.T) {
 	tests := []struct {
 		name         string
 		podOnNode    bool
 		leaseRenewed bool
+		paused       bool
 		wantFence    bool
 		wantDeleted  bool
 	}{
 		{name: "no pod left on the node", wantFence: true, wantDeleted: true},
 		{name: "a pod still on the node", podOnNode: true, wantFence: true},
 		{name: "its kubelet still renews its Lease", leaseRenewed: true},
+		// The admin's pause stops every automatic fence, this one too.
+		{name: "fencing paused", paused: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,6 +53,10 @@ func TestDeletedNodeReleasesFencedAttachments(t *testing.T) {
 			if tc.leaseRenewed {
 				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: nodehealth.LeaseNamespace},
 					Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now())), LeaseDurationSeconds: ptr.To[int32](40)}})
+			}
+			if tc.paused {
+				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+					Annotations: map[string]string{PausedAnnotation: "storage maintenance"}}})
 			}
 			e := newEnv(t, objs, true)
 			if err := e.sync(t); err != nil {

@@ -86,6 +86,19 @@ func (g *stormGuard) prune(ctx context.Context, nodes []string, stale func(ctx c
 	return kept, nil
 }
 
+// pausedBy reads the storm guard's Lease live and returns why fencing is
+// paused ("" if it is not, or the Lease does not exist yet).
+func (g *stormGuard) pausedBy(ctx context.Context) (string, error) {
+	lease, err := g.client.CoordinationV1().Leases(g.namespace).Get(ctx, StormGuardLeaseName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("reading the storm guard's Lease %s: %w", StormGuardLeaseName, err)
+	}
+	return lease.Annotations[PausedAnnotation], nil
+}
+
 // release removes node from the list: its fencing is over.
 func (g *stormGuard) release(ctx context.Context, node string) error {
 	return g.update(ctx, func(nodes []string, _ string) ([]string, error) {
