@@ -211,7 +211,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		health:     nodehealth.NewObserverWithClock(client, opts.Clock),
 		guard:      &stormGuard{client: client, namespace: opts.StormGuardNamespace},
 		owner:      AlwaysOwner{},
-		registry:   &registry{client: client, namespace: opts.StormGuardNamespace},
+		registry:   newRegistry(client, opts.StormGuardNamespace, opts.Clock),
 		regFactory: newRegistryInformers(client, opts.StormGuardNamespace, opts.Resync),
 	}
 	c.pgc = &podgc.GC{Client: client, Recorder: recorder, Health: c.health}
@@ -236,8 +236,14 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	// A driver registering (or changing what it can) may make pods on any
 	// node able to fail over.
 	if _, err := leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(interface{}) { c.enqueueAll() },
-		UpdateFunc: func(interface{}, interface{}) { c.enqueueAll() },
+		AddFunc: func(o interface{}) {
+			c.registry.observe(o)
+			c.enqueueAll()
+		},
+		UpdateFunc: func(_, o interface{}) {
+			c.registry.observe(o)
+			c.enqueueAll()
+		},
 	}); err != nil {
 		return nil, err
 	}

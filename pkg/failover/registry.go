@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
@@ -34,7 +36,11 @@ const (
 // leading controller and trusted for registrationTTL after its last
 // renewal: a driver whose sidecar is gone (uninstalled, or down for good)
 // is not counted on to fence, and its pods then wait for another backend
-// instead of for a fence nobody will send.
+// instead of for a fence nobody will send. "After its last renewal" is on
+// this process's clock: the renewTime was written on another machine's,
+// and is only compared with its own previous value (as pkg/nodehealth does
+// with the kubelets' Leases). A registration this process has just started
+// watching is trusted for registrationTTL from then.
 const (
 	registrationRenewal = time.Minute
 	registrationTTL     = 5 * time.Minute
@@ -50,6 +56,43 @@ type registry struct {
 	client    kubernetes.Interface
 	namespace string
 	leases    coordinationlisters.LeaseNamespaceLister
+	clock     clock.PassiveClock
+
+	mu sync.Mutex
+	// renewed: for each registration Lease, its renewTime as written and
+	// when this process first saw that value.
+	renewed map[string]renewal
+}
+
+type renewal struct{ value, seen time.Time }
+
+func newRegistry(client kubernetes.Interface, namespace string, c clock.PassiveClock) *registry {
+	return &registry{client: client, namespace: namespace, clock: c, renewed: map[string]renewal{}}
+}
+
+// observe notes a registration Lease's renewTime on this process's clock
+// (the informer's handler, and every read).
+func (r *registry) observe(o interface{}) {
+	if l, ok := o.(*coordinationv1.Lease); ok {
+		r.renewedWithinTTL(l)
+	}
+}
+
+// renewedWithinTTL reports whether lease's renewTime last changed less than
+// registrationTTL ago as this process saw it.
+func (r *registry) renewedWithinTTL(lease *coordinationv1.Lease) bool {
+	if lease.Spec.RenewTime == nil {
+		return false
+	}
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur, ok := r.renewed[lease.Name]
+	if !ok || !cur.value.Equal(lease.Spec.RenewTime.Time) {
+		cur = renewal{value: lease.Spec.RenewTime.Time, seen: now}
+		r.renewed[lease.Name] = cur
+	}
+	return now.Sub(cur.seen) < registrationTTL
 }
 
 // newRegistryInformers is the informer factory of the registrations: the
@@ -101,9 +144,9 @@ func (r *registry) register(ctx context.Context, driver, identity string, canFen
 }
 
 // canFence reports whether driver registered UNPUBLISH_FENCE, and renewed
-// its registration within registrationTTL.
+// its registration within registrationTTL (on this process's clock).
 func (r *registry) canFence(driver string) bool {
 	lease, err := r.leases.Get(RegistrationLeaseName(driver))
 	return err == nil && lease.Annotations[registrationLabel] == driver && lease.Annotations[canFenceAnnotation] == "true" &&
-		lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < registrationTTL
+		r.renewedWithinTTL(lease)
 }

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -303,43 +304,57 @@ func TestOneOwnerOfNodeLevelState(t *testing.T) {
 // The owner fails over a pod of another driver's volume only if that driver
 // registered that it can fence: a driver without this sidecar, or one that
 // cannot fence, never gets its node quarantined or its pods deleted for it.
+// Whether the registration is renewed is judged on the owner's own clock:
+// a registration written on a machine whose clock is an hour off is as good
+// as any while it is renewed, and one left unchanged for registrationTTL as
+// the owner saw it is not trusted whatever time it carries.
 func TestOwnerTrustsOnlyRegisteredFencing(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		register   bool
 		canFence   bool
-		stale      bool // not renewed for longer than registrationTTL
+		stale      bool          // left unchanged for longer than registrationTTL
+		skew       time.Duration // the registering machine's clock minus the owner's
 		quarantine bool
 	}{
 		{name: "not registered"},
 		{name: "registered without UNPUBLISH_FENCE", register: true},
 		{name: "registered with UNPUBLISH_FENCE", register: true, canFence: true, quarantine: true},
 		{name: "registered with UNPUBLISH_FENCE, not renewed since", register: true, canFence: true, stale: true},
+		{name: "registered by a machine an hour behind", register: true, canFence: true, skew: -time.Hour, quarantine: true},
+		{name: "registered by a machine an hour ahead, not renewed since", register: true, canFence: true, skew: time.Hour, stale: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Only the other driver's pod web-0 is Terminating.
 			e := newEnv(t, twoDrivers(objects(v1.ConditionUnknown, false)), true)
 			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			clk := testingclock.NewFakeClock(time.Now())
+			e.c = e.start(ctx, t, true, func(o *Options) { o.Clock = clk })
 			if tc.register {
 				if err := e.c.registry.register(ctx, otherDriver, "other-0", tc.canFence); err != nil {
 					t.Fatal(err)
 				}
-				if tc.stale {
-					leases := e.client.CoordinationV1().Leases("kube-system")
-					l, err := leases.Get(ctx, RegistrationLeaseName(otherDriver), metav1.GetOptions{})
-					if err != nil {
-						t.Fatal(err)
-					}
-					l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now().Add(-registrationTTL - time.Minute)))
-					if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-						t.Fatal(err)
-					}
+				leases := e.client.CoordinationV1().Leases("kube-system")
+				l, err := leases.Get(ctx, RegistrationLeaseName(otherDriver), metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				written := l.Spec.RenewTime.Add(tc.skew)
+				l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(written))
+				if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
 				}
 				if err := waitUntil(ctx, func() bool {
 					l, err := e.c.registry.leases.Get(RegistrationLeaseName(otherDriver))
-					return err == nil && (!tc.stale || time.Since(l.Spec.RenewTime.Time) > registrationTTL)
+					return err == nil && l.Spec.RenewTime.Time.Equal(written)
 				}); err != nil {
 					t.Fatal(err)
+				}
+				if tc.stale {
+					e.c.registry.observe(l) // seen now, then never changed
+					clk.Step(registrationTTL + time.Minute)
 				}
 			}
 			if err := e.sync(t); err != nil {
