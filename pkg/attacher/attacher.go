@@ -26,6 +26,7 @@ package attacher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -37,6 +38,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -140,7 +142,65 @@ func (a *Attacher) Attach(ctx context.Context, volumeID string, readOnly bool, n
 		klog.FromContext(ctx).V(2).Info("Publish refused", "volume", volumeID, "nodeID", nodeID, "reason", err.Error())
 		return nil, true, err
 	}
+	if err := a.unpublishPreviousNodeID(ctx, volumeID, nodeID, secrets); err != nil {
+		return nil, false, err
+	}
 	return a.CSI.Attach(ctx, volumeID, readOnly, nodeID, caps, attributes, secrets)
+}
+
+// unpublishPreviousNodeID unpublishes the volume from the node ID an earlier
+// publish of the same VolumeAttachment went to, when external-attacher is
+// about to publish it under another one. external-attacher writes the ID
+// of the node's CSINode on the VolumeAttachment (contract.NodeIDAnnotation)
+// right before each publish, replacing the one before: when the node plugin
+// registered again under another ID (an initiator- or NQN-derived ID, a VM
+// re-created under the same name) between a publish that failed, or that
+// the driver reported gone, and its retry, the volume may still be published
+// under the old ID, which neither the detach nor a fence of the new one
+// would ever take away (S1), and whose name would be lost with the
+// annotation. So the old ID is unpublished first, plainly: the attachment
+// is being attached, not used, and an unpublish only takes access away.
+//
+// If the unpublish fails, the annotation is put back to the old ID so that
+// the retry unpublishes it again rather than forget it (a crash between
+// external-attacher's write and the unpublish still loses it; a fence of
+// that node then names only the new ID). If another node registers the old
+// ID now, unpublishing it could cut that node off: the publish is refused
+// and an Event says why, for an admin to decide.
+func (a *Attacher) unpublishPreviousNodeID(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
+	va := volumeAttachmentFrom(ctx) // as synced: before external-attacher's write
+	if va == nil {
+		return nil
+	}
+	previous := va.Annotations[contract.NodeIDAnnotation]
+	if previous == "" || previous == nodeID {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("volume", volumeID, "node", va.Spec.NodeName, "previousNodeID", previous, "nodeID", nodeID)
+	if other, ok := a.NodeIDs.NodeName(previous); ok && other != va.Spec.NodeName {
+		a.event(va, v1.EventTypeWarning, EventReasonNodeIDChanged,
+			"Volume %s may still be published to node %s as node ID %q, which node %s registers now: not unpublished from it (that could cut %s off), and not published as %q until an admin unpublishes it",
+			volumeID, va.Spec.NodeName, previous, other, other, nodeID)
+		return fmt.Errorf("volume %s may still be published as node ID %q, which node %s registers now: refusing to publish it as %q", volumeID, previous, other, nodeID)
+	}
+	logger.Info("Publishing under a new node ID: unpublishing the previous one first")
+	a.event(va, v1.EventTypeWarning, EventReasonNodeIDChanged,
+		"Volume %s is published to node %s as node ID %q now, which its CSINode names instead of %q: unpublished from %q first",
+		volumeID, va.Spec.NodeName, nodeID, previous, previous)
+	err := a.CSI.Detach(ctx, volumeID, previous, secrets)
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("unpublishing volume %s from its previous node ID %q: %w", volumeID, previous, err)
+	if a.Client == nil {
+		return err
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.NodeIDAnnotation: previous}}})
+	if _, perr := a.Client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}); perr != nil {
+		logger.Error(perr, "Cannot put the previous node ID back on the VolumeAttachment: a retry will not unpublish it")
+		return errors.Join(err, perr)
+	}
+	return err
 }
 
 // publishRefusal decides QuarantineRefusal and SecondNodeRefusal on the

@@ -3,6 +3,7 @@ package attacher
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,13 +12,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
 	basemetrics "k8s.io/component-base/metrics"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 )
 
@@ -394,5 +398,62 @@ func checkMetrics(t *testing.T, before, after, want map[string]float64) {
 		if got := after[k] - before[k]; got != w {
 			t.Errorf("metric %s grew by %v, want %v", k, got, w)
 		}
+	}
+}
+
+// S1: external-attacher replaces the node ID on a VolumeAttachment right
+// before each publish. An attachment published (or half published) under
+// the node's old ID and published again after the node plugin registered a
+// new one would stay published under the old ID, out of reach of the detach
+// and of any fence: the old ID is unpublished first. Its unpublish failing
+// puts the old ID back, so that the retry does not forget it; an old ID
+// that another node registers now is not unpublished (it could cut that
+// node off) and the publish waits.
+func TestAttachUnpublishesThePreviousNodeID(t *testing.T) {
+	synced := va("va1", "pv1", "node-1", withNodeIDAnnotation("node-1-old-id"))
+	// What external-attacher wrote a moment before it called Attach.
+	written := va("va1", "pv1", "node-1", withNodeIDAnnotation("node-1-id"))
+	otherNode := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "node-2"},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: drv, NodeID: "node-1-old-id"}}}}
+	tests := []struct {
+		name           string
+		objects        []runtime.Object
+		unpublish      func(context.Context, *csi.ControllerUnpublishVolumeRequest) error
+		wantErr        string
+		wantSent       []string
+		wantAnnotation string
+	}{
+		{name: "unpublished from the previous ID, then published", wantSent: []string{"unpublish vol-1 node-1-old-id", "publish vol-1 node-1-id"},
+			wantAnnotation: "node-1-id"},
+		{name: "the unpublish fails: nothing published, the previous ID put back",
+			unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error { return status.Error(codes.Unavailable, "array busy") },
+			wantErr:   "previous node ID", wantSent: []string{"unpublish vol-1 node-1-old-id"}, wantAnnotation: "node-1-old-id"},
+		{name: "another node registers the previous ID now: refused, nothing sent", objects: []runtime.Object{otherNode},
+			wantErr: "which node node-2 registers now", wantAnnotation: "node-1-id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := append([]runtime.Object{node("node-1"), csiNode("node-1"), pv("pv1", "vol-1"), written}, tc.objects...)
+			e := newEnv(t, envConfig{objects: objs, unpublish: tc.unpublish})
+			ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, synced), 5*time.Second)
+			defer cancel()
+			_, _, err := e.a.Attach(ctx, "vol-1", false, "node-1-id", &csi.VolumeCapability{}, nil, nil)
+			checkErr(t, err, tc.wantErr)
+			// sent lists publishes before unpublishes; the failing unpublish
+			// shows that the publish waits for it.
+			if got, want := e.sent(), slices.Sorted(slices.Values(tc.wantSent)); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+				t.Errorf("driver received %q, want %q", got, tc.wantSent)
+			}
+			got, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id := got.Annotations[contract.NodeIDAnnotation]; id != tc.wantAnnotation {
+				t.Errorf("node ID annotation %q, want %q", id, tc.wantAnnotation)
+			}
+			if !slices.ContainsFunc(e.events(), func(ev string) bool { return strings.HasPrefix(ev, "Warning "+EventReasonNodeIDChanged) }) {
+				t.Errorf("no %s event: %v", EventReasonNodeIDChanged, e.events())
+			}
+		})
 	}
 }
