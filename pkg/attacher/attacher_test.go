@@ -426,8 +426,10 @@ func TestAttachUnpublishesThePreviousNodeID(t *testing.T) {
 		{name: "unpublished from the previous ID, then published", wantSent: []string{"unpublish vol-1 node-1-old-id", "publish vol-1 node-1-id"},
 			wantAnnotation: "node-1-id"},
 		{name: "the unpublish fails: nothing published, the previous ID put back",
-			unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error { return status.Error(codes.Unavailable, "array busy") },
-			wantErr:   "previous node ID", wantSent: []string{"unpublish vol-1 node-1-old-id"}, wantAnnotation: "node-1-old-id"},
+			unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
+				return status.Error(codes.Unavailable, "array busy")
+			},
+			wantErr: "previous node ID", wantSent: []string{"unpublish vol-1 node-1-old-id"}, wantAnnotation: "node-1-old-id"},
 		{name: "another node registers the previous ID now: refused, nothing sent", objects: []runtime.Object{otherNode},
 			wantErr: "which node node-2 registers now", wantAnnotation: "node-1-id"},
 	}
