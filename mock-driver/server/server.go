@@ -26,6 +26,7 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/driver"
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	"github.com/csi-fence/fence-attacher/mock-driver/workload"
+	"github.com/csi-fence/fence-attacher/pkg/fence"
 )
 
 // Role of an instance.
@@ -216,6 +217,13 @@ func ParseEndpoint(endpoint string) (string, string, error) {
 // secrets (V(5)), and failures (V(2)).
 func logRPC(ctx context.Context, req interface{}, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (interface{}, error) {
 	logger := klog.FromContext(ctx).WithValues("method", path.Base(info.FullMethod))
+	if r, ok := req.(*csi.ControllerUnpublishVolumeRequest); ok {
+		// The fence field is an unknown field, which the request's JSON
+		// does not show: say what it asked, as it arrived.
+		if f, err := fence.GetFence(r); err == nil {
+			logger = logger.WithValues("fence", f)
+		}
+	}
 	logger.V(5).Info("GRPC request", "request", protosanitizer.StripSecrets(req))
 	rsp, err := handler(ctx, req)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,12 +123,16 @@ type controllerRPC struct {
 }
 
 // controllerRPCs reads the publishes and the fences a mock controller
-// instance received from its log (--v=5): a fence is an "Unpublished" line
-// with fence=true, received at the last "GRPC request" of
-// ControllerUnpublishVolume for the same volume and node before it (the
-// request is logged before any injected latency; the fence field is an
-// unknown field that the request's log line cannot show). Lines before since
-// are skipped; times are this machine's clock (klog's header, local time).
+// instance received from its log (--v=5), oldest first. A fence is a "GRPC
+// request" of ControllerUnpublishVolume logged with fence=true (the request
+// asked for one; the line is written before any injected latency, so two
+// fences of one volume in flight at once keep their order), or an
+// "Unpublished" line with fence=true for a request that did not ask (the
+// driver fenced by its own rule, e.g. the out-of-service taint), received
+// at the last request for the same volume and node before it. A request
+// asking for a fence counts as one whether or not it succeeded: S4 is about
+// what was asked of a node. Lines before since are skipped; times are this
+// machine's clock (klog's header, local time).
 func controllerRPCs(logPath string, since time.Time) ([]controllerRPC, error) {
 	f, err := os.Open(logPath)
 	if err != nil {
@@ -136,8 +141,9 @@ func controllerRPCs(logPath string, since time.Time) ([]controllerRPC, error) {
 	defer f.Close()
 	var out []controllerRPC
 	type request struct {
-		at   time.Time
-		line string
+		at    time.Time
+		line  string
+		fence bool // asked for a fence: counted when received
 	}
 	var unpublishes []request
 	sawRequest := false
@@ -153,19 +159,26 @@ func controllerRPCs(logPath string, since time.Time) ([]controllerRPC, error) {
 		sawRequest = sawRequest || isRequest
 		switch {
 		case isRequest && strings.Contains(line, `method="ControllerUnpublishVolume"`):
-			unpublishes = append(unpublishes, request{at, line})
+			r := request{at: at, line: line, fence: klogValue(line, "fence") == "true"}
+			unpublishes = append(unpublishes, r)
+			if r.fence {
+				out = append(out, controllerRPC{Fence: true, Received: at, Volume: requestField(line, "volume_id"), NodeID: requestField(line, "node_id")})
+			}
 		case isRequest && strings.Contains(line, `method="ControllerPublishVolume"`):
 			out = append(out, controllerRPC{Received: at, Volume: requestField(line, "volume_id"), NodeID: requestField(line, "node_id")})
 		case strings.Contains(line, `"Unpublished"`) && strings.Contains(line, "fence=true"):
 			rpc := controllerRPC{Fence: true, Received: at, Volume: klogValue(line, "volume"), NodeID: klogValue(line, "node")}
+			asked := false
 			for i := len(unpublishes) - 1; i >= 0; i-- {
-				r := unpublishes[i].line
-				if requestField(r, "volume_id") == rpc.Volume && requestField(r, "node_id") == rpc.NodeID {
-					rpc.Received = unpublishes[i].at
+				r := unpublishes[i]
+				if requestField(r.line, "volume_id") == rpc.Volume && requestField(r.line, "node_id") == rpc.NodeID {
+					rpc.Received, asked = r.at, r.fence
 					break
 				}
 			}
-			out = append(out, rpc)
+			if !asked {
+				out = append(out, rpc)
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -174,6 +187,7 @@ func controllerRPCs(logPath string, since time.Time) ([]controllerRPC, error) {
 	if !sawRequest {
 		return nil, fmt.Errorf("%s logs no gRPC request since %s: the fence witness needs the mock driver at --v=5 (MockArgs)", logPath, since.Format("15:04:05"))
 	}
+	slices.SortStableFunc(out, func(a, b controllerRPC) int { return a.Received.Compare(b.Received) })
 	return out, nil
 }
 

@@ -12,22 +12,50 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// mockLog writes what the mock driver logs for unpublishes, with klog's own
+// mockCalls are the log lines the mock driver writes for the controller
+// calls of a test, in the order they are made.
+type mockCalls struct {
+	// request: a ControllerUnpublishVolume arrives, asking for a fence or
+	// not; unpublished: the array carried one out, fenced or not.
+	request, unpublished func(vol, node string, fence bool)
+	publish              func(vol, node string)
+	// mark returns the time of the line written last.
+	mark func() time.Time
+}
+
+// unpublish is a ControllerUnpublishVolume that arrives and is carried out.
+func (c mockCalls) unpublish(vol, node string, fence bool) {
+	c.request(vol, node, fence)
+	c.unpublished(vol, node, fence)
+}
+
+// mockLog writes what the mock driver logs for the calls, with klog's own
 // formatting (the same calls as mock-driver/server's logRPC and the
 // driver's ControllerUnpublishVolume), and returns the file.
-func mockLog(t *testing.T, calls func(unpublish func(vol, node string, fence bool), publish func(vol, node string))) string {
+func mockLog(t *testing.T, calls func(mockCalls)) string {
 	t.Helper()
 	var buf bytes.Buffer
 	klog.LogToStderr(false)
 	klog.SetOutput(&buf)
 	defer func() { klog.SetOutput(os.Stderr); klog.LogToStderr(true) }()
-	calls(func(vol, node string, fence bool) {
-		req := &csi.ControllerUnpublishVolumeRequest{VolumeId: vol, NodeId: node}
-		klog.Background().WithValues("method", "ControllerUnpublishVolume").Info("GRPC request", "request", protosanitizer.StripSecrets(req))
-		klog.Background().Info("Unpublished", "volume", vol, "node", node, "fence", fence)
-	}, func(vol, node string) {
-		req := &csi.ControllerPublishVolumeRequest{VolumeId: vol, NodeId: node, VolumeContext: map[string]string{"k": "v"}}
-		klog.Background().WithValues("method", "ControllerPublishVolume").Info("GRPC request", "request", protosanitizer.StripSecrets(req))
+	last := time.Now()
+	stamp := func() { klog.Flush(); last = time.Now() }
+	calls(mockCalls{
+		request: func(vol, node string, fence bool) {
+			req := &csi.ControllerUnpublishVolumeRequest{VolumeId: vol, NodeId: node}
+			klog.Background().WithValues("method", "ControllerUnpublishVolume", "fence", fence).Info("GRPC request", "request", protosanitizer.StripSecrets(req))
+			stamp()
+		},
+		unpublished: func(vol, node string, fence bool) {
+			klog.Background().Info("Unpublished", "volume", vol, "node", node, "fence", fence)
+			stamp()
+		},
+		publish: func(vol, node string) {
+			req := &csi.ControllerPublishVolumeRequest{VolumeId: vol, NodeId: node, VolumeContext: map[string]string{"k": "v"}}
+			klog.Background().WithValues("method", "ControllerPublishVolume").Info("GRPC request", "request", protosanitizer.StripSecrets(req))
+			stamp()
+		},
+		mark: func() time.Time { return last },
 	})
 	klog.Flush()
 	path := filepath.Join(t.TempDir(), "mock.log")
@@ -39,17 +67,20 @@ func mockLog(t *testing.T, calls func(unpublish func(vol, node string, fence boo
 
 func TestFenceRPCs(t *testing.T) {
 	since := time.Now().Add(-time.Second)
-	path := mockLog(t, func(unpublish func(vol, node string, fence bool), publish func(vol, node string)) {
-		publish("v-1", "n-1")
-		unpublish("v-1", "n-1", false)
-		unpublish("v-1", "n-10", true)
-		unpublish("v-2", "n-1", true)
+	path := mockLog(t, func(c mockCalls) {
+		c.publish("v-1", "n-1")
+		c.unpublish("v-1", "n-1", false)
+		c.unpublish("v-1", "n-10", true)
+		c.unpublish("v-2", "n-1", true)
+		// The driver's own rule fenced an unpublish that asked for none.
+		c.request("v-3", "n-1", false)
+		c.unpublished("v-3", "n-1", true)
 	})
 	rpcs, err := controllerRPCs(path, since)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []controllerRPC{{Volume: "v-1", NodeID: "n-1"}, {Fence: true, Volume: "v-1", NodeID: "n-10"}, {Fence: true, Volume: "v-2", NodeID: "n-1"}}
+	want := []controllerRPC{{Volume: "v-1", NodeID: "n-1"}, {Fence: true, Volume: "v-1", NodeID: "n-10"}, {Fence: true, Volume: "v-2", NodeID: "n-1"}, {Fence: true, Volume: "v-3", NodeID: "n-1"}}
 	if len(rpcs) != len(want) {
 		t.Fatalf("got %+v, want %+v", rpcs, want)
 	}
@@ -63,6 +94,37 @@ func TestFenceRPCs(t *testing.T) {
 	}
 	if rpcs, err := controllerRPCs(path, time.Now().Add(time.Minute)); err == nil {
 		t.Errorf("a log with no request since: %+v, want an error (the mock must run at --v=5)", rpcs)
+	}
+}
+
+// Two fences of one volume in flight at once, the first one slow (trial
+// seed 9004, power-off+return-mid-fence): the failover's fence was sent
+// while the node was down and took 3 s; the node came back meanwhile and
+// the attacher's fence of the same volume (S8: every unpublish of a volume
+// that may be quarantined is a fence) arrived and finished first. Each
+// fence is received when its request arrived, so the second one repeats a
+// fence already asked for, not a fence of a node found alive.
+func TestFencesInFlightKeepTheirOrder(t *testing.T) {
+	since := time.Now().Add(-time.Second)
+	var back time.Time
+	path := mockLog(t, func(c mockCalls) {
+		c.publish("v", "n")
+		c.request("v", "n", true) // the node is down
+		// klog's header has microseconds: the next line is at back or later.
+		back = c.mark().Add(time.Microsecond)
+		for !time.Now().After(back.Add(time.Microsecond)) {
+		}
+		c.request("v", "n", true) // the node is back
+		c.unpublished("v", "n", true)
+		c.unpublished("v", "n", true)
+	})
+	rpcs, err := controllerRPCs(path, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := func(_ string, at time.Time) bool { return !at.Before(back) }
+	if got := fencesWhileAlive(rpcs, alive); len(got) != 0 {
+		t.Errorf("fences while alive %+v (all: %+v), want none", got, rpcs)
 	}
 }
 
