@@ -42,10 +42,8 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
-
-// version is stamped by the build (release-tools/build.make).
-var version = "unknown"
 
 func main() {
 	fg, err := sidecar.NewFeatureGate()
@@ -72,10 +70,10 @@ func main() {
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	if standardflags.Configuration.ShowVersion {
-		fmt.Println(os.Args[0], version)
+		fmt.Println("csi-fence-attacher", version.String())
 		return
 	}
-	logger.Info("Version", "version", version, "role", opts.Role)
+	logger.Info("Version", "version", version.Version(), "commit", version.Commit(), "role", opts.Role)
 	if err := errors.Join(opts.Validate(), failoverOpts.Validate()); err != nil {
 		logger.Error(err, "Invalid flags")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
