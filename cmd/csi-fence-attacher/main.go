@@ -50,18 +50,10 @@ func main() {
 	if err != nil {
 		panic(err) // a programming error: the gates are static
 	}
-	loggingConfig := logsapi.NewLoggingConfiguration()
-	logsapi.AddGoFlags(loggingConfig, flag.CommandLine)
+	flags := sidecar.RegisterFlags(flag.CommandLine, fg)
+	loggingConfig, opts, nodeOpts, failoverOpts := flags.Logging, flags.Options, flags.Node, flags.Failover
 	logs.InitLogs()
-	standardflags.RegisterCommonFlags(flag.CommandLine)
 	standardflags.AddAutomaxprocs(klog.Infof)
-	opts := &sidecar.Options{}
-	opts.AddFlags(flag.CommandLine)
-	nodeOpts := &sidecar.NodeOptions{}
-	nodeOpts.AddFlags(flag.CommandLine)
-	failoverOpts := &sidecar.FailoverOptions{}
-	failoverOpts.AddFlags(flag.CommandLine)
-	sidecar.AddFeatureGatesFlag(flag.CommandLine, fg)
 	flag.Parse()
 
 	logger := klog.Background()

@@ -2,6 +2,8 @@
 // kubectl-fence, run as `kubectl fence ...`).
 //
 //	kubectl fence terminate pod/NAME --reason="..." [-n NAMESPACE] [--grace-period=N] [--force]
+//	kubectl fence check-manifests [-f FILE] [--controller-only]
+//	kubectl fence version
 //
 // terminate does what the seed's `kubectl delete po NAME --reason=...`
 // would: it records the reason on the pod, where its preStop hook reads it

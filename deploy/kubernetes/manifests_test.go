@@ -9,6 +9,8 @@ import (
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/csi-fence/fence-attacher/pkg/manifestcheck"
 )
 
 func TestMockExampleRenders(t *testing.T) {
@@ -27,7 +29,7 @@ func TestMockExampleRenders(t *testing.T) {
 		s := string(y)
 		switch r.GetKind() + "/" + r.GetName() {
 		case "Deployment/csi-driver-controller":
-			for _, want := range []string{"name: csi-fence-attacher", "--leader-election", "NonGracefulFailover=true", "serviceAccountName: csi-fence-attacher", "name: csi-fence-mock"} {
+			for _, want := range []string{"image: " + fenceImage, "--leader-election", "NonGracefulFailover=true", "path: /readyz", "serviceAccountName: csi-fence-attacher", "name: csi-fence-mock"} {
 				if !strings.Contains(s, want) {
 					t.Errorf("controller Deployment lacks %q:\n%s", want, s)
 				}
@@ -68,6 +70,14 @@ func TestMockExampleRenders(t *testing.T) {
 				}
 			}
 		}
+	}
+	// What a user runs on their own build.
+	r, err := manifestcheck.Check(build(t, "mock-example"), checkOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Err(); err != nil {
+		t.Errorf("check-manifests fails on the example:\n%v", err)
 	}
 	for _, want := range []string{
 		"CustomResourceDefinition/fencingrequests.fencing.csi-fence.io", "CustomResourceDefinition/fenceagentconfigs.fencing.csi-fence.io",
