@@ -5,18 +5,28 @@
 # The including Makefile sets CMDS (the commands under cmd/ to build).
 
 REV := $(shell git describe --long --tags --match='v*' --dirty 2>/dev/null || git rev-list -n1 HEAD 2>/dev/null || echo unknown)
+# The release stamped into every binary (pkg/version): the v* tag of the
+# commit (v0.1.0), or the tag and what follows it (v0.1.0-3-g0123abc), or
+# nothing before the first tag, which leaves pkg/version's Dev. Either can be
+# given on the command line: make build VERSION=v0.1.0.
+VERSION ?= $(shell git describe --tags --match='v*' --dirty 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+VERSION_PKG := github.com/csi-fence/fence-attacher/pkg/version
+LDFLAGS := $(if $(COMMIT),-X $(VERSION_PKG).commit=$(COMMIT)) $(if $(VERSION),-X $(VERSION_PKG).version=$(VERSION))
+BIN_DIR ?= bin
 REGISTRY_NAME ?= ghcr.io/csi-fence
 IMAGE_TAGS ?= canary
 GO ?= go
 CMDS_DIR ?= cmd
 BUILD_PLATFORMS ?= linux amd64
 
-# Static binaries with the version stamped into main.version.
+# Static binaries with the version stamped into pkg/version (each prints it
+# with --version).
 build: $(CMDS:%=build-%)
 build-%:
-	mkdir -p bin
+	mkdir -p $(BIN_DIR)
 	CGO_ENABLED=0 GOOS=$(word 1,$(BUILD_PLATFORMS)) GOARCH=$(word 2,$(BUILD_PLATFORMS)) \
-		$(GO) build -trimpath -ldflags '-X main.version=$(REV) -extldflags "-static"' -o ./bin/$* ./$(CMDS_DIR)/$*
+		$(GO) build -trimpath -ldflags '$(LDFLAGS) -extldflags "-static"' -o $(BIN_DIR)/$* ./$(CMDS_DIR)/$*
 
 # Container images from release-tools/Dockerfile (static distroless base).
 # Needs a container engine, which the CI machine does not have; tests never

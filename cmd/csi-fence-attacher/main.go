@@ -42,28 +42,18 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
-
-// version is stamped by the build (release-tools/build.make).
-var version = "unknown"
 
 func main() {
 	fg, err := sidecar.NewFeatureGate()
 	if err != nil {
 		panic(err) // a programming error: the gates are static
 	}
-	loggingConfig := logsapi.NewLoggingConfiguration()
-	logsapi.AddGoFlags(loggingConfig, flag.CommandLine)
+	flags := sidecar.RegisterFlags(flag.CommandLine, fg)
+	loggingConfig, opts, nodeOpts, failoverOpts := flags.Logging, flags.Options, flags.Node, flags.Failover
 	logs.InitLogs()
-	standardflags.RegisterCommonFlags(flag.CommandLine)
 	standardflags.AddAutomaxprocs(klog.Infof)
-	opts := &sidecar.Options{}
-	opts.AddFlags(flag.CommandLine)
-	nodeOpts := &sidecar.NodeOptions{}
-	nodeOpts.AddFlags(flag.CommandLine)
-	failoverOpts := &sidecar.FailoverOptions{}
-	failoverOpts.AddFlags(flag.CommandLine)
-	sidecar.AddFeatureGatesFlag(flag.CommandLine, fg)
 	flag.Parse()
 
 	logger := klog.Background()
@@ -72,10 +62,10 @@ func main() {
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	if standardflags.Configuration.ShowVersion {
-		fmt.Println(os.Args[0], version)
+		fmt.Println("csi-fence-attacher", version.String())
 		return
 	}
-	logger.Info("Version", "version", version, "role", opts.Role)
+	logger.Info("Version", "version", version.Version(), "commit", version.Commit(), "role", opts.Role)
 	if err := errors.Join(opts.Validate(), failoverOpts.Validate()); err != nil {
 		logger.Error(err, "Invalid flags")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
 
 // runMainEnv makes the test binary run main() instead of the tests, so that
@@ -160,7 +162,7 @@ func TestCommandLineErrors(t *testing.T) {
 		wantCode int
 		wantOut  string
 	}{
-		{"version", []string{"--version"}, 0, "csi-fence-attacher unknown"},
+		{"version", []string{"--version"}, 0, "csi-fence-attacher " + version.Dev + " (commit "},
 		{"node role needs its node", []string{"--role=node", "--node-name="}, 1, "--role=node needs --node-name"},
 		{"storm guard out of range", []string{"--max-fenced-node-percent=101"}, 1, "--max-fenced-node-percent between 0 and 100"},
 		{"unknown role", []string{"--role=both"}, 1, "--role must be"},

@@ -35,9 +35,8 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/driver"
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	"github.com/csi-fence/fence-attacher/mock-driver/server"
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
-
-var version = "unknown"
 
 // Exit codes besides 0 (success) and 1 (error).
 const (
@@ -59,9 +58,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	if len(args) == 1 && cmd == "serve" && (args[0] == "--version" || args[0] == "-version") {
+		cmd, args = "version", nil
+	}
 	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
 		"serve": serve, "status": statusCmd, "fault": faultCmd, "configure": configureCmd, "io": ioCmd,
-		"version": func(context.Context, []string, io.Writer, io.Writer) error { fmt.Fprintln(stdout, version); return nil },
+		"version": func(context.Context, []string, io.Writer, io.Writer) error {
+			fmt.Fprintln(stdout, "csi-fence-mock", version.String())
+			return nil
+		},
 	}
 	fn, ok := commands[cmd]
 	if !ok {
@@ -183,7 +188,7 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	opts.Role = server.Role(*role)
 	arr.FencePolicy = array.FencePolicy(*policy)
 	arr.PlainUnpublish = array.PlainUnpublishMode(*plain)
-	cfg.Version = version
+	cfg.Version = version.Version()
 	if opts.Role != server.RoleController && opts.Role != server.RoleNode {
 		return usageErr("--role must be controller or node, not %q", *role)
 	}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/csi-fence/fence-attacher/pkg/prestop"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
 
 func main() {
@@ -50,7 +51,12 @@ func main() {
 	image := flag.String("helper-image", "", "image of csi-fence-prestop, copied into each mutated pod by an init container")
 	helperTimeout := flag.Duration("helper-timeout", 0, "bound of the helper's API reads (0: its default, 2s)")
 	nodeAgentURL := flag.String("node-agent-url", "", "URL of the node agents' "+termreason.ServedPath+" behind a Service with internalTrafficPolicy Local, which the helper asks when its pod was force-deleted while its node was away (empty: it does not ask, and such hooks get Unknown)")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("csi-fence-prestop-webhook", version.String())
+		return
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 	if err := run(ctx, *listen, *certFile, *keyFile, *generate, *hosts, *webhookConfig, *kubeconfig, *image, *helperTimeout, *nodeAgentURL); err != nil {

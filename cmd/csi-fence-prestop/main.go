@@ -5,6 +5,7 @@
 //	csi-fence-prestop install DEST                      (init container: copy itself to DEST)
 //	csi-fence-prestop exec --env=NAME -- CMD [ARG...]   (command hook)
 //	csi-fence-prestop http-get --header=NAME --port=P [--scheme=HTTP] [--host=H] [--path=/p] [--http-header=N:V]...
+//	csi-fence-prestop version                           (also --version)
 //
 // It never makes a hook fail for the reason's sake: the reason is Unknown
 // when the API cannot tell within --timeout.
@@ -25,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/pkg/prestop"
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
 
 func main() {
@@ -42,7 +44,11 @@ func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: csi-fence-prestop install|exec|http-get ...")
+		return errors.New("usage: csi-fence-prestop install|exec|http-get|version ...")
+	}
+	if args[0] == "version" || args[0] == "--version" || args[0] == "-version" {
+		fmt.Println("csi-fence-prestop", version.String())
+		return nil
 	}
 	ctx := context.Background()
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)

@@ -25,9 +25,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/pkg/fencesanity"
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
-
-var version = "unknown"
 
 // result is the testing.T stand-in Ginkgo reports to.
 type result struct{ failed bool }
@@ -75,7 +74,7 @@ func run() int {
 	flag.Parse()
 
 	if *showVersion {
-		fmt.Println("csi-fence-sanity", version)
+		fmt.Println("csi-fence-sanity", version.String())
 		return 0
 	}
 	if config.Address == "" {

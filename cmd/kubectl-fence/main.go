@@ -2,6 +2,8 @@
 // kubectl-fence, run as `kubectl fence ...`).
 //
 //	kubectl fence terminate pod/NAME --reason="..." [-n NAMESPACE] [--grace-period=N] [--force]
+//	kubectl fence check-manifests [-f FILE] [--controller-only]
+//	kubectl fence version
 //
 // terminate does what the seed's `kubectl delete po NAME --reason=...`
 // would: it records the reason on the pod, where its preStop hook reads it
@@ -25,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
+	"github.com/csi-fence/fence-attacher/pkg/version"
 )
 
 type command struct {
@@ -33,6 +36,7 @@ type command struct {
 }
 
 var commands = map[string]command{
+	"version":   {"version: print the plugin's version", func([]string) error { fmt.Println("kubectl-fence", version.String()); return nil }},
 	"terminate": {"terminate pod/NAME --reason=REASON [-n NAMESPACE] [--grace-period=SECONDS] [--force]: record why, then delete the pod", terminate},
 }
 
@@ -47,6 +51,9 @@ func dispatch(args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage()
 		return nil
+	}
+	if args[0] == "--version" {
+		args[0] = "version"
 	}
 	c, ok := commands[args[0]]
 	if !ok {

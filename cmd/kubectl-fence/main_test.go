@@ -70,3 +70,58 @@ func TestTerminateGracePeriod(t *testing.T) {
 		})
 	}
 }
+
+// check-manifests reads built manifests and fails, saying what it looked
+// for, when csi-fence-attacher is not in them; it passes on the
+// repository's own example (deploy/kubernetes tests the driver overlays).
+func TestCheckManifests(t *testing.T) {
+	const attacherOnly = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ctrl, namespace: storage}
+spec:
+  selector: {matchLabels: {app: c}}
+  template:
+    metadata: {labels: {app: c}}
+    spec:
+      containers:
+      - name: csi-attacher
+        image: registry.k8s.io/sig-storage/csi-attacher:v4.10.0
+        args: [--csi-address=/csi/csi.sock]
+        volumeMounts: [{name: socket-dir, mountPath: /csi}]
+      - name: driver
+        image: example.com/driver:v1
+        volumeMounts: [{name: socket-dir, mountPath: /csi}]
+      volumes: [{name: socket-dir, emptyDir: {}}]
+`
+	replaced := strings.Replace(attacherOnly, "registry.k8s.io/sig-storage/csi-attacher:v4.10.0", "ghcr.io/csi-fence/csi-fence-attacher:v0.1.0", 1)
+	tests := []struct {
+		name    string
+		args    []string
+		input   string
+		wantErr string // "" for success
+		wantOut string
+	}{
+		{"external-attacher left", nil, attacherOnly, `Deployment storage/ctrl: container "csi-attacher" still runs external-attacher`, ""},
+		{"nothing at all", nil, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no Deployment, StatefulSet, DaemonSet, ReplicaSet or Pod in the input", ""},
+		{"replaced, no node agent", nil, replaced, "found no csi-fence-attacher node agent", "found: Deployment storage/ctrl"},
+		{"replaced, node agent elsewhere", []string{"--controller-only"}, replaced, "", "ok: csi-fence-attacher is in place"},
+		{"a flag it does not accept", []string{"--controller-only"}, strings.Replace(replaced, "args: [--csi-address=/csi/csi.sock]", "args: [--csi-address=/csi/csi.sock, --no-such-flag]", 1),
+			"does not accept its arguments: flag provided but not defined: -no-such-flag", ""},
+		{"not YAML", nil, "{{{", "reading the manifests", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			err := runCheckManifests(tc.args, strings.NewReader(tc.input), &out)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("error %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want %q", err, tc.wantErr)
+			}
+			if !strings.Contains(out.String(), tc.wantOut) {
+				t.Errorf("output %q, want %q", out.String(), tc.wantOut)
+			}
+		})
+	}
+}

@@ -125,6 +125,7 @@ func NewAttacher(cfg Config) (*Attacher, error) {
 		return nil, errors.New("fencing attacher: the FencingRequest lister and record go together")
 	}
 	RegisterMetrics()
+	initMetrics(cfg.DriverName)
 	a := &Attacher{Config: cfg, finalizer: contract.AttacherFinalizer(cfg.DriverName)}
 	if cfg.FenceRecord != nil {
 		a.recorder = fencerecord.NewRecorder(cfg.FenceRecord)

@@ -35,6 +35,22 @@ var (
 	registerOnce sync.Once
 )
 
+// fenceReasons are every value of the reason label.
+var fenceReasons = []string{FenceReasonNodeDeleted, FenceReasonOutOfService, FenceReasonQuarantined,
+	FenceReasonNodeNotReady, FenceReasonFencingRequest, FenceReasonVolumeInUse}
+
+// initMetrics creates every counter's series for driver at zero, so that
+// /metrics shows them before the first fence: an alert on a rate or an
+// increase cannot be set up on a series that does not exist yet, and the
+// first increment from nothing is invisible to increase().
+func initMetrics(driver string) {
+	for _, reason := range fenceReasons {
+		for _, c := range []*metrics.CounterVec{fencedUnpublishes, fencedUnpublishErrors, unfencedDetaches, forcedDetaches} {
+			c.WithLabelValues(driver, reason)
+		}
+	}
+}
+
 // RegisterMetrics registers the attacher's metrics on the legacy registry.
 // It is idempotent; NewCSIHandler calls it.
 func RegisterMetrics() {

@@ -175,6 +175,9 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
+	// Registered first: component-base's vectors create no series before.
+	RegisterMetrics()
+	initMetrics(opts.DriverName)
 	layout := kubeletlayout.New(opts.KubeletDir)
 	a := &Agent{
 		opts:    opts,

@@ -46,6 +46,20 @@ var (
 	registerOnce sync.Once
 )
 
+// initMetrics creates the driver's counter series at zero (and its gauges),
+// so that /metrics shows them before the first cleanup: alerts on them can
+// be set up in advance.
+func initMetrics(driver string) {
+	for _, r := range []string{resultSuccess, resultError} {
+		cleanups.WithLabelValues(driver, r)
+	}
+	for _, op := range []string{opRead, opUpdate} {
+		recordErrors.WithLabelValues(driver, op)
+	}
+	pendingVolumes.WithLabelValues(driver)
+	unattributedLeftovers.WithLabelValues(driver)
+}
+
 // RegisterMetrics registers the node agent's metrics on the legacy registry,
 // which the binary serves beside csi-lib-utils' metrics
 // (metricsManager.WithAdditionalRegistry(legacyregistry.DefaultGatherer)).

@@ -24,9 +24,19 @@ var (
 	registerOnce sync.Once
 )
 
-// RegisterMetrics registers the pod GC metrics on the legacy registry.
+// reasons are every value of the reason label.
+var reasons = []string{ReasonSafeDetach, ReasonOutOfService, ReasonFencingComplete}
+
+// RegisterMetrics registers the pod GC metrics on the legacy registry, each
+// reason's series at zero: /metrics shows them before the first
+// force-delete, so that alerts on them can be set up in advance.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, forceDeletePodsRefused)
+		for _, r := range reasons {
+			for _, c := range []*metrics.CounterVec{forceDeletePods, forceDeletePodErrors, forceDeletePodsRefused} {
+				c.WithLabelValues(r)
+			}
+		}
 	})
 }

@@ -16,10 +16,23 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
-// What the controller role needs beyond external-attacher's own RBAC
-// (external-attacher-runner: PVs, VolumeAttachments, CSINodes), by what it
-// enables. deploy/kubernetes/base/rbac-controller.yaml grants all of it.
+// What the controller role needs, by the feature it enables. Each feature's
+// ClusterRole in deploy/kubernetes grants exactly its sets, no more (tested):
+// the fenced detach (base/rbac-attacher.yaml) AttacherRules, NodeRules,
+// RecordRules and EventRules; the failover (failover/rbac.yaml)
+// FailoverRules; power fencing (power-fencing/rbac.yaml) PowerRules.
+// base/rbac-controller.yaml is all of them.
 var (
+	// AttacherRules are what external-attacher's controller uses, which
+	// runs here unmodified: a subset of its own external-attacher-runner
+	// (objects read through informers need list and watch, not get). Not
+	// checked at start: without them nothing works, as for external-attacher.
+	AttacherRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments/status"}, Verbs: []string{"patch"}},
+	}
 	// NodeRules let the attacher tell a graceful detach from one that must
 	// be fenced, and see the quarantine taint.
 	NodeRules = []rbacv1.PolicyRule{
@@ -53,10 +66,11 @@ var (
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"delete"}},
 	}
 	// PowerRules let the failover controller power-fence nodes: read the
-	// FenceAgentConfigs (cluster-scoped); the Secrets they name are read
-	// with the get that publish secrets already need.
+	// FenceAgentConfigs (cluster-scoped) and the Secrets they name (used
+	// only if labelled as fence agent credentials: RBAC cannot say so).
 	PowerRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FenceAgentConfigResource}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
 	}
 )
 
@@ -169,7 +183,7 @@ func (a Access) Report(logger klog.Logger, recordServed bool) {
 		kv = append(kv, "crd", fmt.Sprintf("the FencingRequest CRD (%s.%s) is not installed: apply deploy/kubernetes/base", contract.FencingResource, contract.FencingGroup))
 	}
 	if len(a.Missing) > 0 {
-		kv = append(kv, "missingPermissions", a.Missing, "grant", "the ClusterRole of deploy/kubernetes/base/rbac-controller.yaml, and its Role csi-fence-attacher-cluster-leases in --storm-guard-namespace (kube-system by default)")
+		kv = append(kv, "missingPermissions", a.Missing, "grant", "the ClusterRole of deploy/kubernetes/base/rbac-attacher.yaml (fenced detach), and for the failover those of deploy/kubernetes/failover (with its Role csi-fence-attacher-cluster-leases in --storm-guard-namespace, kube-system by default) and for power fencing deploy/kubernetes/power-fencing")
 	}
 	logger.Info("Fencing is limited by what this ServiceAccount may do", kv...)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/component-helpers/auth/rbac/validation"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/yaml"
 )
@@ -143,4 +144,110 @@ func reviewStatus(rules []rbacv1.PolicyRule) authorizationv1.SubjectRulesReviewS
 		s.ResourceRules = append(s.ResourceRules, authorizationv1.ResourceRule{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames})
 	}
 	return s
+}
+
+// rolesIn returns the rules of each ClusterRole and Role in a manifest, by
+// "Kind/name".
+func rolesIn(t *testing.T, path string) map[string][]rbacv1.PolicyRule {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string][]rbacv1.PolicyRule{}
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Rules []rbacv1.PolicyRule `json:"rules"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if obj.Kind == "ClusterRole" || obj.Kind == "Role" {
+			roles[obj.Kind+"/"+obj.Metadata.Name] = obj.Rules
+		}
+	}
+	return roles
+}
+
+// equivalent says whether two rule sets grant exactly the same, and what
+// each grants that the other does not.
+func equivalent(a, b []rbacv1.PolicyRule) (bool, []rbacv1.PolicyRule, []rbacv1.PolicyRule) {
+	okAB, notInA := validation.Covers(a, b)
+	okBA, notInB := validation.Covers(b, a)
+	return okAB && okBA, notInB, notInA
+}
+
+func concat(sets ...[]rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	for _, s := range sets {
+		out = append(out, s...)
+	}
+	return out
+}
+
+const deployDir = "../../deploy/kubernetes/"
+
+// Each feature's roles in deploy/kubernetes grant exactly what the
+// sidecar's access check needs for that feature, nothing more, and a
+// ServiceAccount bound to the roles of the features enabled so far gets
+// exactly those features.
+func TestFeatureRolesAreExactlyTheirRuleSets(t *testing.T) {
+	base := rolesIn(t, deployDir+"base/rbac-attacher.yaml")
+	failover := rolesIn(t, deployDir+"failover/rbac.yaml")
+	power := rolesIn(t, deployDir+"power-fencing/rbac.yaml")
+	stock := rolesIn(t, stockRBAC)
+
+	fencedDetach := base["ClusterRole/csi-fence-attacher-runner"]
+	failoverRoles := concat(failover["ClusterRole/csi-fence-attacher-failover-runner"], failover["Role/csi-fence-attacher-cluster-leases"])
+	powerRole := power["ClusterRole/csi-fence-attacher-power-runner"]
+	tests := []struct {
+		name        string
+		role, needs []rbacv1.PolicyRule
+	}{
+		{"fenced detach: base's ClusterRole", fencedDetach, concat(AttacherRules, NodeRules, RecordRules, EventRules)},
+		{"failover: its ClusterRole and the Role of the cluster-wide Leases", failoverRoles, FailoverRules},
+		{"power fencing: its ClusterRole", powerRole, PowerRules},
+		// What external-attacher's controller uses is within what
+		// external-attacher itself is granted, Lease included.
+		{"the attacher's part of the fenced detach is within external-attacher's runner",
+			concat(AttacherRules, stock["ClusterRole/external-attacher-runner"]), stock["ClusterRole/external-attacher-runner"]},
+		{"the leader election Role is within external-attacher's",
+			concat(base["Role/csi-fence-attacher-cfg"], stock["Role/external-attacher-cfg"]), stock["Role/external-attacher-cfg"]},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.role) == 0 {
+				t.Fatal("no such role")
+			}
+			if ok, extra, lacking := equivalent(tc.role, tc.needs); !ok {
+				t.Errorf("the role grants more than needed: %v\nthe role lacks: %v", extra, lacking)
+			}
+		})
+	}
+
+	// Bound feature by feature, as the kustomize components bind them.
+	grants := []struct {
+		name  string
+		rules []rbacv1.PolicyRule
+		want  Access
+	}{
+		{"base alone: fenced detach", fencedDetach, Access{Nodes: true, Record: true, Events: true}},
+		{"failover alone does nothing without base", failoverRoles, Access{}},
+		{"base and failover", concat(fencedDetach, failoverRoles), Access{Nodes: true, Record: true, Events: true, Failover: true}},
+		{"base, failover and power fencing", concat(fencedDetach, failoverRoles, powerRole), FullAccess},
+		{"power without failover", concat(fencedDetach, powerRole), Access{Nodes: true, Record: true, Events: true}},
+	}
+	for _, g := range grants {
+		t.Run(g.name, func(t *testing.T) {
+			got := accessFrom(g.rules, true)
+			got.Missing = nil
+			if !reflect.DeepEqual(got, g.want) {
+				t.Errorf("%+v, want %+v", got, g.want)
+			}
+		})
+	}
 }

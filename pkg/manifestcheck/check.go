@@ -1,0 +1,353 @@
+// Package manifestcheck checks a driver's manifests after csi-fence-attacher
+// was put into them (deploy/kubernetes/sidecar, or by hand): kustomize
+// cannot fail a build whose patches or image rewrites matched nothing, so
+// this is where such a build fails, saying what was looked for. It backs
+// `kubectl fence check-manifests` and the tests of deploy/kubernetes.
+package manifestcheck
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// ExternalAttacherImages are the last path elements of the images
+// external-attacher is published as (registry.k8s.io/sig-storage/csi-attacher,
+// public.ecr.aws/eks-distro/kubernetes-csi/external-attacher, mirrors...).
+var ExternalAttacherImages = []string{"csi-attacher", "external-attacher"}
+
+// FenceImage is the last path element of csi-fence-attacher's image.
+const FenceImage = "csi-fence-attacher"
+
+// defaultCSIAddress is external-attacher's (and our) --csi-address default.
+const defaultCSIAddress = "/run/csi/socket"
+
+// Workload is a pod template found in the manifests.
+type Workload struct {
+	Kind, Namespace, Name string
+	Spec                  corev1.PodSpec
+}
+
+func (w Workload) String() string {
+	if w.Namespace == "" {
+		return w.Kind + " " + w.Name
+	}
+	return w.Kind + " " + w.Namespace + "/" + w.Name
+}
+
+// Sidecar is one csi-fence-attacher container found.
+type Sidecar struct {
+	Workload  Workload
+	Container corev1.Container
+	// Node: --role=node (the node agent), else the controller role.
+	Node bool
+	// Socket is the driver's socket, --csi-address with the container's
+	// $(VAR)s expanded and unix:// removed.
+	Socket string
+}
+
+// Result is what Check found; Errors is empty when the manifests are
+// ready to apply.
+type Result struct {
+	Workloads []Workload
+	Sidecars  []Sidecar
+	Errors    []string
+	// Notes are what was found, for the user to read (one line each).
+	Notes []string
+}
+
+// Err joins Errors, nil when there is none.
+func (r Result) Err() error {
+	if len(r.Errors) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(r.Errors, "\n"))
+}
+
+// Options tune Check.
+type Options struct {
+	// Flags returns csi-fence-attacher's flag set (sidecar.NewFlagSet);
+	// nil skips the check of each sidecar's arguments.
+	Flags func() (*flag.FlagSet, error)
+	// ControllerOnly does not require the node agent (a cluster where it
+	// is deployed by another manifest).
+	ControllerOnly bool
+}
+
+// Read decodes multi-document YAML or JSON (kustomize build's output, a
+// List) into objects.
+func Read(r io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, err
+		}
+		if len(m) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if u.IsList() {
+			list, err := u.ToList()
+			if err != nil {
+				return nil, err
+			}
+			for i := range list.Items {
+				objs = append(objs, &list.Items[i])
+			}
+			continue
+		}
+		objs = append(objs, u)
+	}
+}
+
+// Workloads returns the pod templates of the Deployments, StatefulSets,
+// DaemonSets, ReplicaSets and Pods among objs.
+func Workloads(objs []*unstructured.Unstructured) ([]Workload, error) {
+	var out []Workload
+	for _, o := range objs {
+		var spec *corev1.PodSpec
+		conv := runtime.DefaultUnstructuredConverter
+		var err error
+		switch o.GetKind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			err, spec = conv.FromUnstructured(o.Object, &d), &d.Spec.Template.Spec
+		case "StatefulSet":
+			var s appsv1.StatefulSet
+			err, spec = conv.FromUnstructured(o.Object, &s), &s.Spec.Template.Spec
+		case "DaemonSet":
+			var d appsv1.DaemonSet
+			err, spec = conv.FromUnstructured(o.Object, &d), &d.Spec.Template.Spec
+		case "ReplicaSet":
+			var r appsv1.ReplicaSet
+			err, spec = conv.FromUnstructured(o.Object, &r), &r.Spec.Template.Spec
+		case "Pod":
+			var p corev1.Pod
+			err, spec = conv.FromUnstructured(o.Object, &p), &p.Spec
+		default:
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		out = append(out, Workload{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(), Spec: *spec})
+	}
+	return out, nil
+}
+
+// imageName is an image reference's last path element, without tag or
+// digest: "registry.k8s.io/sig-storage/csi-attacher:v4.8.0" -> "csi-attacher".
+func imageName(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	base := path.Base(image)
+	base, _, _ = strings.Cut(base, ":")
+	return base
+}
+
+// IsExternalAttacher says whether an image is one of external-attacher's.
+func IsExternalAttacher(image string) bool {
+	n := imageName(image)
+	for _, e := range ExternalAttacherImages {
+		if n == e {
+			return true
+		}
+	}
+	return false
+}
+
+var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)`)
+
+// expand resolves $(VAR) as the kubelet does, from the container's literal
+// env values; references to others (fieldRef...) stay as they are.
+func expand(s string, c corev1.Container) string {
+	return envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		name := envRef.FindStringSubmatch(ref)[1]
+		for _, e := range c.Env {
+			if e.Name == name && e.ValueFrom == nil {
+				return e.Value
+			}
+		}
+		return ref
+	})
+}
+
+// argValue returns the value of --name=value or --name value in args.
+func argValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if a == name && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			return args[i+1], true
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// socketPath is the file path of a --csi-address.
+func socketPath(addr string) string {
+	addr = strings.TrimPrefix(addr, "unix://")
+	return strings.TrimPrefix(addr, "unix:")
+}
+
+// mountFor returns the mount of c under which file lies (the longest).
+func mountFor(c corev1.Container, file string) (corev1.VolumeMount, bool) {
+	var best corev1.VolumeMount
+	found := false
+	for _, m := range c.VolumeMounts {
+		dir := strings.TrimSuffix(m.MountPath, "/")
+		if (strings.HasPrefix(file, dir+"/") || file == dir) && len(dir) >= len(strings.TrimSuffix(best.MountPath, "/")) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// Check looks for csi-fence-attacher in the workloads of objs and says what
+// is wrong: an external-attacher left running (the sidecar component did
+// not recognise its image), no controller sidecar at all (nothing matched),
+// no node agent, a socket the sidecar cannot reach, or an argument it does
+// not accept.
+func Check(objs []*unstructured.Unstructured, opts Options) (Result, error) {
+	ws, err := Workloads(objs)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Workloads: ws}
+	var names []string
+	for _, w := range ws {
+		names = append(names, w.String())
+		for _, c := range append(append([]corev1.Container{}, w.Spec.InitContainers...), w.Spec.Containers...) {
+			switch {
+			case IsExternalAttacher(c.Image):
+				r.Errors = append(r.Errors, fmt.Sprintf("%s: container %q still runs external-attacher (image %s): csi-fence-attacher must replace it (same Lease, same finalizers), "+
+					"but the sidecar component's images: list does not name %q; add to your kustomization: images: [{name: %s, newName: ghcr.io/csi-fence/csi-fence-attacher, newTag: <version>}]",
+					w, c.Name, c.Image, imageRepo(c.Image), imageRepo(c.Image)))
+			case imageName(c.Image) == FenceImage:
+				s := Sidecar{Workload: w, Container: c}
+				if role, ok := argValue(c.Args, "role"); ok && role == "node" {
+					s.Node = true
+				}
+				addr, ok := argValue(c.Args, "csi-address")
+				if !ok {
+					addr = defaultCSIAddress
+				}
+				s.Socket = socketPath(expand(addr, c))
+				r.Sidecars = append(r.Sidecars, s)
+				r.Errors = append(r.Errors, checkSidecar(s, opts)...)
+			}
+		}
+	}
+	var controllers, nodes int
+	for _, s := range r.Sidecars {
+		role := "controller"
+		if s.Node {
+			nodes++
+			role = "node agent"
+		} else {
+			controllers++
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("%s: container %q runs csi-fence-attacher (%s, %s) on socket %s, args %s", s.Workload, s.Container.Name, role, s.Container.Image, s.Socket, strings.Join(s.Container.Args, " ")))
+	}
+	sort.Strings(names)
+	if controllers == 0 {
+		looked := "no Deployment, StatefulSet, DaemonSet, ReplicaSet or Pod in the input"
+		if len(names) > 0 {
+			looked = "in " + strings.Join(names, ", ")
+		}
+		r.Errors = append(r.Errors, fmt.Sprintf("found no csi-fence-attacher controller container: looked for a container whose image is .../%s without --role=node, "+
+			"and for an external-attacher container (image .../%s) it should have replaced, %s. Does the kustomization include the driver's controller manifest and deploy/kubernetes/sidecar in its components:?",
+			FenceImage, strings.Join(ExternalAttacherImages, " or .../"), looked))
+	}
+	if nodes == 0 && !opts.ControllerOnly {
+		r.Errors = append(r.Errors, fmt.Sprintf("found no csi-fence-attacher node agent (image .../%s with --role=node) in %s: without it a node that comes back keeps its fenced volumes quarantined for ever. "+
+			"Patch your node plugin's DaemonSet as deploy/kubernetes/sidecar/node-patch.yaml does (its name, its socket volume), or pass --controller-only if it is deployed elsewhere",
+			FenceImage, strings.Join(names, ", ")))
+	}
+	return r, nil
+}
+
+// imageRepo is an image reference without tag or digest.
+func imageRepo(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		image = image[:i]
+	}
+	return image
+}
+
+// checkSidecar checks one csi-fence-attacher container in its pod.
+func checkSidecar(s Sidecar, opts Options) []string {
+	var errs []string
+	where := fmt.Sprintf("%s: container %q", s.Workload, s.Container.Name)
+	if strings.Contains(s.Socket, "$(") {
+		errs = append(errs, fmt.Sprintf("%s: --csi-address %s refers to a variable the container does not set", where, s.Socket))
+	} else if m, ok := mountFor(s.Container, s.Socket); !ok {
+		errs = append(errs, fmt.Sprintf("%s: the driver's socket %s is under none of its volume mounts", where, s.Socket))
+	} else {
+		shared := false
+		for _, c := range s.Workload.Spec.Containers {
+			if c.Name == s.Container.Name {
+				continue
+			}
+			for _, om := range c.VolumeMounts {
+				if om.Name == m.Name {
+					shared = true
+				}
+			}
+		}
+		if !shared {
+			errs = append(errs, fmt.Sprintf("%s: its socket volume %q (for %s) is mounted by no other container: the driver cannot be listening there", where, m.Name, s.Socket))
+		}
+	}
+	for _, m := range s.Container.VolumeMounts {
+		found := false
+		for _, v := range s.Workload.Spec.Volumes {
+			found = found || v.Name == m.Name
+		}
+		if !found {
+			errs = append(errs, fmt.Sprintf("%s: mounts volume %q, which the pod does not have", where, m.Name))
+		}
+	}
+	if s.Node {
+		if _, ok := mountFor(s.Container, "/var/lib/kubelet/pods"); !ok {
+			errs = append(errs, fmt.Sprintf("%s: the node agent does not mount the kubelet directory (/var/lib/kubelet): it cannot clean fenced volumes", where))
+		}
+	}
+	if opts.Flags != nil {
+		fs, err := opts.Flags()
+		if err != nil {
+			return append(errs, err.Error())
+		}
+		var out bytes.Buffer
+		fs.SetOutput(&out)
+		args := make([]string, len(s.Container.Args))
+		for i, a := range s.Container.Args {
+			args[i] = expand(a, s.Container)
+		}
+		if err := fs.Parse(args); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: csi-fence-attacher does not accept its arguments: %v", where, err))
+		} else if fs.NArg() > 0 {
+			errs = append(errs, fmt.Sprintf("%s: csi-fence-attacher takes no positional arguments, got %q", where, fs.Args()))
+		}
+	}
+	return errs
+}

@@ -1,0 +1,49 @@
+package nodeagent
+
+import (
+	"testing"
+
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// A fresh node agent's /metrics shows its counters for its driver and
+// every label value at zero before the first cleanup, so that alerts on
+// them can be set up in advance.
+func TestCountersAtZeroBeforeTheFirstCleanup(t *testing.T) {
+	e := newEnv(t)
+	opts := e.options()
+	opts.DriverName = "fresh.csi.example.com" // no other test cleans for it
+	if _, err := New(opts); err != nil {
+		t.Fatal(err)
+	}
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ metric, label string }
+	seen := map[key]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["driver_name"] == opts.DriverName {
+				seen[key{f.GetName(), labels["result"] + labels["operation"]}] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	for _, k := range []key{
+		{"node_cleanups_total", resultSuccess}, {"node_cleanups_total", resultError},
+		{"node_cleanup_record_errors_total", opRead}, {"node_cleanup_record_errors_total", opUpdate},
+		{"node_cleanup_pending_volumes", ""}, {"node_cleanup_unattributed_leftovers", ""},
+	} {
+		v, ok := seen[k]
+		switch {
+		case !ok:
+			t.Errorf("%s{%s} is not on /metrics before the first cleanup", k.metric, k.label)
+		case v != 0:
+			t.Errorf("%s{%s} = %v, want 0", k.metric, k.label, v)
+		}
+	}
+}
