@@ -195,6 +195,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	initDriverMetrics(opts.DriverName)
 	c := &Controller{
 		power:            opts.Power,
 		liveReadValidity: defaultLiveReadValidity,

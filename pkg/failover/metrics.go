@@ -6,6 +6,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -48,10 +49,22 @@ var (
 )
 
 // RegisterMetrics registers the failover metrics, and those of the pod GC it
-// drives, on the legacy registry.
+// drives, on the legacy registry, each backend's counters at zero: /metrics
+// shows them before the first fence, so that alerts on them can be set up
+// in advance.
 func RegisterMetrics() {
 	podgc.RegisterMetrics()
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors, backendAttempts, backendFailures, backendDuration)
+		for _, b := range fencingv1alpha1.Backends {
+			backendAttempts.WithLabelValues(b)
+			backendFailures.WithLabelValues(b)
+		}
 	})
+}
+
+// initDriverMetrics puts the driver's fence error counter at zero (the
+// driver is known only once the controller is built).
+func initDriverMetrics(driver string) {
+	fenceErrors.WithLabelValues(driver)
 }

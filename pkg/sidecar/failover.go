@@ -71,7 +71,7 @@ func (o *FailoverOptions) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, b := range o.Backends {
-		if b != fencingv1alpha1.BackendStorage && b != fencingv1alpha1.BackendPower && b != fencingv1alpha1.BackendOutOfService {
+		if !slices.Contains(fencingv1alpha1.Backends, b) {
 			return fmt.Errorf("--fencing-backends: unknown backend %q (want storage, power, out-of-service)", b)
 		}
 		if seen[b] {

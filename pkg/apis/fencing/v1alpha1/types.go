@@ -141,6 +141,9 @@ const (
 	BackendOutOfService = "out-of-service"
 )
 
+// Backends are every fencing backend.
+var Backends = []string{BackendStorage, BackendPower, BackendOutOfService}
+
 // NodeFence is one node-level fence: which backend, what it did.
 type NodeFence struct {
 	// Backend is the node-level backend: power, or out-of-service (the taint

@@ -1,0 +1,39 @@
+package failover
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+)
+
+// Once registered and built, the failover's counters show every backend and
+// the controller's driver on /metrics before the first fence, so that
+// alerts on them can be set up in advance.
+func TestCountersAtZeroBeforeTheFirstFence(t *testing.T) {
+	RegisterMetrics()
+	newEnv(t, objects(v1.ConditionTrue, false), true) // builds a controller of driver
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				seen[f.GetName()+"{"+l.GetName()+"="+l.GetValue()+"}"] = true
+			}
+		}
+	}
+	want := []string{"failover_fence_errors_total{driver_name=" + driver + "}"}
+	for _, b := range fencingv1alpha1.Backends {
+		want = append(want, "fencing_backend_attempts_total{backend="+b+"}", "fencing_backend_failures_total{backend="+b+"}")
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("%s is not on /metrics", w)
+		}
+	}
+}
