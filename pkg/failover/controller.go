@@ -379,7 +379,8 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	// this driver can do. Without it (no RBAC) another driver's owner
 	// fails over no pod with a volume of this driver: safe, and said here.
 	register := func(ctx context.Context) {
-		if err := c.registry.register(ctx, c.opts.DriverName, c.opts.Election.Identity, c.opts.CanFence); err != nil {
+		if err := c.registry.register(ctx, registration{driver: c.opts.DriverName, identity: c.opts.Election.Identity, canFence: c.opts.CanFence,
+			limits: guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent}}); err != nil {
 			logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
 				"lease", RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
 		}

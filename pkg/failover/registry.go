@@ -9,10 +9,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -30,6 +32,10 @@ const (
 	registrationLabel = contract.Prefix + "/driver"
 	// canFenceAnnotation is "true" when the driver advertises UNPUBLISH_FENCE.
 	canFenceAnnotation = contract.Prefix + "/unpublish-fence"
+	// maxFencedNodesAnnotation and maxFencedPercentAnnotation are the
+	// driver's --max-fenced-nodes and --max-fenced-node-percent.
+	maxFencedNodesAnnotation   = contract.Prefix + "/max-fenced-nodes"
+	maxFencedPercentAnnotation = contract.Prefix + "/max-fenced-node-percent"
 )
 
 // A registration is renewed every registrationRenewal by the driver's
@@ -102,21 +108,41 @@ func newRegistryInformers(client kubernetes.Interface, namespace string, resync 
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = registrationLabel }))
 }
 
-// register records what driver can do, created or updated as needed.
-func (r *registry) register(ctx context.Context, driver, identity string, canFence bool) error {
+// registration is what a driver's controller says of itself.
+type registration struct {
+	driver, identity string
+	canFence         bool
+	// limits are its storm guard flags: the owner of node-level state
+	// admits nodes within the strictest of every driver's.
+	limits guardLimits
+}
+
+// annotations are the registration's annotations on its Lease.
+func (g registration) annotations() map[string]string {
+	return map[string]string{
+		registrationLabel:          g.driver,
+		canFenceAnnotation:         strconv.FormatBool(g.canFence),
+		maxFencedNodesAnnotation:   strconv.Itoa(g.limits.maxNodes),
+		maxFencedPercentAnnotation: strconv.Itoa(g.limits.maxPercent),
+	}
+}
+
+// register records what the driver can do, created or updated as needed.
+func (r *registry) register(ctx context.Context, g registration) error {
 	leases := r.client.CoordinationV1().Leases(r.namespace)
-	name := RegistrationLeaseName(driver)
-	want := strconv.FormatBool(canFence)
+	name := RegistrationLeaseName(g.driver)
+	want := g.annotations()
 	return retry.OnError(retry.DefaultBackoff, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
 	}, func() error {
 		now := metav1.NewMicroTime(time.Now())
+		identity := g.identity
 		lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = leases.Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.namespace,
-					Labels:      map[string]string{registrationLabel: contract.SanitizeDriverName(driver)},
-					Annotations: map[string]string{canFenceAnnotation: want, registrationLabel: driver}},
+					Labels:      map[string]string{registrationLabel: contract.SanitizeDriverName(g.driver)},
+					Annotations: want},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &identity, RenewTime: &now},
 			}, metav1.CreateOptions{})
 			return err
@@ -124,9 +150,12 @@ func (r *registry) register(ctx context.Context, driver, identity string, canFen
 		if err != nil {
 			return err
 		}
-		if lease.Annotations[canFenceAnnotation] == want && lease.Annotations[registrationLabel] == driver &&
-			lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == identity &&
-			lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < registrationRenewal/2 {
+		same := lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == identity &&
+			lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < registrationRenewal/2
+		for k, v := range want {
+			same = same && lease.Annotations[k] == v
+		}
+		if same {
 			return nil
 		}
 		if lease.Annotations == nil {
@@ -135,12 +164,66 @@ func (r *registry) register(ctx context.Context, driver, identity string, canFen
 		if lease.Labels == nil {
 			lease.Labels = map[string]string{}
 		}
-		lease.Labels[registrationLabel] = contract.SanitizeDriverName(driver)
-		lease.Annotations[canFenceAnnotation], lease.Annotations[registrationLabel] = want, driver
+		lease.Labels[registrationLabel] = contract.SanitizeDriverName(g.driver)
+		for k, v := range want {
+			lease.Annotations[k] = v
+		}
 		lease.Spec.HolderIdentity, lease.Spec.RenewTime = &identity, &now
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// limits returns the strictest of own and the storm guard limits of every
+// driver whose registration is renewed: with two drivers configured apart,
+// whichever owns node-level state holds the cluster to the limit of the
+// most careful one. A value that does not parse is left out, and said.
+func (r *registry) limits(logger klog.Logger, own guardLimits) guardLimits {
+	if r.leases == nil {
+		return own
+	}
+	leases, err := r.leases.List(labels.Everything())
+	if err != nil {
+		return own
+	}
+	out := own
+	for _, l := range leases {
+		if l.Annotations[registrationLabel] == "" || !r.renewedWithinTTL(l) {
+			continue
+		}
+		var theirs guardLimits
+		for key, into := range map[string]*int{maxFencedNodesAnnotation: &theirs.maxNodes, maxFencedPercentAnnotation: &theirs.maxPercent} {
+			v, ok := l.Annotations[key]
+			if !ok {
+				continue // registered by a version that did not say
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				logger.Error(err, "Ignoring a storm guard limit that does not parse in a driver's registration", "lease", l.Name, "annotation", key, "value", v)
+				continue
+			}
+			*into = n
+		}
+		out = out.strictest(theirs)
+	}
+	return out
+}
+
+// guardLimits are the storm guard's limits (0: no limit of that kind).
+type guardLimits struct{ maxNodes, maxPercent int }
+
+// strictest returns, for each limit, the smaller of those set.
+func (a guardLimits) strictest(b guardLimits) guardLimits {
+	pick := func(x, y int) int {
+		switch {
+		case x == 0:
+			return y
+		case y == 0:
+			return x
+		}
+		return min(x, y)
+	}
+	return guardLimits{maxNodes: pick(a.maxNodes, b.maxNodes), maxPercent: pick(a.maxPercent, b.maxPercent)}
 }
 
 // canFence reports whether driver registered UNPUBLISH_FENCE, and renewed

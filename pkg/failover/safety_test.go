@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -242,7 +243,7 @@ func TestOneOwnerOfNodeLevelState(t *testing.T) {
 	b := clientOn(e.client)
 	other := e.startOn(ctx, t, b, true, func(o *Options) { o.DriverName = otherDriver })
 	other.owner = notOwner{}
-	if err := other.registry.register(ctx, otherDriver, "other-0", true); err != nil {
+	if err := other.registry.register(ctx, registration{driver: otherDriver, identity: "other-0", canFence: true}); err != nil {
 		t.Fatal(err)
 	}
 	b.ClearActions()
@@ -333,7 +334,7 @@ func TestOwnerTrustsOnlyRegisteredFencing(t *testing.T) {
 			clk := testingclock.NewFakeClock(time.Now())
 			e.c = e.start(ctx, t, true, func(o *Options) { o.Clock = clk })
 			if tc.register {
-				if err := e.c.registry.register(ctx, otherDriver, "other-0", tc.canFence); err != nil {
+				if err := e.c.registry.register(ctx, registration{driver: otherDriver, identity: "other-0", canFence: tc.canFence}); err != nil {
 					t.Fatal(err)
 				}
 				leases := e.client.CoordinationV1().Leases("kube-system")
@@ -1063,5 +1064,61 @@ func TestFailedLiveReadIsRetried(t *testing.T) {
 	}
 	if e.csi.calls != 0 || e.steps.index("delete db-0") >= 0 {
 		t.Fatalf("acted without a live read: %v", e.steps.log)
+	}
+}
+
+// S5 with two drivers configured apart: the owner of node-level state,
+// whichever driver's it is, holds the cluster to the strictest storm guard
+// limit of every driver whose registration is renewed (trial seed 8027: the
+// second driver's sidecar owned node-level state with the default limits
+// and quarantined two nodes while the first one's said one at most).
+func TestStormGuardHoldsTheStrictestDriversLimit(t *testing.T) {
+	tests := []struct {
+		name        string
+		annotations map[string]string // the other driver's registration
+		stale       bool              // not renewed for registrationTTL
+		admit       bool
+	}{
+		{name: "the other driver allows one node at most", annotations: map[string]string{maxFencedNodesAnnotation: "1", maxFencedPercentAnnotation: "0"}},
+		{name: "the other driver allows a third of the nodes", annotations: map[string]string{maxFencedNodesAnnotation: "0", maxFencedPercentAnnotation: "34"}},
+		{name: "the other driver sets no limit", annotations: map[string]string{maxFencedNodesAnnotation: "0", maxFencedPercentAnnotation: "0"}, admit: true},
+		{name: "the other driver's registration is not renewed", annotations: map[string]string{maxFencedNodesAnnotation: "1"}, stale: true, admit: true},
+		{name: "a limit that does not parse is left out", annotations: map[string]string{maxFencedNodesAnnotation: "one"}, admit: true},
+		{name: "registered by a version that did not say", admit: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := failing(objects(v1.ConditionUnknown, true), "n2")
+			for _, o := range objs {
+				if n, ok := o.(*v1.Node); ok && n.Name == "n2" {
+					n.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
+				}
+			}
+			ann := map[string]string{registrationLabel: otherDriver, canFenceAnnotation: "true"}
+			maps.Copy(ann, tc.annotations)
+			objs = append(objs,
+				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+					Annotations: map[string]string{stormGuardAnnotation: "n2"}}},
+				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: RegistrationLeaseName(otherDriver), Namespace: "kube-system",
+					Labels: map[string]string{registrationLabel: otherDriver}, Annotations: ann},
+					Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}})
+			e := newEnv(t, objs, true)
+			clk := testingclock.NewFakeClock(time.Now())
+			e.tweaks = append(e.tweaks, func(o *Options) { o.MaxFencedNodes, o.MaxFencedNodePercent, o.Clock = 0, 0, clk })
+			e.restart(t)
+			if tc.stale {
+				l, err := e.c.registry.leases.Get(RegistrationLeaseName(otherDriver))
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.c.registry.observe(l)
+				clk.Step(registrationTTL + time.Minute)
+			}
+			_ = e.sync(t)
+			quarantined := podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil
+			if quarantined != tc.admit {
+				t.Errorf("n1 quarantined = %v, want %v (steps %v)", quarantined, tc.admit, e.steps.log)
+			}
+		})
 	}
 }

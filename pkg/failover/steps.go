@@ -142,8 +142,9 @@ func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
 		return err
 	}
 	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
+	limits := c.registry.limits(klog.FromContext(ctx), guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent})
 	err = c.guard.admit(ctx, node.Name, quarantined, func(admitted int) (bool, string) {
-		return StormGuard(admitted, len(all), c.opts.MaxFencedNodes, c.opts.MaxFencedNodePercent, false)
+		return StormGuard(admitted, len(all), limits.maxNodes, limits.maxPercent, false)
 	}, c.admissionStale)
 	if err != nil {
 		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %v", node.Name, err)
