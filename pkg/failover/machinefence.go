@@ -90,7 +90,13 @@ func (c *Controller) machineFence(ctx context.Context, node *v1.Node, fr *fencin
 			return c.readRecord(ctx, node.Name, fr, err)
 		}
 	}
-	return c.followMachine(ctx, node, *t)
+	got, err := c.followMachine(ctx, node, *t)
+	if got == nil {
+		// The record could not be read back: the pass goes on with the
+		// one it had.
+		got = fr
+	}
+	return got, err
 }
 
 // askMachine asks for the Machine's deletion once the intent is recorded
