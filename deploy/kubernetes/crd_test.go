@@ -48,6 +48,7 @@ func schemaMismatches(b []byte) []string {
 		".spec.origin":                {string(fencingv1alpha1.OriginManual), string(fencingv1alpha1.OriginAutomatic)},
 		".status.phase":               {string(fencingv1alpha1.PhasePending), string(fencingv1alpha1.PhaseFencing), string(fencingv1alpha1.PhaseFenced), string(fencingv1alpha1.PhaseCleaning), string(fencingv1alpha1.PhaseComplete)},
 		".status.conditions[].status": {string(metav1.ConditionTrue), string(metav1.ConditionFalse), string(metav1.ConditionUnknown)},
+		".status.nodeFence.backend":   {fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService, fencingv1alpha1.BackendMachine},
 	} {
 		got := slices.Clone(crd.enums[path])
 		sort.Strings(got)

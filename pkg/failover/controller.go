@@ -75,6 +75,8 @@ type Options struct {
 	Backends []string
 	// Power is the power backend (nil: none, e.g. no FenceAgentConfig CRD).
 	Power PowerFencer
+	// Machine is the machine backend (nil: none, e.g. no Cluster API).
+	Machine MachineFencer
 	// Clock times the kubelets' heartbeats (nil: the real clock; tests).
 	Clock clock.PassiveClock
 }
@@ -105,7 +107,9 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	pgc   *podgc.GC
 	power PowerFencer
-	guard *stormGuard
+	// machine: the machine backend (machinefence.go), nil without one.
+	machine MachineFencer
+	guard   *stormGuard
 	// owner says whether this controller writes node-level state now;
 	// election runs for it (nil: always the owner).
 	owner    Owner
@@ -198,6 +202,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	initDriverMetrics(opts.DriverName)
 	c := &Controller{
 		power:            opts.Power,
+		machine:          opts.Machine,
 		liveReadValidity: defaultLiveReadValidity,
 		opts:             opts, client: client, frClient: frClient, records: fencerecord.NewRecorder(frClient), csi: csi, recorder: recorder,
 		nodes: f.Core().V1().Nodes().Lister(),
@@ -873,10 +878,10 @@ func onNode[T any](informer cache.SharedIndexInformer, node string) ([]T, error)
 // failsOver returns whether a driver's volumes on node may fail over: its
 // CSIDriver is annotated SafeDetach, and either it fences storage (this
 // driver by its own capabilities, another one by its registration), or it
-// fences on the out-of-service taint, or the node has a power switch to
-// fence it as a whole.
+// fences on the out-of-service taint, or the node has a power switch (or a
+// Cluster API Machine) to fence it as a whole.
 func (c *Controller) failsOver(node *v1.Node) func(driver string) bool {
-	power := c.powerConfigured(node.Name)
+	power := c.powerConfigured(node.Name) || c.machineConfigured(node)
 	return func(driver string) bool {
 		d, err := c.drivers.Get(driver)
 		if err != nil || d.Annotations[contract.SafeDetachAnnotation] != contract.SafeDetachTrue {

@@ -117,6 +117,19 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 				return fr, nil
 			}
 			errs = errors.Join(errs, err)
+		case b == fencingv1alpha1.BackendMachine && c.machineConfigured(node):
+			// Asked once, then followed pass by pass until the
+			// infrastructure confirms (machinefence.go); while it waits,
+			// no later backend acts on the node.
+			if fencerecord.MachineIntentRecorded(fr) == nil {
+				logger.V(2).Info("Escalating to a machine fence", "why", why)
+				c.recorder.Eventf(node, v1.EventTypeWarning, "FenceEscalated", "Node %s: %s; deleting its Cluster API Machine", node.Name, why)
+			}
+			var err error
+			if fr, err = c.machineFence(ctx, node, fr); err == nil || fencerecord.MachineIntentRecorded(fr) != nil {
+				return fr, errors.Join(errs, err)
+			}
+			errs = errors.Join(errs, err)
 		case b == fencingv1alpha1.BackendOutOfService && c.outOfServiceFences(node.Name):
 			if !fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey)) && podgc.Taint(node, contract.OutOfServiceTaintKey) == nil {
 				// The taint lets every pod GC delete the node's pods and the
@@ -142,7 +155,7 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 		return fr, errs
 	}
 	logger.V(2).Info("Storage fencing cannot free the node's pods and no node-level backend can fence it", "why", why)
-	c.recorder.Eventf(node, v1.EventTypeWarning, "NoFencingBackend", "Node %s: %s, and no other backend can fence it (--fencing-backends=%s: no FenceAgentConfig lists it, or not every driver on it fences on the out-of-service taint)",
+	c.recorder.Eventf(node, v1.EventTypeWarning, "NoFencingBackend", "Node %s: %s, and no other backend can fence it (--fencing-backends=%s: no FenceAgentConfig lists it, no Cluster API Machine owns it, or not every driver on it fences on the out-of-service taint)",
 		node.Name, why, strings.Join(c.opts.Backends, ","))
 	return fr, nil
 }

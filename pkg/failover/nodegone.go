@@ -116,6 +116,14 @@ func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv
 	if fr == nil {
 		return nil
 	}
+	remain, err := c.releaseAttachmentsOfDeletedInstance(ctx, nodeName, fr)
+	if err != nil {
+		return err
+	}
+	if remain {
+		klog.FromContext(ctx).V(2).Info("Node deleted after its instance; keeping its FencingRequest until no VolumeAttachment to it remains")
+		return nil
+	}
 	if fencerecord.Pending(fr) {
 		klog.FromContext(ctx).V(2).Info("Node deleted; keeping its FencingRequest until its fenced volumes are cleaned up")
 		return nil

@@ -51,6 +51,9 @@ func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fenci
 		}
 		want[contract.ConditionFencingComplete] = v1.ConditionTrue
 		reason, msg = "PoweredOff", "the node is confirmed powered off by its fence agent"
+		if fr.Status.NodeFence.Backend == fencingv1alpha1.BackendMachine {
+			reason, msg = "InstanceDeleted", "the node's Cluster API Machine is deleted and its infrastructure provider reports the instance gone"
+		}
 	case fr != nil && wholeNodeFenced(fr, vas, c.pvHandle):
 		if why := c.unattachedStorage(node.Name, vas); why != "" {
 			// Every attachment is fenced, but storage that reaches the

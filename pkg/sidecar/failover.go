@@ -40,6 +40,8 @@ type FailoverOptions struct {
 	Backends []string
 	// FenceAgents is --fence-agents: the only fence agents that may run.
 	FenceAgents []string
+	// MachineRemediation is --machine-remediation (machine.go).
+	MachineRemediation string
 }
 
 // AddFlags registers the failover flags on fs.
@@ -50,7 +52,7 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
 	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
 	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
-	fs.Func("fencing-backends", "Comma-separated fencing backends, in the order they are tried for a dead node: storage (ControllerUnpublishVolume with fence=true, per volume, when the driver advertises UNPUBLISH_FENCE), power (power the node off through the fence agent of the FenceAgentConfig listing it, when storage fencing cannot free its pods) and out-of-service (add the out-of-service taint when every attachment on the node is of a driver whose CSIDriver is annotated "+contract.FencesOnOutOfServiceAnnotation+"=true, or that fences storage). Default: storage,power,out-of-service.", func(v string) error {
+	fs.Func("fencing-backends", "Comma-separated fencing backends, in the order they are tried for a dead node: storage (ControllerUnpublishVolume with fence=true, per volume, when the driver advertises UNPUBLISH_FENCE), power (power the node off through the fence agent of the FenceAgentConfig listing it, when storage fencing cannot free its pods) out-of-service (add the out-of-service taint when every attachment on the node is of a driver whose CSIDriver is annotated "+contract.FencesOnOutOfServiceAnnotation+"=true, or that fences storage) and machine (delete the node's Cluster API Machine, when storage fencing cannot free its pods; fenced once the infrastructure provider reports the instance gone). Default: storage,power,out-of-service.", func(v string) error {
 		o.Backends = splitList(v)
 		return nil
 	})
@@ -58,6 +60,7 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 		o.FenceAgents = splitList(v)
 		return nil
 	})
+	o.addMachineFlags(fs)
 	fs.DurationVar(&o.FencingRequiredAfter, "fencing-required-after", 0, "Mark a node FencingRequired once it has been NotReady this long, even before a pod qualifies for failover (0: only when a pod qualifies).")
 }
 
@@ -72,12 +75,15 @@ func (o *FailoverOptions) Validate() error {
 	seen := map[string]bool{}
 	for _, b := range o.Backends {
 		if !slices.Contains(fencingv1alpha1.Backends, b) {
-			return fmt.Errorf("--fencing-backends: unknown backend %q (want storage, power, out-of-service)", b)
+			return fmt.Errorf("--fencing-backends: unknown backend %q (want %s)", b, strings.Join(fencingv1alpha1.Backends, ", "))
 		}
 		if seen[b] {
 			return fmt.Errorf("--fencing-backends: %s given twice", b)
 		}
 		seen[b] = true
+	}
+	if err := o.validateMachine(); err != nil {
+		return err
 	}
 	for _, a := range o.FenceAgents {
 		if !strings.HasPrefix(a, "fence_") || strings.ContainsAny(a, "/ ") {
@@ -158,9 +164,18 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	if power != nil {
 		opts.Power = power
 	}
+	machine, machines := newMachineFencer(ctx, d.Client, d.Dynamic, dfactory, d.Failover, StormGuardNamespace(d.Failover.StormGuardNamespace))
+	if machine != nil {
+		opts.Machine = machine
+	}
 	c, err := failover.New(opts, d.Client, factory, dfactory, fencingv1alpha1.NewClient(d.Dynamic), d.CSI, recorder)
 	if err != nil {
 		return nil, err
+	}
+	if machines != nil {
+		if err := watchMachines(machines, c); err != nil {
+			return nil, err
+		}
 	}
 	// From now on, leader or standby: a replica taking over judges a node
 	// down as soon as its heartbeat has been silent for a lease duration,

@@ -64,6 +64,10 @@ func (in *NodeFence) DeepCopyInto(out *NodeFence) {
 	out.ConfirmedTime = in.ConfirmedTime.DeepCopy()
 	out.NotReadySince = in.NotReadySince.DeepCopy()
 	out.OutOfServiceTaintAdded = in.OutOfServiceTaintAdded.DeepCopy()
+	if in.Machine != nil {
+		m := *in.Machine
+		out.Machine = &m
+	}
 }
 
 // DeepCopyInto copies in into out.

@@ -139,10 +139,15 @@ const (
 	// so, contract.FencesOnOutOfServiceAnnotation) or fence storage: their
 	// unpublish during the detach the taint starts is the fence.
 	BackendOutOfService = "out-of-service"
+	// BackendMachine deletes the node's Cluster API Machine (the
+	// remediation MachineHealthCheck itself does) and counts the node
+	// fenced once the infrastructure provider reports its instance gone
+	// (pkg/machinefence).
+	BackendMachine = "machine"
 )
 
 // Backends are every fencing backend.
-var Backends = []string{BackendStorage, BackendPower, BackendOutOfService}
+var Backends = []string{BackendStorage, BackendPower, BackendOutOfService, BackendMachine}
 
 // NodeFence is one node-level fence: which backend, what it did.
 type NodeFence struct {
@@ -178,6 +183,37 @@ type NodeFence struct {
 	Error string `json:"error,omitempty"`
 	// Output is the last agent runs' output, redacted and truncated.
 	Output string `json:"output,omitempty"`
+	// Machine is the Cluster API Machine a machine fence deletes, as it
+	// was read when the intent was recorded (backend machine only).
+	Machine *MachineTarget `json:"machine,omitempty"`
+}
+
+// MachineTarget names the Cluster API Machine of a node and the
+// infrastructure object (InfraMachine) whose disappearance confirms the
+// fence: UIDs included, so that a Machine deleted and replaced under the
+// same name is neither deleted nor taken for the one fenced.
+type MachineTarget struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	// ProviderID is the Machine's spec.providerID (the instance's ID).
+	ProviderID string `json:"providerID,omitempty"`
+	// Infrastructure is the Machine's spec.infrastructureRef, resolved.
+	Infrastructure InfrastructureRef `json:"infrastructure"`
+	// DeletionStartedBy is "fence-attacher" when this system deleted the
+	// Machine, "other" when it found the Machine being deleted already
+	// (by MachineHealthCheck, an admin, a MachineSet) and only waited for
+	// it; empty until the deletion is asked or found.
+	DeletionStartedBy string `json:"deletionStartedBy,omitempty"`
+}
+
+// InfrastructureRef is an InfraMachine: what the infrastructure provider
+// keeps for one instance.
+type InfrastructureRef struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Name       string    `json:"name"`
+	UID        types.UID `json:"uid,omitempty"`
 }
 
 // FencedVolume is one volume fenced on the request's node.

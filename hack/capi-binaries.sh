@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds Cluster API's core manager (sigs.k8s.io/cluster-api/core: the
+# Cluster, Machine, MachineSet, MachineDeployment and MachineHealthCheck
+# controllers) from the module pinned in hack/tools/capi, and copies its CRDs
+# beside it, into a cache outside the repository keyed by the version, like
+# hack/e2e-binaries.sh does for the control plane. A warm cache builds
+# nothing. The Machine fencing backend's e2e tests run it
+# (test/e2e/machinefence_test.go).
+#
+# Prints the directory holding capi-manager and crds/ as its last line.
+# Env: FENCE_E2E_CACHE (default ~/.cache/fence-attacher/e2e-bin).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=$repo/hack/tools/capi
+# shellcheck source=lib/k8s-ldflags.sh
+. "$repo/hack/lib/k8s-ldflags.sh"
+
+capi=$(version_of sigs.k8s.io/cluster-api "$tools/go.mod")
+[ -n "$capi" ] || { echo "cannot read the pinned sigs.k8s.io/cluster-api in $tools/go.mod" >&2; exit 1; }
+
+cache=${FENCE_E2E_CACHE:-$HOME/.cache/fence-attacher/e2e-bin}
+out=$cache/capi-$capi
+mkdir -p "$out"
+log() { echo "capi-binaries: $*" >&2; }
+
+exec 9>"$out/.lock"
+if ! flock -n 9; then
+	log "another build of $out is running; waiting for it"
+	flock 9
+fi
+
+if [ ! -x "$out/capi-manager" ]; then
+	log "building Cluster API $capi core manager (a cold build takes minutes)"
+	start=$SECONDS
+	rm -f "$out/.capi-manager.tmp"
+	(cd "$tools" && GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 \
+		go build -trimpath -ldflags "-s -w" -o "$out/.capi-manager.tmp" sigs.k8s.io/cluster-api/core)
+	mv "$out/.capi-manager.tmp" "$out/capi-manager"
+	log "built capi-manager in $((SECONDS - start))s"
+fi
+if [ ! -f "$out/crds/cluster.x-k8s.io_machines.yaml" ]; then
+	moddir=$(cd "$tools" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
+	rm -rf "$out/crds.tmp" && mkdir -p "$out/crds.tmp"
+	cp "$moddir"/core/config/crd/bases/cluster.x-k8s.io_*.yaml "$out/crds.tmp/"
+	chmod u+w "$out"/crds.tmp/*
+	rm -rf "$out/crds" && mv "$out/crds.tmp" "$out/crds"
+fi
+echo "$out"

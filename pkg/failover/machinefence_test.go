@@ -1,0 +1,332 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/machinefence"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
+)
+
+// fakeMachines is a Cluster API cluster as the machine backend sees it: it
+// checks, when asked to delete the Machine, that the intent is already in
+// the record (S8), and confirms only when the test says the infrastructure
+// deleted the instance.
+type fakeMachines struct {
+	e         *env
+	locateErr error
+	// deleting: the Machine is being deleted by someone else already.
+	deleting bool
+	// onLocate runs as the Machine is located, after the pass's first
+	// live read of the node.
+	onLocate func()
+
+	mu           sync.Mutex
+	remediations int
+	noIntent     bool
+	confirmed    bool
+}
+
+func (f *fakeMachines) target() fencingv1alpha1.MachineTarget {
+	return fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1",
+		Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: "infrastructure.example.io/v1alpha1", Kind: "TestMachine", Name: "m1", UID: "i1"}}
+}
+
+func (f *fakeMachines) Locate(ctx context.Context, node *v1.Node) (fencingv1alpha1.MachineTarget, error) {
+	if f.onLocate != nil {
+		f.onLocate()
+	}
+	if f.locateErr != nil {
+		return fencingv1alpha1.MachineTarget{}, f.locateErr
+	}
+	t := f.target()
+	if f.deleting {
+		t.DeletionStartedBy = machinefence.StartedByOther
+	}
+	return t, nil
+}
+
+func (f *fakeMachines) Remediate(ctx context.Context, t fencingv1alpha1.MachineTarget) (string, error) {
+	fr, err := f.e.fr.Get(ctx, "n1")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.remediations++
+	if err != nil || fencerecord.MachineIntentRecorded(fr) == nil || fr.Status.NodeFence.Machine.UID != t.UID {
+		f.noIntent = true
+	}
+	f.e.steps.add("delete machine m1")
+	return machinefence.StartedByUs, nil
+}
+
+func (f *fakeMachines) Check(ctx context.Context, t fencingv1alpha1.MachineTarget) (machinefence.Progress, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.confirmed {
+		f.e.steps.add("instance gone")
+		return machinefence.Progress{Confirmed: true}, nil
+	}
+	return machinefence.Progress{Waiting: "waiting: TestMachine m1 being deleted (Ready DeletionRefused: quota exceeded)"}, nil
+}
+
+func (f *fakeMachines) confirm() {
+	f.mu.Lock()
+	f.confirmed = true
+	f.mu.Unlock()
+}
+
+func (f *fakeMachines) counts() (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.remediations, f.noIntent
+}
+
+// events drains the reasons of the Events the controller posted.
+func events(c *Controller) []string {
+	var out []string
+	for {
+		select {
+		case e := <-c.recorder.(*record.FakeRecorder).Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func hasEvent(evs []string, reason string) bool {
+	for _, e := range evs {
+		if strings.Contains(e, " "+reason+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// The machine backend: a dead node whose pod storage fencing cannot free
+// (its driver has no UNPUBLISH_FENCE) is fenced by deleting its Cluster API
+// Machine, asked once, after the intent is recorded and the node is found
+// down by a live read; nothing moves until the infrastructure reports the
+// instance gone, then exactly as after a power off: FencingComplete, this
+// system's out-of-service taint, the pod deleted. Bad input asks nothing.
+func TestMachineFence(t *testing.T) {
+	storageMachine := []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}
+	tests := []struct {
+		name      string
+		backends  []string
+		annotated bool // the node names its Machine
+		locateErr error
+		deleting  bool // someone else is deleting the Machine
+		alive     bool
+		// aliveLater: the kubelet renews its Lease after the pass's first
+		// live read, before the Machine is asked for.
+		aliveLater bool
+		// confirmAfter: the infrastructure deletes the instance after this
+		// many passes (0: never).
+		confirmAfter    int
+		passes          int
+		wantRemediate   int
+		wantMoved       bool
+		wantEvent       string
+		wantIntent      bool
+		wantWaitingSaid bool
+	}{
+		{name: "deleted, moves once the instance is gone", backends: storageMachine, annotated: true, confirmAfter: 2, passes: 3,
+			wantRemediate: 1, wantMoved: true, wantEvent: "NodeInstanceDeleted", wantIntent: true},
+		{name: "a provider that never confirms: nothing moves, the reason is recorded", backends: storageMachine, annotated: true, passes: 4,
+			wantRemediate: 1, wantEvent: "MachineDeleted", wantIntent: true, wantWaitingSaid: true},
+		{name: "a Machine being deleted by someone else is followed, not deleted", backends: storageMachine, annotated: true, deleting: true, confirmAfter: 1, passes: 2,
+			wantMoved: true, wantEvent: "MachineDeletionFollowed", wantIntent: true},
+		{name: "a node without a Machine: nothing asked", backends: storageMachine, passes: 2, wantEvent: "FailoverBlocked"},
+		{name: "a Machine that is not the node's: nothing asked, nothing recorded", backends: storageMachine, annotated: true, passes: 2,
+			locateErr: errors.New("Machine ns/m1 has no status.nodeRef"), wantEvent: "MachineFenceFailed"},
+		{name: "a node alive by a live read: nothing asked", backends: storageMachine, annotated: true, alive: true, passes: 2},
+		{name: "a node back before the ask: intent recorded, nothing asked", backends: storageMachine, annotated: true, aliveLater: true, passes: 1,
+			wantIntent: true},
+		{name: "machine backend not enabled", backends: []string{fencingv1alpha1.BackendStorage}, annotated: true, confirmAfter: 1, passes: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(v1.ConditionUnknown, true)
+			n := objs[0].(*v1.Node)
+			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+			if tc.annotated {
+				n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
+			}
+			if tc.alive {
+				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: v1.NamespaceNodeLease},
+					Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now())), LeaseDurationSeconds: ptr.To[int32](40)}})
+			}
+			machines := &fakeMachines{locateErr: tc.locateErr, deleting: tc.deleting}
+			e := machineEnv(t, objs, tc.backends, machines)
+			if tc.aliveLater {
+				machines.onLocate = func() { renewLease(t, e.client, "n1") }
+			}
+			var evs []string
+			for pass := 1; pass <= tc.passes; pass++ {
+				if tc.confirmAfter > 0 && pass > tc.confirmAfter {
+					machines.confirm()
+				}
+				_ = e.sync(t)
+				evs = append(evs, events(e.c)...)
+				if moved := e.steps.index("delete db-0") >= 0; moved && (tc.confirmAfter == 0 || pass <= tc.confirmAfter) {
+					t.Fatalf("pass %d: the pod moved before the infrastructure confirmed: %v", pass, e.steps.log)
+				}
+			}
+			remediations, noIntent := machines.counts()
+			if remediations != tc.wantRemediate {
+				t.Errorf("Machine deletions asked = %d, want %d (%v)", remediations, tc.wantRemediate, e.steps.log)
+			}
+			if noIntent {
+				t.Errorf("the Machine was deleted before its intent was recorded (S8)")
+			}
+			if moved := e.steps.index("delete db-0") >= 0; moved != tc.wantMoved {
+				t.Errorf("pod deleted = %v, want %v (%v)", moved, tc.wantMoved, e.steps.log)
+			}
+			node := e.node(t, "n1")
+			taint, ours := outOfService(node)
+			if taint != tc.wantMoved || ours != tc.wantMoved {
+				t.Errorf("out-of-service taint = %v (ours %v), want %v", taint, ours, tc.wantMoved)
+			}
+			if complete := podgc.ConditionTrue(node, contract.ConditionFencingComplete); complete != tc.wantMoved {
+				t.Errorf("FencingComplete = %v, want %v", complete, tc.wantMoved)
+			}
+			if tc.wantEvent != "" && !hasEvent(evs, tc.wantEvent) {
+				t.Errorf("no %s event: %v", tc.wantEvent, evs)
+			}
+			fr, _ := e.fr.Get(context.Background(), "n1")
+			var nf *fencingv1alpha1.NodeFence
+			if fr != nil {
+				nf = fr.Status.NodeFence
+			}
+			if intent := nf != nil && nf.Backend == fencingv1alpha1.BackendMachine && nf.StartedTime != nil && nf.Machine != nil; intent != tc.wantIntent {
+				t.Fatalf("machine fence intent recorded = %v, want %v: %+v", intent, tc.wantIntent, nf)
+			}
+			if !tc.wantIntent {
+				return
+			}
+			if nf.Attempts != 1 {
+				t.Errorf("attempts = %d, want 1: following a deletion is not a new attempt", nf.Attempts)
+			}
+			if (nf.ConfirmedTime != nil) != tc.wantMoved {
+				t.Errorf("confirmed = %v, want %v", nf.ConfirmedTime, tc.wantMoved)
+			}
+			if tc.wantWaitingSaid && !strings.Contains(nf.Output, "quota exceeded") {
+				t.Errorf("the record does not say what the fence waits for: %+v", nf)
+			}
+			if tc.wantMoved && !fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey)) {
+				t.Errorf("the record does not say the out-of-service taint is this system's")
+			}
+			if tc.wantMoved && e.steps.index("instance gone") > e.steps.index("delete db-0") {
+				t.Errorf("pod deleted before the instance was gone: %v", e.steps.log)
+			}
+		})
+	}
+}
+
+// machineEnv is powerEnv with the machine backend.
+func machineEnv(t *testing.T, objs []runtime.Object, backends []string, machines *fakeMachines) *env {
+	e := newEnv(t, objs, true)
+	machines.e = e
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	e.tweaks = append(e.tweaks, func(o *Options) {
+		o.CanFence = false
+		o.Backends = backends
+		o.Machine = machines
+	})
+	e.c = e.start(ctx, t, true)
+	return e
+}
+
+// Cluster API deletes a Machine's Node right after its instance: no Node
+// is left to carry the out-of-service taint. Once the record holds the
+// instance confirmed deleted, every attachment to the gone node that no pod
+// there uses is deleted, whatever its driver (this one cannot fence), and
+// the record stays until none is left; an unconfirmed machine fence
+// releases nothing.
+func TestDeletedInstanceReleasesAttachments(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		confirmed   bool
+		infraGone   bool // the InfraMachine is gone, not yet recorded
+		podOnNode   bool
+		wantDeleted bool
+	}{
+		{name: "instance confirmed deleted", confirmed: true, wantDeleted: true},
+		{name: "machine fence not confirmed", confirmed: false},
+		{name: "confirmed by the infrastructure after the Node was deleted", infraGone: true, wantDeleted: true},
+		{name: "a pod still on the node", confirmed: true, podOnNode: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			for _, o := range objects(v1.ConditionUnknown, false) {
+				if n, ok := o.(*v1.Node); ok && n.Name == "n1" {
+					continue // deleted by Cluster API
+				}
+				if p, ok := o.(*v1.Pod); ok && !tc.podOnNode && p.Spec.NodeName == "n1" {
+					continue // garbage-collected as orphaned
+				}
+				objs = append(objs, o)
+			}
+			machines := &fakeMachines{confirmed: tc.infraGone}
+			e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
+			started := metav1.NewTime(time.Now().Add(-time.Minute))
+			nf := &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendMachine, StartedTime: &started, Attempts: 1, Machine: ptr.To(machines.target())}
+			if tc.confirmed {
+				nf.ConfirmedTime = &started
+			}
+			fr := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{contract.RecordFinalizer}},
+				Spec:   fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
+				Status: fencingv1alpha1.FencingRequestStatus{Phase: fencingv1alpha1.PhaseFenced, NodeFence: nf}}
+			if _, err := e.fr.Create(context.Background(), fr); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.fr.UpdateStatus(context.Background(), fr); err != nil {
+				t.Fatal(err)
+			}
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			_, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{})
+			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {
+				t.Fatalf("VolumeAttachment deleted = %v, want %v", deleted, tc.wantDeleted)
+			}
+			got, err := e.fr.Get(context.Background(), "n1")
+			if err != nil {
+				t.Fatalf("the record went while an attachment to the node remained: %v", err)
+			}
+			if confirmed := got.Status.NodeFence.ConfirmedTime != nil; confirmed != (tc.confirmed || tc.infraGone) {
+				t.Errorf("machine fence confirmed = %v in the record, want %v", confirmed, tc.confirmed || tc.infraGone)
+			}
+			if !tc.wantDeleted {
+				return
+			}
+			// Once the attachment is gone from the cache too, the record goes.
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.fr.Get(context.Background(), "n1"); !apierrors.IsNotFound(err) {
+				t.Errorf("the record of a released deleted instance stays: %v", err)
+			}
+		})
+	}
+}
