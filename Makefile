@@ -53,7 +53,15 @@ chaos:
 	./hack/e2e-binaries.sh >/dev/null
 	$(GO) run ./cmd/fence-trials -trials $(TRIALS)
 
-.PHONY: all test test-powerfence test-e2e test-realnodes test-trials chaos demo
+# The Helm chart (deploy/helm/csi-fence): linted, rendered and compared with
+# the kustomize build by Helm's own library. A Go module of its own
+# (deploy/helm/go.mod: Helm needs newer k8s.io modules than go.mod pins), so
+# `go test ./...` at the top does not reach it: test-go runs it.
+test-helm:
+	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
+test-go: test-helm
+
+.PHONY: all test test-powerfence test-e2e test-realnodes test-trials chaos demo test-helm
 
 # The product's main job on an embedded default: a local real control plane,
 # the mock driver, the sidecar, and a node failure that fails over.

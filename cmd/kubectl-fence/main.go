@@ -3,14 +3,17 @@
 //
 //	kubectl fence terminate pod/NAME --reason="..." [-n NAMESPACE] [--grace-period=N] [--force]
 //	kubectl fence check-manifests [-f FILE] [--controller-only]
+//	kubectl fence status [-o table|json|yaml] [--storm-guard-namespace=NS]
+//	kubectl fence timeline NODE [-o table|json|yaml]
 //	kubectl fence version
 //
 // terminate does what the seed's `kubectl delete po NAME --reason=...`
 // would: it records the reason on the pod, where its preStop hook reads it
 // (pkg/termreason, csi-fence-prestop), then deletes the pod.
 //
-// Subcommands are a table, so that the fencing status view the plugin is to
-// show later is one more entry.
+// status and timeline are the views an operator reads in an outage
+// (pkg/fenceview): which nodes are fenced or quarantined and how far each
+// got, and one node's failover step by step.
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
@@ -36,8 +40,11 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"version":   {"version: print the plugin's version", func([]string) error { fmt.Println("kubectl-fence", version.String()); return nil }},
-	"terminate": {"terminate pod/NAME --reason=REASON [-n NAMESPACE] [--grace-period=SECONDS] [--force]: record why, then delete the pod", terminate},
+	"version":         {"version: print the plugin's version", func([]string) error { fmt.Println("kubectl-fence", version.String()); return nil }},
+	"terminate":       {"terminate pod/NAME --reason=REASON [-n NAMESPACE] [--grace-period=SECONDS] [--force]: record why, then delete the pod", terminate},
+	"check-manifests": {"check-manifests [-f FILE] [--controller-only] [-q]: check built manifests (kustomize, helm template) for csi-fence-attacher", checkManifests},
+	"status":          {"status [-o table|json|yaml] [--storm-guard-namespace=NS]: nodes fenced or quarantined, their records, volumes and the storm guard", status},
+	"timeline":        {"timeline NODE [-o table|json|yaml]: the steps of a node's failover, from its record, conditions, taints and Events", timeline},
 }
 
 func main() {
@@ -88,6 +95,16 @@ func (k *kubeFlags) register(fs *flag.FlagSet) {
 }
 
 func (k *kubeFlags) client() (kubernetes.Interface, string, error) {
+	rc, ns, err := k.config()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	return c, ns, err
+}
+
+// config is the REST config and namespace of the flags' kubeconfig.
+func (k *kubeFlags) config() (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = k.kubeconfig
 	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: k.context})
@@ -102,8 +119,7 @@ func (k *kubeFlags) client() (kubernetes.Interface, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := kubernetes.NewForConfig(rc)
-	return c, ns, err
+	return rc, ns, nil
 }
 
 // interleave lets flags follow the positional argument, as kubectl's do.
