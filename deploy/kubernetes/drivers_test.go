@@ -101,10 +101,15 @@ func TestDriverOverlays(t *testing.T) {
 		socket         string // the driver's controller socket it must keep
 		agentWorkload  string // where the node agent goes
 		agentSocket    string
+		// checkErr: what check-manifests must say instead of passing.
+		checkErr string
 	}{
-		{"ceph-rbd", "Deployment", "csi-rbdplugin-provisioner", "/csi/csi-provisioner.sock", "csi-rbdplugin", "/csi/csi.sock"},
-		{"csi-driver-host-path", "StatefulSet", "csi-hostpathplugin", "/csi/csi.sock", "csi-hostpathplugin", "/csi/csi.sock"},
-		{"cloud-helm", "Deployment", "cloud-block-csi-controller", "/var/lib/csi/sockets/pluginproxy/csi.sock", "cloud-block-csi-node", "/csi/csi.sock"},
+		{"ceph-rbd", "Deployment", "csi-rbdplugin-provisioner", "/csi/csi-provisioner.sock", "csi-rbdplugin", "/csi/csi.sock", ""},
+		// One pod runs the controller and the node plugin: the node
+		// agent cannot be told from the controller (single node only).
+		{"csi-driver-host-path", "StatefulSet", "csi-hostpathplugin", "/csi/csi.sock", "csi-hostpathplugin", "/csi/csi.sock",
+			`runs as ServiceAccount "csi-hostpathplugin-sa", as the csi-fence-attacher controller in StatefulSet default/csi-hostpathplugin does`},
+		{"cloud-helm", "Deployment", "cloud-block-csi-controller", "/var/lib/csi/sockets/pluginproxy/csi.sock", "cloud-block-csi-node", "/csi/csi.sock", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -149,8 +154,11 @@ func TestDriverOverlays(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Err(); err != nil {
+			switch err := r.Err(); {
+			case tc.checkErr == "" && err != nil:
 				t.Fatalf("check-manifests fails on the overlay:\n%v", err)
+			case tc.checkErr != "" && (err == nil || !strings.Contains(err.Error(), tc.checkErr) || len(r.Errors) != 1):
+				t.Fatalf("check-manifests says %v, want only %q", err, tc.checkErr)
 			}
 			var controller, agent bool
 			for _, s := range r.Sidecars {
@@ -187,6 +195,13 @@ func TestCheckManifestsFailsLoudly(t *testing.T) {
 				"images: [{name: registry.example-cloud.com/kubernetes-csi/external-attacher, newName: ghcr.io/csi-fence/csi-fence-attacher",
 				"found no csi-fence-attacher controller container",
 			},
+		},
+		{
+			// namePrefix renames the node agent's ServiceAccount, not the
+			// user name inside the policy's CEL expression.
+			name:          "a name prefix: the policy no longer names the node agent",
+			kustomization: header + "namePrefix: acme-\nresources: [$HERE/mock-example]\n",
+			want: []string{`runs as ServiceAccount "acme-csi-fence-attacher-node", which the ValidatingAdmissionPolicy acme-csi-fence-node-agent-own-record does not name`},
 		},
 		{
 			name:          "the component left out",

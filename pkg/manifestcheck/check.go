@@ -277,6 +277,7 @@ func Check(objs []*unstructured.Unstructured, opts Options) (Result, error) {
 			"and for an external-attacher container (image .../%s) it should have replaced, %s. Does the kustomization include the driver's controller manifest and deploy/kubernetes/sidecar in its components:?",
 			FenceImage, strings.Join(ExternalAttacherImages, " or .../"), looked))
 	}
+	r.Errors = append(r.Errors, checkNodeAgentIdentity(objs, r.Sidecars)...)
 	if nodes == 0 && !opts.ControllerOnly {
 		r.Errors = append(r.Errors, fmt.Sprintf("found no csi-fence-attacher node agent (image .../%s with --role=node) in %s: without it a node that comes back keeps its fenced volumes quarantined for ever. "+
 			"Patch your node plugin's DaemonSet as deploy/kubernetes/sidecar/node-patch.yaml does (its name, its socket volume), or pass --controller-only if it is deployed elsewhere",
@@ -347,6 +348,84 @@ func checkSidecar(s Sidecar, opts Options) []string {
 			errs = append(errs, fmt.Sprintf("%s: csi-fence-attacher does not accept its arguments: %v", where, err))
 		} else if fs.NArg() > 0 {
 			errs = append(errs, fmt.Sprintf("%s: csi-fence-attacher takes no positional arguments, got %q", where, fs.Args()))
+		}
+	}
+	return errs
+}
+
+// NodeAgentPolicy is the ValidatingAdmissionPolicy (deploy/kubernetes/base)
+// that holds each node agent to the FencingRequest of its own node.
+const NodeAgentPolicy = "csi-fence-node-agent-own-record"
+
+// checkNodeAgentIdentity checks that the admission policy restricting node
+// agents to their own node's record names the ServiceAccount each node
+// agent runs as. The policy can only tell node agents by their user name,
+// and a node agent runs as its pod's ServiceAccount: in a driver's own
+// DaemonSet that is the driver's, which the shipped policy does not name,
+// and a kustomize namePrefix renames ours. Unmatched, the policy restricts
+// nothing and every node's agent may rewrite every node's record (mark
+// another node's fenced volumes cleaned, and so lift its quarantine: S2),
+// with nothing said. The policy's match is a CEL expression: a node agent
+// passes when the expression names its ServiceAccount as a quoted string
+// (':name' or the whole user name), which is what the shipped policy and
+// the README's patch do.
+func checkNodeAgentIdentity(objs []*unstructured.Unstructured, sidecars []Sidecar) []string {
+	var policy *unstructured.Unstructured
+	for _, o := range objs {
+		// A kustomize namePrefix or nameSuffix renames it.
+		if o.GetKind() == "ValidatingAdmissionPolicy" && strings.Contains(o.GetName(), NodeAgentPolicy) {
+			policy = o
+		}
+	}
+	policyName := NodeAgentPolicy
+	if policy != nil {
+		policyName = policy.GetName()
+	}
+	var expr strings.Builder
+	if policy != nil {
+		conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok {
+				e, _ := m["expression"].(string)
+				expr.WriteString(e)
+			}
+		}
+	}
+	identity := func(w Workload) (sa, user string) {
+		sa = w.Spec.ServiceAccountName
+		if sa == "" {
+			sa = "default"
+		}
+		return sa, "system:serviceaccount:" + w.Namespace + ":" + sa
+	}
+	controllers := map[string]Workload{} // by user name
+	for _, s := range sidecars {
+		if !s.Node {
+			_, user := identity(s.Workload)
+			controllers[user] = s.Workload
+		}
+	}
+	var errs []string
+	for _, s := range sidecars {
+		if !s.Node {
+			continue
+		}
+		sa, user := identity(s.Workload)
+		e := expr.String()
+		switch {
+		case controllers[user].Name != "":
+			// The controller writes every node's record: a policy naming
+			// this user would stop it, one not naming it stops nothing.
+			errs = append(errs, fmt.Sprintf("%s: node agent %q runs as ServiceAccount %q, as the csi-fence-attacher controller in %s does: the ValidatingAdmissionPolicy %s cannot hold the node agent to its own node's FencingRequest without stopping the controller too. "+
+				"Run the node agent in a pod with a ServiceAccount of its own (a driver that runs its controller and node plugin in one pod can be made safe this way only on a single node)",
+				s.Workload, s.Container.Name, sa, controllers[user], policyName))
+		case policy == nil:
+			errs = append(errs, fmt.Sprintf("%s: no ValidatingAdmissionPolicy %s in the build: nothing holds node agent %q to its own node's FencingRequest (include deploy/kubernetes/base, or the sidecar component)",
+				s.Workload, NodeAgentPolicy, s.Container.Name))
+		case !strings.Contains(e, "':"+sa+"'") && !strings.Contains(e, "'"+user+"'"):
+			errs = append(errs, fmt.Sprintf("%s: node agent %q runs as ServiceAccount %q, which the ValidatingAdmissionPolicy %s does not name: it would let this node's agent rewrite every node's FencingRequest (and lift another node's quarantine). "+
+				"Patch the policy's matchConditions to name it (README, \"Next to a real driver\"), e.g. request.userInfo.username.endsWith(':%s')",
+				s.Workload, s.Container.Name, sa, policyName, sa))
 		}
 	}
 	return errs
