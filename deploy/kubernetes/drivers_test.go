@@ -201,7 +201,7 @@ func TestCheckManifestsFailsLoudly(t *testing.T) {
 			// user name inside the policy's CEL expression.
 			name:          "a name prefix: the policy no longer names the node agent",
 			kustomization: header + "namePrefix: acme-\nresources: [$HERE/mock-example]\n",
-			want: []string{`runs as ServiceAccount "acme-csi-fence-attacher-node", which the ValidatingAdmissionPolicy acme-csi-fence-node-agent-own-record does not name`},
+			want:          []string{`runs as ServiceAccount "acme-csi-fence-attacher-node", which the ValidatingAdmissionPolicy acme-csi-fence-node-agent-own-record does not name`},
 		},
 		{
 			name:          "the component left out",
