@@ -22,6 +22,7 @@ require (
 	k8s.io/component-helpers v0.37.0
 	k8s.io/csi-translation-lib v0.37.0
 	k8s.io/klog/v2 v2.140.0
+	k8s.io/kubelet v0.37.0
 	k8s.io/mount-utils v0.37.0
 	k8s.io/utils v0.0.0-20260707023825-cf1189d6abe3
 	sigs.k8s.io/kustomize/api v0.21.1

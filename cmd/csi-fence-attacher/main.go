@@ -61,6 +61,8 @@ func main() {
 	opts.AddFlags(flag.CommandLine)
 	nodeOpts := &sidecar.NodeOptions{}
 	nodeOpts.AddFlags(flag.CommandLine)
+	registrarOpts := &sidecar.RegistrarOptions{}
+	registrarOpts.AddFlags(flag.CommandLine)
 	failoverOpts := &sidecar.FailoverOptions{}
 	failoverOpts.AddFlags(flag.CommandLine)
 	sidecar.AddFeatureGatesFlag(flag.CommandLine, fg)
@@ -95,6 +97,11 @@ func main() {
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		err = runNode(ctx, opts, nodeOpts)
+	case sidecar.RoleRegistrar:
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		err = runRegistrar(ctx, opts, registrarOpts)
 	}
 	if err != nil {
 		logger.Error(err, "csi-fence-attacher failed", "role", opts.Role)
