@@ -23,13 +23,20 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
 
-// failoverNegativeEnv, set to "no-fence", deploys the controller's
-// csi-fence-attacher with --disable-fencing (external-attacher's own
-// attacher, no fence): the negative control of TestRealNodesFailover, which
-// must then fail.
+// failoverNegativeEnv selects a negative control of TestRealNodesFailover,
+// which must then fail:
+//   - "no-failover": the controller's csi-fence-attacher runs with the
+//     NonGracefulFailover gate off; nothing fails the pod over (the
+//     Kubernetes of this cluster alone would wait 6 minutes), so the wait
+//     for the replacement times out;
+//   - "no-fence": the gate off and --disable-fencing (external-attacher's
+//     attacher), and the test adds the out-of-service taint once the node
+//     is NotReady, as an operator would: Kubernetes moves the volume without
+//     any fence, and the array counts the publish to the other node (S1).
 const failoverNegativeEnv = "FENCE_E2E_REAL_FAILOVER_NEGATIVE"
 
 // TestRealNodesFailover deploys the product as a user does on two real
@@ -68,9 +75,18 @@ func TestRealNodesFailover(t *testing.T) {
 	}
 	off, on := nodes[0], nodes[1]
 	deployOpts := framework.RealDeployOptions{ControllerNode: on.Name}
-	if os.Getenv(failoverNegativeEnv) == "no-fence" {
-		t.Logf("NEGATIVE CONTROL: csi-fence-attacher --disable-fencing; this test must fail")
-		deployOpts.AttacherArgs = []string{"--disable-fencing"}
+	negative := os.Getenv(failoverNegativeEnv)
+	switch negative {
+	case "":
+	case "no-failover":
+		deployOpts.AttacherArgs = []string{"--feature-gates=NonGracefulFailover=false"}
+	case "no-fence":
+		deployOpts.AttacherArgs = []string{"--feature-gates=NonGracefulFailover=false", "--disable-fencing"}
+	default:
+		t.Fatalf("%s=%q: want no-failover or no-fence", failoverNegativeEnv, negative)
+	}
+	if negative != "" {
+		t.Logf("NEGATIVE CONTROL %s: csi-fence-attacher %v; this test must fail", negative, deployOpts.AttacherArgs)
 	}
 	dep, err := c.DeployMockExample(ctx, nodes, deployOpts)
 	if err != nil {
@@ -130,6 +146,12 @@ func TestRealNodesFailover(t *testing.T) {
 	}
 	t.Logf("writer %s on %s: staged and published by the real kubelet, %d writes on the volume", first.Name, off.Name, bytes.Count(before, []byte("\n")))
 
+	// What the node agent will look for when the node comes back is where
+	// pkg/kubeletlayout says it is, as the real kubelet 1.36 laid it out.
+	t.Run("KubeletLayout", func(t *testing.T) {
+		compareKubeletLayout(ctx, t, c, dep, off, first, volume)
+	})
+
 	poweredOff := time.Now()
 	if err := c.PowerOff(ctx, off); err != nil {
 		t.Fatal(err)
@@ -139,6 +161,14 @@ func TestRealNodesFailover(t *testing.T) {
 	atPowerOff, err := os.ReadFile(filepath.Join(dep.DataDir(volume), "writes.log"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if negative == "no-fence" {
+		if err := c.WaitNodeNotReady(ctx, off.Name, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddTaint(ctx, off.Name, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	second, err := waitWriterRunning(ctx, c, ns, sts+"-0", first.UID, 4*time.Minute)
 	if err != nil {
@@ -159,15 +189,9 @@ func TestRealNodesFailover(t *testing.T) {
 		t.Fatalf("the replacement's volume does not continue the old one's data: %d bytes at the power off, %d now", len(atPowerOff), len(after))
 	}
 
-	// Through the product: fenced on the dead node, recorded write-ahead,
-	// and the array saw no publish to `on` before that fence.
-	fr, err := fencingv1alpha1.NewClient(c.Dynamic).Get(ctx, off.Name)
-	if err != nil {
-		t.Fatalf("no FencingRequest for %s: %v", off.Name, err)
-	}
-	if v := fencerecord.Find(fr, framework.DriverName, volume); v == nil || v.FencedTime == nil {
-		t.Fatalf("volume %s not recorded as fenced on %s: %+v", volume, off.Name, fr.Status)
-	}
+	// Through the product: the array saw no publish to `on` before the
+	// fence of `off`, which holds the volume fenced, and the fence was
+	// recorded (write-ahead) on the node's FencingRequest.
 	arr, err := dep.Array()
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +206,13 @@ func TestRealNodesFailover(t *testing.T) {
 	}
 	if p := s.Volumes[volume].Publications[off.Name]; p == nil || p.Access != array.AccessFenced {
 		t.Fatalf("the array does not hold %s fenced on %s: %+v", volume, off.Name, p)
+	}
+	fr, err := fencingv1alpha1.NewClient(c.Dynamic).Get(ctx, off.Name)
+	if err != nil {
+		t.Fatalf("no FencingRequest for %s: %v", off.Name, err)
+	}
+	if v := fencerecord.Find(fr, framework.DriverName, volume); v == nil || v.FencedTime == nil {
+		t.Fatalf("volume %s not recorded as fenced on %s: %+v", volume, off.Name, fr.Status)
 	}
 }
 
@@ -281,4 +312,84 @@ func hasMountUnder(mountinfo, dir, suffix string) bool {
 		}
 	}
 	return false
+}
+
+// compareKubeletLayout checks pkg/kubeletlayout against what the real
+// kubelet of node made for pod's volume (a PV named as its handle): Scan
+// finds exactly one publish directory and one staging directory, attributed
+// by the vol_data.json the kubelet wrote (every field it wrote as the layout
+// reads it, the attachment ID the name of the real VolumeAttachment), at the
+// paths Layout computes; those are the paths the kubelet passed to
+// NodeStageVolume and NodePublishVolume (the array recorded them), and both
+// are mount points on the host.
+func compareKubeletLayout(ctx context.Context, t *testing.T, c *framework.Cluster, dep *framework.RealDeployment, node *framework.RealNode, pod *corev1.Pod, volume string) {
+	l := kubeletlayout.New(node.KubeletDir())
+	inv, err := l.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := string(pod.UID)
+	m := inv.Match(kubeletlayout.Volume{Driver: framework.DriverName, VolumeHandle: volume, PVName: volume})
+	if len(m.PodVolumes) != 1 || len(m.UnverifiedPodVolumes) != 0 || len(m.Staged) != 1 || len(m.Block) != 0 {
+		t.Fatalf("kubeletlayout found %d publish (%d unverified), %d staging and %d block directories of %s; want 1, 0, 1, 0:\n%v",
+			len(m.PodVolumes), len(m.UnverifiedPodVolumes), len(m.Staged), len(m.Block), volume, m.Paths(l))
+	}
+	if left := inv.Unattributed(l, framework.DriverName, []kubeletlayout.Volume{{Driver: framework.DriverName, VolumeHandle: volume, PVName: volume}}); len(left) > 0 {
+		t.Errorf("kubeletlayout cannot attribute %v", left)
+	}
+	vas, err := c.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	va := ""
+	for _, a := range vas.Items {
+		if a.Spec.NodeName == node.Name && a.Spec.Source.PersistentVolumeName != nil && *a.Spec.Source.PersistentVolumeName == volume {
+			va = a.Name
+		}
+	}
+	if want := kubeletlayout.AttachmentName(volume, framework.DriverName, node.Name); va != want {
+		t.Errorf("the VolumeAttachment of %s on %s is %q, kubeletlayout.AttachmentName says %q", volume, node.Name, va, want)
+	}
+	pv := m.PodVolumes[0]
+	wantPod := kubeletlayout.VolumeData{SpecVolID: volume, VolumeHandle: volume, DriverName: framework.DriverName,
+		NodeName: node.Name, AttachmentID: va, VolumeLifecycleMode: kubeletlayout.LifecyclePersistent}
+	switch {
+	case pv.PodUID != uid || pv.SpecName != volume:
+		t.Errorf("publish directory of pod %s, spec %s; want %s, %s", pv.PodUID, pv.SpecName, uid, volume)
+	case pv.TargetPath != l.PublishPath(uid, volume):
+		t.Errorf("target path %s, Layout.PublishPath %s", pv.TargetPath, l.PublishPath(uid, volume))
+	case pv.Data == nil || *pv.Data != wantPod:
+		t.Errorf("the kubelet's vol_data.json of the publish reads %+v (%v), want %+v", pv.Data, pv.DataErr, wantPod)
+	}
+	st := m.Staged[0]
+	wantStage := kubeletlayout.VolumeData{VolumeHandle: volume, DriverName: framework.DriverName}
+	switch {
+	case st.Driver != framework.DriverName || st.LegacyPVName != "":
+		t.Errorf("staging directory of driver %q (legacy %q)", st.Driver, st.LegacyPVName)
+	case st.StagingPath != l.StagingPath(framework.DriverName, volume) || st.Dir != l.StagingDir(framework.DriverName, volume):
+		t.Errorf("staging path %s in %s, Layout says %s", st.StagingPath, st.Dir, l.StagingPath(framework.DriverName, volume))
+	case st.Data == nil || *st.Data != wantStage:
+		t.Errorf("the kubelet's vol_data.json of the staging reads %+v (%v), want %+v", st.Data, st.DataErr, wantStage)
+	}
+	arr, err := dep.Array()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := arr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Volumes[volume].Publications[node.Name]
+	if p == nil || p.Staged != l.StagingPath(framework.DriverName, volume) || len(p.Published) != 1 || p.Published[0] != l.PublishPath(uid, volume) {
+		t.Errorf("the kubelet staged and published at %+v; Layout says %s and %s", p, l.StagingPath(framework.DriverName, volume), l.PublishPath(uid, volume))
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{l.StagingPath(framework.DriverName, volume), l.PublishPath(uid, volume)} {
+		if !hasMountUnder(string(mounts), path, path) {
+			t.Errorf("%s is not a mount point on the host", path)
+		}
+	}
 }
