@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
