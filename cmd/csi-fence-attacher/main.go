@@ -51,7 +51,7 @@ func main() {
 		panic(err) // a programming error: the gates are static
 	}
 	flags := sidecar.RegisterFlags(flag.CommandLine, fg)
-	loggingConfig, opts, nodeOpts, failoverOpts := flags.Logging, flags.Options, flags.Node, flags.Failover
+	loggingConfig, opts, nodeOpts, registrarOpts, failoverOpts := flags.Logging, flags.Options, flags.Node, flags.Registrar, flags.Failover
 	logs.InitLogs()
 	standardflags.AddAutomaxprocs(klog.Infof)
 	flag.Parse()
@@ -85,6 +85,11 @@ func main() {
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		err = runNode(ctx, opts, nodeOpts)
+	case sidecar.RoleRegistrar:
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		err = runRegistrar(ctx, opts, registrarOpts)
 	}
 	if err != nil {
 		logger.Error(err, "csi-fence-attacher failed", "role", opts.Role)

@@ -133,6 +133,9 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"kubelet-dir":             `"/var/lib/kubelet"`,
 		"node-name":               "",
 		"disable-fencing":         "",
+		// The registrar role's, named as node-driver-registrar's.
+		"kubelet-registration-path": "",
+		"plugin-registration-path":  `"/registration"`,
 	}
 	for name, def := range want {
 		g, ok := got[name]
@@ -166,6 +169,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"node role needs its node", []string{"--role=node", "--node-name="}, 1, "--role=node needs --node-name"},
 		{"storm guard out of range", []string{"--max-fenced-node-percent=101"}, 1, "--max-fenced-node-percent between 0 and 100"},
 		{"unknown role", []string{"--role=both"}, 1, "--role must be"},
+		{"registrar role needs the kubelet's path", []string{"--role=registrar"}, 1, "--role=registrar needs --kubelet-registration-path"},
 		{"no workers", []string{"--worker-threads=0"}, 1, "--worker-threads must be greater than zero"},
 		{"both HTTP flags", []string{"--http-endpoint=:8080", "--metrics-address=:8081"}, 1, "only one of --metrics-address and --http-endpoint can be set"},
 		{"unknown feature gate", []string{"--feature-gates=NoSuchGate=true"}, 2, "unrecognized feature gate"},

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/pkg/nodeagent"
+	"github.com/csi-fence/fence-attacher/pkg/registrar"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
@@ -112,4 +113,58 @@ func runNode(ctx context.Context, opts *sidecar.Options, nodeOpts *sidecar.NodeO
 	}
 	agent.Run(ctx)
 	return nil
+}
+
+// runRegistrar registers the driver's node plugin with the kubelet's plugin
+// watcher (pkg/registrar), as node-driver-registrar does, until SIGTERM or a
+// failed registration (then it exits non-zero and its container restarts).
+// With --http-endpoint, /healthz answers 200 once the kubelet has
+// registered the plugin.
+func runRegistrar(ctx context.Context, opts *sidecar.Options, regOpts *sidecar.RegistrarOptions) error {
+	logger := klog.FromContext(ctx)
+	if err := regOpts.Validate(); err != nil {
+		return err
+	}
+	sc := standardflags.Configuration
+	httpAddr, err := sidecar.HTTPAddress(sc)
+	if err != nil {
+		return err
+	}
+	connection.SetMaxGRPCLogLength(opts.MaxGRPCLogLength)
+	conn, err := connection.Connect(ctx, sc.CSIAddress, metrics.NewCSIMetricsManager(""))
+	if err != nil {
+		return fmt.Errorf("connecting to the CSI node plugin at %s: %w", sc.CSIAddress, err)
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	driverName, err := rpc.GetDriverName(cctx, conn)
+	if err != nil {
+		return fmt.Errorf("getting the CSI driver name: %w", err)
+	}
+	r, err := registrar.New(registrar.Options{
+		DriverName:      driverName,
+		Endpoint:        regOpts.KubeletRegistrationPath,
+		RegistrationDir: regOpts.PluginRegistrationPath,
+	})
+	if err != nil {
+		return err
+	}
+	if httpAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if notified, registered := r.Status(); !notified || !registered {
+				http.Error(w, fmt.Sprintf("not registered with the kubelet yet (socket %s)", r.Socket()), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		go func() {
+			if err := http.ListenAndServe(httpAddr, mux); err != nil {
+				logger.Error(err, "HTTP server failed", "address", httpAddr)
+				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+			}
+		}()
+	}
+	return r.Run(ctx)
 }

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -168,6 +169,7 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.BoolVar(&cfg.NoListVolumes, "disable-list-volumes", false, "Do not advertise LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES")
 	fs.BoolVar(&cfg.NoExpand, "disable-expand", false, "Do not advertise EXPAND_VOLUME")
 	fs.BoolVar(&cfg.NoCapacity, "disable-capacity", false, "Do not advertise GET_CAPACITY")
+	bindMounts := fs.Bool("bind-mounts", false, "On a node: mount filesystem volumes for real. NodeStageVolume bind-mounts the volume's data directory <state-dir>/data/<volume ID> on the staging path and NodePublishVolume the staging path on the target path (the node plugin needs privileges and mountPropagation Bidirectional on the kubelet's directory); without it the paths hold a marker file")
 	fs.BoolVar(&cfg.AnyNode, "any-node", false, "Publish to node IDs that no node instance registered (default: NotFound)")
 	policy := fs.String("fence-policy", string(array.FenceRevoke), "What a fence does while the node shows recent I/O: revoke (succeed), refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
 	fs.DurationVar(&arr.RecentIO, "recent-io", array.DefaultRecentIO, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
@@ -186,6 +188,9 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return usageErr("serve takes no arguments, got %q", fs.Args())
 	}
 	opts.Role = server.Role(*role)
+	if *bindMounts {
+		cfg.MountDataDir = filepath.Join(opts.StateDir, "data")
+	}
 	arr.FencePolicy = array.FencePolicy(*policy)
 	arr.PlainUnpublish = array.PlainUnpublishMode(*plain)
 	cfg.Version = version.Version()

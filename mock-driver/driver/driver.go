@@ -47,6 +47,15 @@ type Config struct {
 	NoExpand      bool // no EXPAND_VOLUME
 	NoCapacity    bool // no GET_CAPACITY
 
+	// MountDataDir, if set, makes the node plugin's mounts real for
+	// filesystem volumes: NodeStageVolume bind-mounts the volume's data
+	// directory (MountDataDir/<volume ID>, on storage every node shares, as
+	// the array's state is) on the staging path, and NodePublishVolume
+	// bind-mounts the staging path on the target path; a container then
+	// writes to the volume with ordinary syscalls. Unset, the paths hold a
+	// marker file in place of a filesystem.
+	MountDataDir string
+
 	// AnyNode lets ControllerPublishVolume publish to nodes the array never
 	// saw register; by default they are NotFound, as the spec asks.
 	AnyNode bool

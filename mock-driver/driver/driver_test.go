@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -422,4 +424,67 @@ func TestNodeWithoutControllerPublish(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With MountDataDir the node plugin mounts for real: the staging and target
+// paths are bind mounts of the volume's data directory, a file written
+// through the target lands there, the mounts are idempotent, and unpublish
+// and unstage (forced or not) leave no mount behind. Needs root (mounts).
+func TestBindMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("bind mounts need root")
+	}
+	dir := t.TempDir()
+	p := newPair(t, Config{MountDataDir: filepath.Join(dir, "data")})
+	t.Cleanup(func() {
+		for _, m := range []string{p.target, p.staging} {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
+	id := p.create(t, mountCap)
+	p.publish(t, id, mountCap, true)
+	p.publish(t, id, mountCap, true) // repeated: no second mount on top
+	for _, m := range []string{p.staging, p.target} {
+		if n := mountsAt(t, m); n != 1 {
+			t.Fatalf("%d mounts at %s, want 1", n, m)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(p.target, "f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "data", id, "f")); err != nil || string(b) != "data" {
+		t.Fatalf("the write through the target is not in the volume's data directory: %q, %v", b, err)
+	}
+	if _, err := p.node.NodeUnpublishVolume(p.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: p.target}); err != nil {
+		t.Fatal(err)
+	}
+	unstage := &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: p.staging}
+	fence.SetNodeUnstageForce(unstage, true)
+	if _, err := p.node.NodeUnstageVolume(p.ctx, unstage); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{p.staging, p.target} {
+		if n := mountsAt(t, m); n != 0 {
+			t.Fatalf("%d mounts left at %s", n, m)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "data", id, "f")); err != nil || string(b) != "data" {
+		t.Fatalf("the volume's data is gone after unpublish: %q, %v", b, err)
+	}
+}
+
+// mountsAt counts the mounts at path in this process's mount table.
+func mountsAt(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == path {
+			n++
+		}
+	}
+	return n
 }

@@ -73,6 +73,15 @@ func (d *Driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 	if err := os.MkdirAll(req.GetStagingTargetPath(), 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	if d.realMounts(req.GetVolumeCapability()) {
+		data, err := d.dataDir(req.GetVolumeId())
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if err := bindMount(data, req.GetStagingTargetPath()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
@@ -88,6 +97,9 @@ func (d *Driver) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 	}
 	if err := d.array.NodeUnstage(req.GetVolumeId(), d.cfg.NodeID, force && !d.cfg.NoForce); err != nil {
 		return nil, toStatus(err)
+	}
+	if err := d.unmountIfMounted(req.GetStagingTargetPath(), force); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := removeEmptyDir(req.GetStagingTargetPath()); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -114,6 +126,22 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	if err := d.array.NodePublish(req.GetVolumeId(), d.cfg.NodeID, req.GetTargetPath(), staging); err != nil {
 		return nil, toStatus(err)
 	}
+	if d.realMounts(req.GetVolumeCapability()) {
+		source := staging
+		if source == "" {
+			var err error
+			if source, err = d.dataDir(req.GetVolumeId()); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+		}
+		if err := os.MkdirAll(req.GetTargetPath(), 0o750); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if err := bindMount(source, req.GetTargetPath()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
 	if err := layOut(req.GetTargetPath(), req.GetVolumeId(), req.GetVolumeCapability().GetBlock() != nil); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -132,6 +160,9 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	}
 	if err := d.array.NodeUnpublish(req.GetVolumeId(), d.cfg.NodeID, req.GetTargetPath(), force && !d.cfg.NoForce); err != nil {
 		return nil, toStatus(err)
+	}
+	if err := d.unmountIfMounted(req.GetTargetPath(), force); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := removeTarget(req.GetTargetPath()); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())

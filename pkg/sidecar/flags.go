@@ -11,10 +11,11 @@ import (
 
 // Flags are the values behind every flag of csi-fence-attacher.
 type Flags struct {
-	Logging  *logsapi.LoggingConfiguration
-	Options  *Options
-	Node     *NodeOptions
-	Failover *FailoverOptions
+	Logging   *logsapi.LoggingConfiguration
+	Options   *Options
+	Node      *NodeOptions
+	Registrar *RegistrarOptions
+	Failover  *FailoverOptions
 }
 
 // RegisterFlags registers on fs every flag csi-fence-attacher accepts: the
@@ -23,11 +24,12 @@ type Flags struct {
 // --feature-gates on fg. main and NewFlagSet share it, so that a manifest
 // check accepts exactly what the binary does.
 func RegisterFlags(fs *flag.FlagSet, fg featuregate.MutableFeatureGate) Flags {
-	f := Flags{Logging: logsapi.NewLoggingConfiguration(), Options: &Options{}, Node: &NodeOptions{}, Failover: &FailoverOptions{}}
+	f := Flags{Logging: logsapi.NewLoggingConfiguration(), Options: &Options{}, Node: &NodeOptions{}, Registrar: &RegistrarOptions{}, Failover: &FailoverOptions{}}
 	logsapi.AddGoFlags(f.Logging, fs)
 	standardflags.RegisterCommonFlags(fs)
 	f.Options.AddFlags(fs)
 	f.Node.AddFlags(fs)
+	f.Registrar.AddFlags(fs)
 	f.Failover.AddFlags(fs)
 	AddFeatureGatesFlag(fs, fg)
 	return f

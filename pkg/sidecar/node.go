@@ -31,3 +31,31 @@ func (o *NodeOptions) Validate() error {
 	}
 	return nil
 }
+
+// RegistrarOptions are the flags of the registrar role, named as
+// node-driver-registrar names them.
+type RegistrarOptions struct {
+	// KubeletRegistrationPath is the node plugin's CSI socket as the
+	// kubelet sees it on the host.
+	KubeletRegistrationPath string
+	// PluginRegistrationPath is the kubelet's plugins_registry directory
+	// as the container sees it.
+	PluginRegistrationPath string
+}
+
+// AddFlags registers the registrar role's flags on fs.
+func (o *RegistrarOptions) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "Registrar role: the node plugin's CSI socket as the kubelet sees it on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock.")
+	fs.StringVar(&o.PluginRegistrationPath, "plugin-registration-path", "/registration", "Registrar role: the kubelet's plugins_registry directory as the container sees it.")
+}
+
+// Validate checks the options the registrar role needs.
+func (o *RegistrarOptions) Validate() error {
+	if o.KubeletRegistrationPath == "" {
+		return errors.New("--role=registrar needs --kubelet-registration-path")
+	}
+	if o.PluginRegistrationPath == "" {
+		return errors.New("--plugin-registration-path must not be empty")
+	}
+	return nil
+}

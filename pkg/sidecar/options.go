@@ -27,6 +27,9 @@ import (
 const (
 	RoleController = "controller"
 	RoleNode       = "node"
+	// RoleRegistrar registers the driver's node plugin with the kubelet's
+	// plugin watcher, in node-driver-registrar's place (pkg/registrar).
+	RoleRegistrar = "registrar"
 )
 
 // Options are the flags of csi-fence-attacher beyond csi-lib-utils' common
@@ -63,7 +66,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DefaultFSType, "default-fstype", "", "Filesystem type to publish a mount volume with when its PersistentVolume has none. Empty by default.")
 	fs.IntVar(&o.MaxGRPCLogLength, "max-grpc-log-length", -1, "Maximum number of characters logged of each gRPC response; -1 logs them whole.")
 	fs.BoolVar(&o.DisableFencing, "disable-fencing", false, "Run external-attacher's controller unchanged: no fenced detach, no refusal to publish where a volume may be quarantined or is still attached elsewhere. For comparison and troubleshooting; the automatic failover is governed by the NonGracefulFailover feature gate.")
-	fs.StringVar(&o.Role, "role", RoleController, "Which part to run: '"+RoleController+"' next to the driver's controller plugin (the attacher), or '"+RoleNode+"' next to its node plugin (the cleanup of fenced volumes).")
+	fs.StringVar(&o.Role, "role", RoleController, "Which part to run: '"+RoleController+"' next to the driver's controller plugin (the attacher), '"+RoleNode+"' next to its node plugin (the cleanup of fenced volumes), or '"+RoleRegistrar+"' in node-driver-registrar's place (registers the node plugin with the kubelet's plugin watcher).")
 }
 
 // Validate rejects what external-attacher rejects (--worker-threads=0) and
@@ -76,8 +79,8 @@ func (o *Options) Validate() error {
 	if o.WorkerThreads == 0 {
 		errs = append(errs, errors.New("--worker-threads must be greater than zero"))
 	}
-	if o.Role != RoleController && o.Role != RoleNode {
-		errs = append(errs, fmt.Errorf("--role must be %q or %q, got %q", RoleController, RoleNode, o.Role))
+	if o.Role != RoleController && o.Role != RoleNode && o.Role != RoleRegistrar {
+		errs = append(errs, fmt.Errorf("--role must be %q, %q or %q, got %q", RoleController, RoleNode, RoleRegistrar, o.Role))
 	}
 	return errors.Join(errs...)
 }

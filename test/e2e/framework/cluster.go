@@ -366,8 +366,11 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 // the attach/detach controller, node lifecycle with taint-based eviction,
 // pod GC (out-of-service force delete), StatefulSets and what a cluster
 // needs to run pods with volumes at all (ServiceAccounts and their tokens,
-// PV binding and protection, namespaces, garbage collection).
+// PV binding and protection, namespaces, garbage collection; the
+// kube-root-ca.crt ConfigMap of every namespace, which the ServiceAccount
+// token volume of a pod on a real node projects as its in-cluster CA).
 var Controllers = []string{
+	"root-ca-certificate-publisher-controller",
 	"serviceaccount-controller", "serviceaccount-token-controller", "namespace-controller", "garbage-collector-controller",
 	"pod-garbage-collector-controller", "node-lifecycle-controller", "taint-eviction-controller",
 	"persistentvolume-attach-detach-controller", "persistentvolume-binder-controller",

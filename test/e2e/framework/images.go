@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -20,13 +22,28 @@ import (
 )
 
 // The images of the real nodes. No registry is reachable: each is built
-// here from a static Go binary of test/e2e/images and imported into every
-// node's containerd, which never pulls (the kubelet's sandbox image is the
-// pause image, workloads use imagePullPolicy Never).
+// here from a static Go binary of test/e2e/images (or, for the product's
+// images, of cmd/) and imported into every node's containerd, which never
+// pulls (the kubelet's sandbox image is the pause image, workloads use
+// imagePullPolicy Never, the product's manifests a tag present already).
 const (
 	PauseImage  = "localhost/csi-fence/pause:dev"
 	WriterImage = "localhost/csi-fence/writer:dev"
+
+	// The product's images, under the names the shipped manifests use
+	// (ghcr.io/csi-fence/<cmd>) with this registry and tag instead: what a
+	// kustomization's images: transformer maps them to (ProductImageName).
+	AttacherImage = ProductImageRegistry + "/csi-fence-attacher:" + ProductImageTag
+	MockImage     = ProductImageRegistry + "/csi-fence-mock:" + ProductImageTag
+	WebhookImage  = ProductImageRegistry + "/csi-fence-prestop-webhook:" + ProductImageTag
+
+	ProductImageRegistry = "localhost/csi-fence"
+	ProductImageTag      = "dev"
 )
+
+// ShippedImageRegistry is where the shipped manifests (deploy/kubernetes)
+// name the product's images.
+const ShippedImageRegistry = "ghcr.io/csi-fence"
 
 // Image is an image tarball (docker archive format, which `ctr images
 // import` reads) ready to import.
@@ -35,24 +52,49 @@ type Image struct {
 	Tarball string
 }
 
-// imageSources maps each image to the command of test/e2e/images it runs.
-var imageSources = []struct{ image, cmd string }{
-	{PauseImage, "pause"},
-	{WriterImage, "writer"},
+type imageSource struct{ image, pkg string }
+
+// testImages are the framework's own images, each the command of
+// test/e2e/images it runs.
+var testImages = []imageSource{
+	{PauseImage, "./test/e2e/images/pause"},
+	{WriterImage, "./test/e2e/images/writer"},
+}
+
+// productImages are the product's binaries as images: csi-fence-attacher
+// (controller, node and registrar roles), the mock driver csi-fence-mock and
+// the termination-reason webhook.
+var productImages = []imageSource{
+	{AttacherImage, "./cmd/csi-fence-attacher"},
+	{MockImage, "./cmd/csi-fence-mock"},
+	{WebhookImage, "./cmd/csi-fence-prestop-webhook"},
+}
+
+// ImageOptions choose what BuildImages builds.
+type ImageOptions struct {
+	// Product adds the product's images (AttacherImage, MockImage,
+	// WebhookImage) to the framework's own (PauseImage, WriterImage).
+	Product bool
 }
 
 // BuildImages builds the real nodes' images into dir: the static binaries
 // (go build, CGO off, so they need no libc in the image) and one image
 // tarball each, whose only layer holds the binary as /<cmd>, its entrypoint.
-func BuildImages(ctx context.Context, log Logger, dir string) ([]Image, error) {
+func BuildImages(ctx context.Context, log Logger, dir string, opts ImageOptions) ([]Image, error) {
 	begin := time.Now()
 	bin := filepath.Join(dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", bin + "/"}
-	for _, s := range imageSources {
-		args = append(args, "./test/e2e/images/"+s.cmd)
+	sources := testImages
+	if opts.Product {
+		sources = append(slices.Clone(testImages), productImages...)
+	}
+	// The product's binaries say which build they are, as release-tools
+	// stamps them.
+	args := []string{"build", "-trimpath", "-ldflags=-s -w -X main.version=e2e-" + ProductImageTag, "-o", bin + "/"}
+	for _, s := range sources {
+		args = append(args, s.pkg)
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = RepoRoot()
@@ -61,14 +103,17 @@ func BuildImages(ctx context.Context, log Logger, dir string) ([]Image, error) {
 		return nil, fmt.Errorf("building the image binaries: %w\n%s", err, out)
 	}
 	var images []Image
-	for _, s := range imageSources {
-		path := filepath.Join(dir, s.cmd+".tar")
-		if err := writeImage(path, s.image, filepath.Join(bin, s.cmd)); err != nil {
+	var names []string
+	for _, s := range sources {
+		cmd := filepath.Base(s.pkg)
+		path := filepath.Join(dir, cmd+".tar")
+		if err := writeImage(path, s.image, filepath.Join(bin, cmd)); err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.image, err)
 		}
 		images = append(images, Image{Name: s.image, Tarball: path})
+		names = append(names, s.image)
 	}
-	log.Logf("images built in %.1fs: %s, %s", time.Since(begin).Seconds(), PauseImage, WriterImage)
+	log.Logf("images built in %.1fs: %s", time.Since(begin).Seconds(), strings.Join(names, ", "))
 	return images, nil
 }
 

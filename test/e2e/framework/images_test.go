@@ -13,13 +13,14 @@ import (
 
 // TestBuildImages reads each built tarball back as an image: tagged with its
 // name, its entrypoint the binary, and that binary in its one layer,
-// executable.
+// executable; the product's images too.
 func TestBuildImages(t *testing.T) {
-	images, err := BuildImages(context.Background(), t, t.TempDir())
+	images, err := BuildImages(context.Background(), t, t.TempDir(), ImageOptions{Product: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{PauseImage: "pause", WriterImage: "writer"}
+	want := map[string]string{PauseImage: "pause", WriterImage: "writer",
+		AttacherImage: "csi-fence-attacher", MockImage: "csi-fence-mock", WebhookImage: "csi-fence-prestop-webhook"}
 	if len(images) != len(want) {
 		t.Fatalf("got %d images, want %d", len(images), len(want))
 	}

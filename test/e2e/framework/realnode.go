@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -56,6 +57,9 @@ type RealNodeOptions struct {
 	BinDir string
 	// Prefix names the nodes Prefix-0, Prefix-1, ... (default "real").
 	Prefix string
+	// ProductImages imports the product's images (AttacherImage,
+	// MockImage, WebhookImage) too, for its shipped manifests.
+	ProductImages bool
 }
 
 // RealNode is one node with a real kubelet and containerd.
@@ -253,7 +257,7 @@ func (c *Cluster) StartRealNodes(ctx context.Context, n int, opts RealNodeOption
 			return nil, fmt.Errorf("real node binaries in %s are incomplete (run hack/node-binaries.sh, or fix FENCE_NODE_BIN): %w", opts.BinDir, err)
 		}
 	}
-	images, err := BuildImages(ctx, c.log, filepath.Join(c.WorkDir, "images"))
+	images, err := BuildImages(ctx, c.log, filepath.Join(c.WorkDir, "images"), ImageOptions{Product: opts.ProductImages})
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +284,9 @@ func (c *Cluster) StartRealNodes(ctx context.Context, n int, opts RealNodeOption
 	if err := c.createBridge(ctx, rn); err != nil {
 		return nil, err
 	}
+	if err := makeSharedMount(c.NodesDir()); err != nil {
+		return nil, err
+	}
 	c.log.Logf("real nodes: bridge %s %s/24, apiserver forwarded to %s (%.1fs)", rn.bridge, rn.hostIP, rn.forward.addr, time.Since(begin).Seconds())
 	for i := 0; i < n; i++ {
 		node, err := c.startRealNode(ctx, rn, i, fmt.Sprintf("%s-%d", opts.Prefix, i))
@@ -295,6 +302,30 @@ func (c *Cluster) StartRealNodes(ctx context.Context, n int, opts RealNodeOption
 	}
 	c.log.Logf("real nodes Ready in %.1fs: %s", time.Since(begin).Seconds(), strings.Join(nodeNames(nodes), ", "))
 	return nodes, nil
+}
+
+// NodesDir holds every real node's directory (RealNode.Dir), its kubelet's
+// root dir among them. It is a shared mount (its own peer group), as a
+// systemd host's / is: a DaemonSet's Bidirectional hostPath below it then
+// propagates a CSI node plugin's mounts to the host, where the kubelet and
+// containerd see them (containerd refuses Bidirectional on a private mount).
+func (c *Cluster) NodesDir() string { return filepath.Join(c.WorkDir, "nodes") }
+
+// makeSharedMount bind-mounts dir on itself and makes it shared,
+// recursively (mount --bind dir dir; mount --make-rshared dir). unmountUnder
+// and reclaim remove it with what is under it.
+func makeSharedMount(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting %s on itself: %w", dir, err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		return fmt.Errorf("making %s a shared mount: %w", dir, err)
+	}
+	return nil
 }
 
 // kubeletSysctls are the host-wide kernel tunables a kubelet sets when it
@@ -390,7 +421,7 @@ func (c *Cluster) startRealNode(ctx context.Context, rn *realNet, i int, name st
 	node.kubelet, err = c.startInNode(node, procs, "kubelet", filepath.Join(rn.binDir, "kubelet"),
 		"--config="+filepath.Join(node.Dir, "kubelet.yaml"),
 		"--kubeconfig="+node.Kubeconfig,
-		"--root-dir="+filepath.Join(node.Dir, "kubelet"),
+		"--root-dir="+node.KubeletDir(),
 		"--hostname-override="+name, "--node-ip="+node.IP,
 		"--node-labels="+RealNodeLabel+"=true", "--v=2")
 	if err != nil {
@@ -407,13 +438,16 @@ func (c *Cluster) startRealNode(ctx context.Context, rn *realNet, i int, name st
 
 func (n *RealNode) shimDir() string { return n.shims }
 
+// KubeletDir is the node's kubelet root directory (--root-dir).
+func (n *RealNode) KubeletDir() string { return filepath.Join(n.Dir, "kubelet") }
+
 // newRealNode names node i and makes its directories.
 func (c *Cluster) newRealNode(rn *realNet, i int, name string) (*RealNode, error) {
 	node := &RealNode{
 		Name:     name,
 		IP:       fmt.Sprintf("10.213.%d.%d", rn.index, 10+i),
 		PodCIDR:  fmt.Sprintf("10.214.%d.0/24", i),
-		Dir:      filepath.Join(c.WorkDir, "nodes", name),
+		Dir:      filepath.Join(c.NodesDir(), name),
 		netns:    fmt.Sprintf("fence-%d-%s", rn.index, name),
 		hostVeth: fmt.Sprintf("fv%d-%d", rn.index, i),
 		cgroup:   fmt.Sprintf("/fence-e2e-%d/%s", rn.index, name),
@@ -440,6 +474,9 @@ func (c *Cluster) newRealNode(rn *realNet, i int, name string) (*RealNode, error
 // files of the node's daemons' cgroup.
 func (c *Cluster) startRuntime(ctx context.Context, rn *realNet, node *RealNode) ([]string, error) {
 	if err := node.createNetwork(ctx, rn); err != nil {
+		return nil, err
+	}
+	if err := c.routeKubernetesService(ctx, rn, node); err != nil {
 		return nil, err
 	}
 	procs, err := rn.createCgroup(node.cgroup + "/daemons")
@@ -494,6 +531,45 @@ func (n *RealNode) createNetwork(ctx context.Context, rn *realNet) error {
 		}
 	}
 	return nil
+}
+
+// routeKubernetesService does in the node's network namespace what
+// kube-proxy would do for the one Service pods need, "kubernetes" (no
+// kube-proxy runs here): connections to its cluster IP, from the node's
+// pods and from the node itself (hostNetwork), go to the apiserver's
+// forwarder on the bridge, and the pods' traffic leaving the node is
+// masqueraded as the node's address, which the host can answer. In-cluster
+// clients (rest.InClusterConfig: KUBERNETES_SERVICE_HOST, the
+// ServiceAccount's token and kube-root-ca.crt) then work unchanged: the
+// apiserver's certificate names that IP.
+func (c *Cluster) routeKubernetesService(ctx context.Context, rn *realNet, n *RealNode) error {
+	svc, err := c.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1GetOptions)
+	if err != nil {
+		return fmt.Errorf("the kubernetes Service, routed to the apiserver on real nodes: %w", err)
+	}
+	if len(svc.Spec.Ports) == 0 || svc.Spec.ClusterIP == "" {
+		return fmt.Errorf("the kubernetes Service has no cluster IP or port: %v", svc.Spec)
+	}
+	dest := fmt.Sprintf("%s/32", svc.Spec.ClusterIP)
+	port := fmt.Sprint(svc.Spec.Ports[0].Port)
+	inNode := func(args ...string) error {
+		args = append([]string{"--net=/run/netns/" + n.netns, "--"}, args...)
+		out, err := exec.CommandContext(ctx, "nsenter", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("in %s's network namespace, %s: %w: %s", n.Name, strings.Join(args[2:], " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	for _, rule := range [][]string{
+		{"PREROUTING", "-d", dest, "-p", "tcp", "--dport", port, "-j", "DNAT", "--to-destination", rn.forward.addr},
+		{"OUTPUT", "-d", dest, "-p", "tcp", "--dport", port, "-j", "DNAT", "--to-destination", rn.forward.addr},
+		{"POSTROUTING", "-s", n.PodCIDR, "!", "-d", n.PodCIDR, "-j", "MASQUERADE"},
+	} {
+		if err := inNode(append([]string{"iptables", "-w", "-t", "nat", "-A"}, rule...)...); err != nil {
+			return err
+		}
+	}
+	return inNode("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 }
 
 // createCgroup makes path in every v1 hierarchy (with cpuset's cpus and mems

@@ -279,6 +279,9 @@ func (c *Cluster) stopRealNodes() {
 		}
 		report(os.RemoveAll(filepath.Dir(n.shimDir())))
 	}
+	// The shared bind mount of the nodes' directory (makeSharedMount),
+	// with anything a node plugin left under it.
+	report(unmountUnder(c.NodesDir()))
 	report(rn.removeCgroup(fmt.Sprintf("/fence-e2e-%d", rn.index), 5*time.Second))
 	if rn.bridge != "" {
 		report(ipCmd(ctx, "link", "del", rn.bridge))

@@ -1,0 +1,358 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
+)
+
+// The product deployed on real nodes as a user deploys it: the shipped
+// kustomization deploy/kubernetes/mock-example (the mock driver, the
+// sidecar component, the base's CRDs, RBAC and admission policy, the
+// CSIDriver) applied through an overlay that changes only what this machine
+// makes different from a cluster (issue 20, step 2):
+//
+//   - images: the product's images built here (BuildImages), not ghcr.io's;
+//   - node-driver-registrar, which cannot be built here (the module proxy
+//     refuses it), is replaced by csi-fence-attacher --role=registrar with
+//     the same volumes and flags;
+//   - the kubelet's root is not /var/lib/kubelet but each node's own
+//     directory under NodesDir: the node plugin sees NodesDir at the same
+//     path as the host (the kubelet hands it host paths), the other
+//     containers their node's own directories at the shipped paths
+//     (subPathExpr with $(NODE_NAME));
+//   - the mock's state, its "shared storage", is a directory of this run
+//     (StateDir), not the host's /var/lib/csi-fence-mock, and its node
+//     plugin mounts for real (--bind-mounts);
+//   - the controller pod may be pinned to a node (ControllerNode), so that
+//     a test can power the others off without taking the controller.
+//
+// The overlay is written to <work dir>/deploy-real/kustomization.yaml and
+// rendered with kustomize's library (RenderKustomization), as `kubectl
+// apply -k` renders it; its patches fail the render when the shipped
+// manifests no longer have what they patch (JSON patch test operations).
+
+// RealDeployOptions tune DeployMockExample.
+type RealDeployOptions struct {
+	// ControllerNode, if set, is the node of the controller Deployment's pod
+	// (spec.nodeName).
+	ControllerNode string
+	// AttacherArgs are appended to csi-fence-attacher's arguments in the
+	// controller pod (e.g. a negative control).
+	AttacherArgs []string
+}
+
+// RealDeployment is the mock example deployed on real nodes.
+type RealDeployment struct {
+	// StateDir is the mock array's state on the host: the pods' hostPath.
+	StateDir string
+	// Overlay is the directory of the kustomization applied.
+	Overlay string
+	// Objects are the objects created.
+	Objects []*unstructured.Unstructured
+}
+
+// Mock example workload names (deploy/kubernetes/mock-example).
+const (
+	exampleNamespace  = "default"
+	exampleController = "csi-driver-controller"
+	exampleNode       = "csi-driver-node"
+)
+
+// DeployMockExample applies deploy/kubernetes/mock-example through the
+// real-node overlay and waits until the controller pod is ready and every
+// real node has the driver registered by its kubelet (CSINode), i.e. the
+// kubelet's plugin watcher took the registrar's registration.
+func (c *Cluster) DeployMockExample(ctx context.Context, nodes []*RealNode, opts RealDeployOptions) (*RealDeployment, error) {
+	begin := time.Now()
+	d := &RealDeployment{StateDir: filepath.Join(c.WorkDir, "mock-state"), Overlay: filepath.Join(c.WorkDir, "deploy-real")}
+	if err := os.MkdirAll(d.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(d.Overlay, 0o755); err != nil {
+		return nil, err
+	}
+	kust, err := realNodeOverlay(d.Overlay, c.NodesDir(), d.StateDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(d.Overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(RepoRoot(), d.Overlay)
+	if err != nil {
+		return nil, err
+	}
+	if d.Objects, err = c.ApplyKustomization(ctx, rel, ApplyOptions{}); err != nil {
+		return nil, err
+	}
+	if err := c.waitExample(ctx, nodes, 3*time.Minute); err != nil {
+		return nil, err
+	}
+	c.log.Logf("mock example deployed on real nodes %s in %.1fs (overlay %s)", strings.Join(nodeNames(nodes), ", "),
+		time.Since(begin).Seconds(), d.Overlay)
+	return d, nil
+}
+
+// realNodeOverlay returns the overlay's kustomization.yaml.
+func realNodeOverlay(overlay, nodesDir, stateDir string, opts RealDeployOptions) (string, error) {
+	example, err := filepath.Rel(overlay, filepath.Join(RepoRoot(), "deploy", "kubernetes", "mock-example"))
+	if err != nil {
+		return "", err
+	}
+	// The JSON patches below name containers by index, guarded by a test
+	// of the name: find the indices in the example as it builds.
+	base, err := RenderKustomization(filepath.Join("deploy", "kubernetes", "mock-example"))
+	if err != nil {
+		return "", err
+	}
+	mockIdx, mockName, err := exampleContainer(base, "DaemonSet", exampleNode, "csi-fence-mock")
+	if err != nil {
+		return "", err
+	}
+	sidecarIdx, sidecarName, err := exampleContainer(base, "Deployment", exampleController, "csi-fence-attacher")
+	if err != nil {
+		return "", err
+	}
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	plugin := "$(NODE_NAME)/kubelet/plugins/" + DriverName
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+`, example)
+	for _, cmd := range []string{"csi-fence-attacher", "csi-fence-mock", "csi-fence-prestop-webhook"} {
+		fmt.Fprintf(&b, "- {name: %s/%s, newName: %s/%s, newTag: %s}\n", ShippedImageRegistry, cmd, ProductImageRegistry, cmd, ProductImageTag)
+	}
+	// The node DaemonSet. First the JSON patch, on the indices of the
+	// example as built (the strategic merge below may reorder the
+	// containers). Containers and volumes merge by name, volume mounts by
+	// mountPath.
+	fmt.Fprintf(&b, `patches:
+- target: {kind: DaemonSet, name: %s}
+  patch: |-
+    - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
+    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: --bind-mounts}
+`, exampleNode, mockIdx, q(mockName), mockIdx)
+	fmt.Fprintf(&b, `- target: {kind: DaemonSet, name: %s}
+  patch: |-
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata: {name: %s}
+    spec:
+      template:
+        spec:
+          containers:
+          - name: csi-fence-mock
+            volumeMounts:
+            - {mountPath: /csi, name: socket-dir, subPathExpr: %s}
+            - {mountPath: /var/lib/kubelet, $patch: delete}
+            - {mountPath: %s, name: kubelet-dir, mountPropagation: Bidirectional}
+          - name: node-driver-registrar
+            image: %s
+            args: [--role=registrar, --v=2, --csi-address=/csi/csi.sock, %s]
+            env:
+            - name: NODE_NAME
+              valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+            volumeMounts:
+            - {mountPath: /csi, name: socket-dir, subPathExpr: %s}
+            - {mountPath: /registration, name: registration-dir, subPathExpr: $(NODE_NAME)/kubelet/plugins_registry}
+          - name: csi-fence-attacher
+            volumeMounts:
+            - {mountPath: /csi, name: socket-dir, subPathExpr: %s}
+            - {mountPath: /var/lib/kubelet, name: kubelet-dir, subPathExpr: $(NODE_NAME)/kubelet}
+          volumes:
+          - name: socket-dir
+            hostPath: {path: %s, type: Directory}
+          - name: registration-dir
+            hostPath: {path: %s, type: Directory}
+          - name: kubelet-dir
+            hostPath: {path: %s, type: Directory}
+          - name: state
+            hostPath: {path: %s, type: Directory}
+`, exampleNode, exampleNode, q(plugin), q(nodesDir), q(AttacherImage),
+		q("--kubelet-registration-path="+filepath.Join(nodesDir, "$(NODE_NAME)", "kubelet", "plugins", DriverName, "csi.sock")),
+		q(plugin), q(plugin), q(nodesDir), q(nodesDir), q(nodesDir), q(stateDir))
+	// The controller Deployment.
+	fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
+  patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: %s}
+    spec:
+      template:
+        spec:
+          volumes:
+          - name: state
+            hostPath: {path: %s, type: Directory}
+`, exampleController, exampleController, q(stateDir))
+	if opts.ControllerNode != "" {
+		fmt.Fprintf(&b, "          nodeName: %s\n", q(opts.ControllerNode))
+	}
+	if len(opts.AttacherArgs) > 0 {
+		fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
+  patch: |-
+    - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
+`, exampleController, sidecarIdx, q(sidecarName))
+		for _, a := range opts.AttacherArgs {
+			fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", sidecarIdx, q(a))
+		}
+	}
+	return b.String(), nil
+}
+
+// waitExample waits until the controller Deployment has a ready pod and
+// each node's kubelet lists the driver in its CSINode, giving up early, with
+// the pod's state, when a container of the example keeps failing.
+func (c *Cluster) waitExample(ctx context.Context, nodes []*RealNode, timeout time.Duration) error {
+	return waitFor(ctx, timeout, 500*time.Millisecond, "the mock example running on the real nodes", func(ctx context.Context) (bool, error) {
+		pods, err := c.Client.CoreV1().Pods(exampleNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.Set{"app": "csi-fence-mock-controller"}.String()})
+		if err != nil {
+			return false, err
+		}
+		ready := false
+		for i := range pods.Items {
+			if err := crashing(&pods.Items[i]); err != nil {
+				return false, err
+			}
+			ready = ready || podReady(&pods.Items[i])
+		}
+		if !ready {
+			return false, fmt.Errorf("no ready controller pod among %d", len(pods.Items))
+		}
+		nodePods, err := c.Client.CoreV1().Pods(exampleNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.Set{"app": "csi-fence-mock-node"}.String()})
+		if err != nil {
+			return false, err
+		}
+		for i := range nodePods.Items {
+			if err := crashing(&nodePods.Items[i]); err != nil {
+				return false, err
+			}
+		}
+		for _, n := range nodes {
+			cn, err := c.Client.StorageV1().CSINodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, fmt.Errorf("CSINode %s: %w", n.Name, err)
+			}
+			if !csiNodeHas(cn, DriverName) {
+				return false, fmt.Errorf("the kubelet of %s has not registered %s yet", n.Name, DriverName)
+			}
+		}
+		return true, nil
+	})
+}
+
+func csiNodeHas(cn *storagev1.CSINode, driver string) bool {
+	for _, d := range cn.Spec.Drivers {
+		if d.Name == driver {
+			return true
+		}
+	}
+	return false
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// crashing reports a container of p that failed more than twice, with why:
+// waiting for it longer would only hide the cause.
+func crashing(p *corev1.Pod) error {
+	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if cs.RestartCount < 3 {
+			continue
+		}
+		why := ""
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			why = fmt.Sprintf("exit %d %s: %s", t.ExitCode, t.Reason, t.Message)
+		}
+		if w := cs.State.Waiting; w != nil {
+			why += fmt.Sprintf("; waiting %s: %s", w.Reason, w.Message)
+		}
+		return fmt.Errorf("container %s of pod %s on %s restarted %d times (%s); read its log with kubectl logs or in the node's pod-logs",
+			cs.Name, p.Name, p.Spec.NodeName, cs.RestartCount, why)
+	}
+	return nil
+}
+
+// Array opens the mock array of the deployment (its state on the host).
+func (d *RealDeployment) Array() (*array.Array, error) {
+	return array.Open(d.StateDir)
+}
+
+// DataDir is where the node plugins keep volume id's files (--bind-mounts).
+func (d *RealDeployment) DataDir(id string) string {
+	return filepath.Join(d.StateDir, "data", id)
+}
+
+// StaticVolume makes a volume of the mock's array and a PersistentVolume of
+// it, pre-bound to the claim namespace/claim, of storageClass.
+func (c *Cluster) StaticVolume(ctx context.Context, d *RealDeployment, id, namespace, claim, storageClass string) error {
+	arr, err := d.Array()
+	if err != nil {
+		return err
+	}
+	const size = 4 << 20 // a few MiB: nothing is allocated (a directory)
+	if err := arr.AddVolume(id, size); err != nil {
+		return err
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: id},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              storageClass,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: namespace, Name: claim},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: DriverName, VolumeHandle: id,
+			}},
+		},
+	}
+	_, err = c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	return err
+}
+
+// exampleContainer returns the index and name of the first container of
+// the example's kind/name whose image's last path element is image.
+func exampleContainer(objs []*unstructured.Unstructured, kind, name, image string) (int, string, error) {
+	for _, o := range objs {
+		if o.GetKind() != kind || o.GetName() != name {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for i, c := range cs {
+			m, _ := c.(map[string]any)
+			img, _ := m["image"].(string)
+			img, _, _ = strings.Cut(path.Base(img), ":")
+			if img == image {
+				n, _ := m["name"].(string)
+				return i, n, nil
+			}
+		}
+		return 0, "", fmt.Errorf("deploy/kubernetes/mock-example: %s %s has no container of image .../%s", kind, name, image)
+	}
+	return 0, "", fmt.Errorf("deploy/kubernetes/mock-example has no %s %s", kind, name)
+}

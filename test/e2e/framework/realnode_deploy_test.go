@@ -1,0 +1,113 @@
+package framework
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The real-node overlay renders from the shipped example; every image is
+// one BuildImages builds; the node plugin sees the nodes' directory at the
+// host's path with Bidirectional propagation and mounts for real; the
+// registrar stands in node-driver-registrar's place, pointing the kubelet at
+// the node's own plugin socket; the other containers see their node's own
+// directories at the shipped paths.
+func TestRealNodeOverlay(t *testing.T) {
+	overlay := filepath.Join(t.TempDir(), "deploy-real")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const nodes, state = "/tmp/fence-e2e-x/nodes", "/tmp/fence-e2e-x/mock-state"
+	kust, err := realNodeOverlay(overlay, nodes, state, RealDeployOptions{ControllerNode: "real-1", AttacherArgs: []string{"--disable-fencing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(RepoRoot(), overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := RenderKustomization(rel)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, kust)
+	}
+	built := []string{PauseImage, WriterImage, AttacherImage, MockImage, WebhookImage}
+	var ds *appsv1.DaemonSet
+	var dep *appsv1.Deployment
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "DaemonSet":
+			ds = &appsv1.DaemonSet{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+				t.Fatal(err)
+			}
+		case "Deployment":
+			dep = &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, dep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if ds == nil || dep == nil {
+		t.Fatal("the overlay lost the example's DaemonSet or Deployment")
+	}
+	for _, c := range append(ds.Spec.Template.Spec.Containers, dep.Spec.Template.Spec.Containers...) {
+		if !slices.Contains(built, c.Image) {
+			t.Errorf("container %s runs %s, not an image built here", c.Name, c.Image)
+		}
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	for name, want := range map[string]string{"kubelet-dir": nodes, "socket-dir": nodes, "registration-dir": nodes, "state": state} {
+		if hostPaths[name] != want {
+			t.Errorf("DaemonSet volume %s: hostPath %q, want %q", name, hostPaths[name], want)
+		}
+	}
+	byName := map[string]string{}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		var mounts []string
+		for _, m := range c.VolumeMounts {
+			p := ""
+			if m.MountPropagation != nil {
+				p = string(*m.MountPropagation)
+			}
+			mounts = append(mounts, m.Name+"@"+m.MountPath+":"+m.SubPathExpr+":"+p)
+		}
+		byName[c.Name] = strings.Join(c.Args, " ") + " | " + c.Image + " | " + strings.Join(mounts, " ")
+	}
+	for name, wants := range map[string][]string{
+		"csi-fence-mock": {"--bind-mounts", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
+		"node-driver-registrar": {"--role=registrar", AttacherImage,
+			"--kubelet-registration-path=" + nodes + "/$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io/csi.sock",
+			"registration-dir@/registration:$(NODE_NAME)/kubelet/plugins_registry:"},
+		"csi-fence-attacher": {"--role=node", "--kubelet-dir=/var/lib/kubelet", "kubelet-dir@/var/lib/kubelet:$(NODE_NAME)/kubelet:HostToContainer"},
+	} {
+		for _, w := range wants {
+			if !strings.Contains(byName[name], w) {
+				t.Errorf("DaemonSet container %s lacks %q: %s", name, w, byName[name])
+			}
+		}
+	}
+	if strings.Contains(byName["csi-fence-mock"], "@/var/lib/kubelet:") {
+		t.Errorf("the node plugin still mounts /var/lib/kubelet, which is not the nodes' kubelet root: %s", byName["csi-fence-mock"])
+	}
+	if dep.Spec.Template.Spec.NodeName != "real-1" {
+		t.Errorf("controller pod on %q, want real-1", dep.Spec.Template.Spec.NodeName)
+	}
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		if c.Name == "csi-fence-attacher" && !slices.Contains(c.Args, "--disable-fencing") {
+			t.Errorf("the controller's attacher lacks the extra argument: %v", c.Args)
+		}
+	}
+}
