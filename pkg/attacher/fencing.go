@@ -37,11 +37,14 @@ const (
 // node is non-graceful, and why. node is nil when the Node object is gone; fr is the
 // node's FencingRequest, nil when it has none.
 //
-// A detach is graceful only from a node that exists, is Ready, carries
-// neither the quarantine nor the out-of-service taint, has no active manual
-// FencingRequest (an automatic one is the failover's record of a node it
-// found NotReady; a Complete one is history) and on which the record holds no
-// uncleaned entry of the volume. Anything else
+// A detach is graceful only from a node that exists, is Ready, does not
+// carry the out-of-service taint, has no active manual FencingRequest (an
+// automatic one is the failover's record of a node it found NotReady; a
+// Complete one is history) and on which the record holds no uncleaned entry
+// of the volume. The quarantine taint alone does not make a detach from a
+// Ready node a fence (S4): it says the failover found the node down once,
+// and the record says which volumes it meant to fence (a node back before
+// any was, whose pods ended there, is released, not fenced). Anything else
 // means the kubelet may not have unmounted the volume, or someone decided the
 // node must be cut off, so the volume must be fenced before it can move.
 //
@@ -73,7 +76,7 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 		reason = FenceReasonNodeDeleted
 	case hasTaint(node, contract.OutOfServiceTaintKey):
 		reason = FenceReasonOutOfService
-	case hasTaint(node, contract.QuarantineTaintKey):
+	case !isReady(node) && hasTaint(node, contract.QuarantineTaintKey):
 		reason = FenceReasonQuarantined
 	case !isReady(node):
 		reason = FenceReasonNodeNotReady

@@ -30,7 +30,12 @@ func TestDecideFence(t *testing.T) {
 		{name: "Ready=False", node: node("node-1", notReady), wantReason: FenceReasonNodeNotReady},
 		{name: "Ready=Unknown", node: node("node-1", readyStatus(v1.ConditionUnknown)), wantReason: FenceReasonNodeNotReady},
 		{name: "no Ready condition", node: node("node-1", noConditions), wantReason: FenceReasonNodeNotReady},
-		{name: "quarantine taint, Ready", node: node("node-1", quarantineTaint), wantReason: FenceReasonQuarantined},
+		// S4 (trial seed 8032): quarantined while down, back before any
+		// fence, its pod ended there: nothing recorded, nothing in use.
+		{name: "quarantine taint, Ready, nothing recorded: graceful", node: node("node-1", quarantineTaint)},
+		{name: "quarantine taint, Ready, the volume's fence recorded (S8)", node: node("node-1", quarantineTaint),
+			fr: withEntry(automatic, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}}), wantReason: FenceReasonQuarantined},
+		{name: "quarantine taint, Ready, the volume in use", node: node("node-1", quarantineTaint, inUseOf("drv", "h")), wantReason: FenceReasonVolumeInUse},
 		{name: "quarantine taint, NotReady", node: node("node-1", notReady, quarantineTaint), wantReason: FenceReasonQuarantined},
 		{name: "out-of-service taint", node: node("node-1", notReady, outOfServiceTaint), wantReason: FenceReasonOutOfService},
 		{name: "out-of-service and quarantined", node: node("node-1", notReady, quarantineTaint, outOfServiceTaint), wantReason: FenceReasonOutOfService},

@@ -695,12 +695,20 @@ func (c *Controller) signalIdle(ctx context.Context, node *v1.Node, fr *fencingv
 	return c.releaseVolumesInUse(ctx, node.Name, fr)
 }
 
-// quarantine admits the node through the storm guard (S5), then adds the
-// quarantine taint: before any fence, so that nothing new is scheduled
-// there while its volumes may be fenced.
+// quarantine admits the node through the storm guard (S5), makes sure its
+// record exists (fencerecord.RecordQuarantine), then adds the quarantine
+// taint: before any fence, so that nothing new is scheduled there while its
+// volumes may be fenced.
 func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
 	if err := c.admit(ctx, node); err != nil {
 		return err
+	}
+	if podgc.Taint(node, contract.QuarantineTaintKey) == nil {
+		// Write-ahead: the record the release will read, before the
+		// taint it lifts.
+		if err := fencerecord.RecordQuarantine(ctx, c.frClient, node.Name, "NodeUnreachable"); err != nil {
+			return fmt.Errorf("recording the quarantine: %w", err)
+		}
 	}
 	return c.addQuarantineTaint(ctx, node)
 }

@@ -1122,3 +1122,33 @@ func TestStormGuardHoldsTheStrictestDriversLimit(t *testing.T) {
 		})
 	}
 }
+
+// S6: a node quarantined while down that comes back before anything on it
+// was fenced (trial seed 8032: a kubelet back on skewed renewals right
+// after the owner quarantined the node) is released, not left quarantined
+// for an admin: the quarantine is recorded before its taint, and the
+// release reads the record. (The attacher then fenced the volume a
+// finished pod left, because the node was still quarantined: S4.)
+func TestNodeBackBeforeAnyFenceIsReleased(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	_, ctx := ktesting.NewTestContext(t)
+	// The owner quarantines the node; the node is back before it fences.
+	if err := e.c.quarantine(ctx, e.node(t, "n1")); err != nil {
+		t.Fatal(err)
+	}
+	if e.csi.fenced("h1") != 0 {
+		t.Fatal("fenced before the test meant to")
+	}
+	e.setReady(t, "n1", v1.ConditionTrue)
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	n := e.node(t, "n1")
+	if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+		t.Errorf("node back before any fence stays quarantined (taints %v)", n.Spec.Taints)
+	}
+	if e.csi.fenced("h1") != 0 {
+		t.Errorf("the volume was fenced on a node that is back: %v", e.steps.log)
+	}
+}

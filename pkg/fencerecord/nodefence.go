@@ -19,6 +19,20 @@ import (
 // node-level fence (update): a node powered off in an earlier failure and
 // back since is not off now.
 
+// RecordQuarantine makes sure, before a node is quarantined, that it has a
+// FencingRequest in phase Fencing (created if need be, started over if it
+// had completed): the quarantine taint is lifted only by a release that
+// reads the record, and a quarantine with no record behind it could never
+// be told from one whose record was lost (S6: a node that comes back
+// before anything was fenced is released, not left for an admin).
+func RecordQuarantine(ctx context.Context, c Client, nodeName, reason string) error {
+	return update(ctx, c, nodeName, reason, MaxVolumes, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		changed := fr.Status.Phase != fencingv1alpha1.PhaseFencing || fr.Status.StartTime == nil
+		started(fr, now)
+		return changed
+	})
+}
+
 // RecordNodeFenceIntent records, before the backend acts, that the node is
 // about to be fenced as a whole by backend (config, agent: what will run).
 func RecordNodeFenceIntent(ctx context.Context, c Client, nodeName, reason, backend, config, agent string) error {
