@@ -22,10 +22,13 @@ test-powerfence:
 	$(GO) test -tags e2e -count=1 -timeout 10m ./test/bmcsim/...
 
 # End-to-end tests against etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler and KWOK built from the modules under test/e2e/tools.
+# kube-scheduler and KWOK built from the modules under test/e2e/tools, and
+# Cluster API's core manager from hack/tools/capi (the machine backend's
+# tests; about 9 minutes cold, cached like the others).
 test-e2e:
 	./hack/install-fence-agents.sh
 	./hack/e2e-binaries.sh >/dev/null
+	./hack/capi-binaries.sh >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/...
 
 # Real nodes: a real kubelet and containerd

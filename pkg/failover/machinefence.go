@@ -90,7 +90,11 @@ func (c *Controller) machineFence(ctx context.Context, node *v1.Node, fr *fencin
 			return c.readRecord(ctx, node.Name, fr, err)
 		}
 	}
-	got, err := c.followMachine(ctx, node, *t)
+	var said string
+	if fr != nil && fr.Status.NodeFence != nil {
+		said = fr.Status.NodeFence.Output
+	}
+	got, err := c.followMachine(ctx, node, *t, said)
 	if got == nil {
 		// The record could not be read back: the pass goes on with the
 		// one it had.
@@ -140,8 +144,10 @@ func (c *Controller) askMachine(ctx context.Context, node *v1.Node, t *fencingv1
 // followMachine reads where the Machine's deletion is: confirmed (the
 // InfraMachine gone), the outcome is recorded as a power off's is, and the
 // node is marked out of service; otherwise what it waits for is recorded
-// and returned as the error.
-func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencingv1alpha1.MachineTarget) (*fencingv1alpha1.FencingRequest, error) {
+// and returned as the error, and said in a MachineFencePending Event when
+// it differs from what the record said already (said), so that a provider
+// refusing or slow is seen where people look, not only in the record.
+func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencingv1alpha1.MachineTarget, said string) (*fencingv1alpha1.FencingRequest, error) {
 	logger := klog.FromContext(ctx)
 	const backend = fencingv1alpha1.BackendMachine
 	p, err := c.machine.Check(ctx, t)
@@ -152,6 +158,9 @@ func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencing
 	if !p.Confirmed {
 		if err := fencerecord.RecordMachineProgress(ctx, c.frClient, node.Name, "", p.Waiting); err != nil {
 			return c.readRecord(ctx, node.Name, nil, err)
+		}
+		if p.Waiting != said {
+			c.recorder.Eventf(node, v1.EventTypeWarning, "MachineFencePending", "Node %s is not fenced yet and nothing moves: %s", node.Name, p.Waiting)
 		}
 		logger.V(2).Info("Machine fence not confirmed yet", "machine", klog.KRef(t.Namespace, t.Name), "waiting", p.Waiting)
 		return c.readRecord(ctx, node.Name, nil, fmt.Errorf("machine fence of node %s not confirmed: %s", node.Name, p.Waiting))

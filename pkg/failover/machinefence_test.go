@@ -149,7 +149,7 @@ func TestMachineFence(t *testing.T) {
 		{name: "deleted, moves once the instance is gone", backends: storageMachine, annotated: true, confirmAfter: 2, passes: 3,
 			wantRemediate: 1, wantMoved: true, wantEvent: "NodeInstanceDeleted", wantIntent: true},
 		{name: "a provider that never confirms: nothing moves, the reason is recorded", backends: storageMachine, annotated: true, passes: 4,
-			wantRemediate: 1, wantEvent: "MachineDeleted", wantIntent: true, wantWaitingSaid: true},
+			wantRemediate: 1, wantEvent: "MachineFencePending", wantIntent: true, wantWaitingSaid: true},
 		{name: "a Machine being deleted by someone else is followed, not deleted", backends: storageMachine, annotated: true, deleting: true, confirmAfter: 1, passes: 2,
 			wantMoved: true, wantEvent: "MachineDeletionFollowed", wantIntent: true},
 		{name: "a node without a Machine: nothing asked", backends: storageMachine, passes: 2, wantEvent: "FailoverBlocked"},
@@ -228,6 +228,19 @@ func TestMachineFence(t *testing.T) {
 			}
 			if tc.wantWaitingSaid && !strings.Contains(nf.Output, "quota exceeded") {
 				t.Errorf("the record does not say what the fence waits for: %+v", nf)
+			}
+			if tc.wantWaitingSaid {
+				// Said once in an Event, with the provider's reason, not
+				// at every pass that finds it unchanged.
+				var pending []string
+				for _, ev := range evs {
+					if strings.Contains(ev, " MachineFencePending ") {
+						pending = append(pending, ev)
+					}
+				}
+				if len(pending) != 1 || !strings.Contains(pending[0], "quota exceeded") {
+					t.Errorf("want one MachineFencePending event with the provider's reason over %d passes, got %q", tc.passes, pending)
+				}
 			}
 			if tc.wantMoved && !fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey)) {
 				t.Errorf("the record does not say the out-of-service taint is this system's")
