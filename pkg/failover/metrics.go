@@ -45,6 +45,13 @@ var (
 		Help:    "Time one fence took, by backend.",
 		Buckets: metrics.ExponentialBuckets(0.01, 2, 14),
 	}, []string{"backend"})
+	// stormGuardDeferrals counts the refusals of the storm guard's
+	// admission: while a node is held back its fencing is retried, so the
+	// counter keeps rising for as long as the guard holds it.
+	stormGuardDeferrals = metrics.NewCounter(&metrics.CounterOpts{
+		Name: "storm_guard_deferrals_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of times a node's fencing was deferred by the storm guard (limit reached, fencing paused, or its admission Lease not updated).",
+	})
 	registerOnce sync.Once
 )
 
@@ -55,7 +62,7 @@ var (
 func RegisterMetrics() {
 	podgc.RegisterMetrics()
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors, backendAttempts, backendFailures, backendDuration)
+		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors, backendAttempts, backendFailures, backendDuration, stormGuardDeferrals)
 		for _, b := range fencingv1alpha1.Backends {
 			backendAttempts.WithLabelValues(b)
 			backendFailures.WithLabelValues(b)

@@ -21,13 +21,14 @@ func TestCountersAtZeroBeforeTheFirstFence(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, f := range families {
+		seen[f.GetName()] = true
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
 				seen[f.GetName()+"{"+l.GetName()+"="+l.GetValue()+"}"] = true
 			}
 		}
 	}
-	want := []string{"failover_fence_errors_total{driver_name=" + driver + "}"}
+	want := []string{"failover_fence_errors_total{driver_name=" + driver + "}", "storm_guard_deferrals_total"}
 	for _, b := range fencingv1alpha1.Backends {
 		want = append(want, "fencing_backend_attempts_total{backend="+b+"}", "fencing_backend_failures_total{backend="+b+"}")
 	}

@@ -150,6 +150,7 @@ func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
 		return StormGuard(admitted, len(all), limits.maxNodes, limits.maxPercent, false)
 	}, c.admissionStale)
 	if err != nil {
+		stormGuardDeferrals.Inc()
 		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %v", node.Name, err)
 		klog.FromContext(ctx).V(2).Info("Not fencing", "why", err)
 	}
