@@ -133,6 +133,7 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"kubelet-dir":             `"/var/lib/kubelet"`,
 		"node-name":               "",
 		"disable-fencing":         "",
+		"machine-remediation":     `"delete"`,
 		// The registrar role's, named as node-driver-registrar's.
 		"kubelet-registration-path": "",
 		"plugin-registration-path":  `"/registration"`,

@@ -5,6 +5,11 @@
 //	kubectl fence check-manifests [-f FILE] [--controller-only]
 //	kubectl fence status [-o table|json|yaml] [--storm-guard-namespace=NS]
 //	kubectl fence timeline NODE [-o table|json|yaml]
+//	kubectl fence fence NODE [--reason=REASON]
+//	kubectl fence release NODE
+//	kubectl fence pause --reason=REASON [--storm-guard-namespace=NS]
+//	kubectl fence resume [--storm-guard-namespace=NS]
+//	kubectl fence completion bash|zsh
 //	kubectl fence version
 //
 // terminate does what the seed's `kubectl delete po NAME --reason=...`
@@ -14,6 +19,9 @@
 // status and timeline are the views an operator reads in an outage
 // (pkg/fenceview): which nodes are fenced or quarantined and how far each
 // got, and one node's failover step by step.
+//
+// fence and release create and withdraw an admin's FencingRequest; pause
+// and resume set and remove the storm guard's pause switch.
 package main
 
 import (
@@ -45,6 +53,11 @@ var commands = map[string]command{
 	"check-manifests": {"check-manifests [-f FILE] [--controller-only] [-q]: check built manifests (kustomize, helm template) for csi-fence-attacher", checkManifests},
 	"status":          {"status [-o table|json|yaml] [--storm-guard-namespace=NS]: nodes fenced or quarantined, their records, volumes and the storm guard", status},
 	"timeline":        {"timeline NODE [-o table|json|yaml]: the steps of a node's failover, from its record, conditions, taints and Events", timeline},
+	"fence":           {"fence NODE [--reason=REASON]: create the admin's FencingRequest for the node (fences its storage even when it is Ready)", adminVerb("fence", runFence)},
+	"release":         {"release NODE: withdraw the admin's FencingRequest (deleted; its finalizer keeps it until the node is cleaned)", adminVerb("release", runRelease)},
+	"pause":           {"pause --reason=REASON [--storm-guard-namespace=NS]: stop all new fencing (the storm guard's pause switch)", adminVerb("pause", runPause)},
+	"resume":          {"resume [--storm-guard-namespace=NS]: remove the pause switch", adminVerb("resume", runResume)},
+	"completion":      {"completion bash|zsh: print a shell completion script", completion},
 }
 
 func main() {

@@ -58,7 +58,7 @@ func fixture() (*fake.Clientset, []runtime.Object) {
 		node("node-c", corev1.ConditionTrue, -time.Hour, nil),
 		node("node-d", corev1.ConditionFalse, -time.Hour, []corev1.Taint{{Key: contract.QuarantineTaintKey, Effect: corev1.TaintEffectNoSchedule}}),
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLease, Namespace: "kube-system", Annotations: map[string]string{
-			stormGuardNodesAnnotation: "node-a,gone-1", stormGuardPaused: "storage maintenance"}}},
+			stormGuardNodesAnnotation: "node-a,gone-1", PausedAnnotation: "storage maintenance"}}},
 		event("e1", "default", "Node", "", "node-a", "NodeQuarantined", "Node node-a quarantined", 5*time.Minute, 1),
 		event("e2", "default", "VolumeAttachment", "", AttachmentName("vol-2", "mock.csi.io", "node-a"), "FenceFailed", "fence refused: cannot prove the node stopped", 5*time.Minute+4*time.Second, 3),
 		event("e3", "web", "Pod", "web", "db-0", "ForceDeleted", "Force-deleted (SafeDetach)", 5*time.Minute+3*time.Second, 1),

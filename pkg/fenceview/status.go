@@ -29,7 +29,8 @@ import (
 const (
 	StormGuardLease           = "csi-fence-storm-guard"
 	stormGuardNodesAnnotation = contract.Prefix + "/fencing-nodes"
-	stormGuardPaused          = contract.Prefix + "/paused"
+	// PausedAnnotation is the pause switch (failover.PausedAnnotation).
+	PausedAnnotation = contract.Prefix + "/paused"
 )
 
 // Status is the fencing state of the cluster.
@@ -106,7 +107,7 @@ func GetStatus(ctx context.Context, kube kubernetes.Interface, frs *fencingv1alp
 			st.StormGuard.Admitted = strings.Split(s, ",")
 			sort.Strings(st.StormGuard.Admitted)
 		}
-		st.StormGuard.Paused = lease.Annotations[stormGuardPaused]
+		st.StormGuard.Paused = lease.Annotations[PausedAnnotation]
 	}
 	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fenceview"
+)
+
+// adminOptions are the flags of fence, release, pause and resume.
+type adminOptions struct {
+	k          kubeFlags
+	verb       string
+	node       string
+	reason     string
+	stormGuard string
+	timeout    time.Duration
+}
+
+// parseAdmin parses fence and release (one NODE; --reason for fence) and
+// pause and resume (no argument; --reason required for pause; the storm
+// guard's namespace as status takes it).
+func parseAdmin(verb string, args []string) (*adminOptions, error) {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	o := &adminOptions{verb: verb}
+	o.k.register(fs)
+	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "bound of the API requests")
+	wantNode := verb == "fence" || verb == "release"
+	switch verb {
+	case "fence":
+		fs.StringVar(&o.reason, "reason", "", "why the node is fenced (the FencingRequest's spec.reason)")
+	case "pause":
+		fs.StringVar(&o.reason, "reason", "", "why fencing is paused, shown by status (required)")
+	}
+	if !wantNode {
+		fs.StringVar(&o.stormGuard, "storm-guard-namespace", "kube-system", "namespace of the storm guard's Lease (the sidecars' --storm-guard-namespace)")
+	}
+	pos, err := interleave(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case wantNode && len(pos) != 1:
+		return nil, fmt.Errorf("%s: want exactly one NODE", verb)
+	case wantNode:
+		o.node = pos[0]
+	case len(pos) > 0:
+		return nil, fmt.Errorf("%s: unexpected arguments %q", verb, pos)
+	}
+	if verb == "pause" && o.reason == "" {
+		return nil, fmt.Errorf("pause: --reason is required (it is the pause switch's value, shown by status)")
+	}
+	return o, nil
+}
+
+func (o *adminOptions) clients() (kubernetes.Interface, dynamic.Interface, error) {
+	v := viewOptions{k: o.k}
+	return v.clients()
+}
+
+// adminVerb parses and runs one of the four verbs against the cluster.
+func adminVerb(verb string, run func(context.Context, *adminOptions, kubernetes.Interface, dynamic.Interface, io.Writer) error) func([]string) error {
+	return func(args []string) error {
+		o, err := parseAdmin(verb, args)
+		if err != nil {
+			return err
+		}
+		kube, dyn, err := o.clients()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		return run(ctx, o, kube, dyn, os.Stdout)
+	}
+}
+
+// describe says what an existing FencingRequest is, for refusals.
+func describe(fr *fencingv1alpha1.FencingRequest) string {
+	origin := fr.Spec.Origin
+	if origin == "" {
+		origin = fencingv1alpha1.OriginManual
+	}
+	phase := string(fr.Status.Phase)
+	if phase == "" {
+		phase = "no phase yet"
+	}
+	s := fmt.Sprintf("origin %s, %s", origin, phase)
+	if fr.DeletionTimestamp != nil {
+		s += fmt.Sprintf(", withdrawn at %s and kept by its finalizer %s until its volumes are cleaned", fr.DeletionTimestamp.UTC().Format(time.RFC3339), contract.RecordFinalizer)
+	}
+	return s
+}
+
+// runFence creates the admin's FencingRequest for the node: named after it,
+// spec.nodeName the node (the CRD's rule), origin Manual. It refuses when
+// the node has a FencingRequest already, whatever its origin: there is one
+// per node, and the existing one is either the admin's or the failover's
+// record, which must not be replaced.
+func runFence(ctx context.Context, o *adminOptions, kube kubernetes.Interface, dyn dynamic.Interface, out io.Writer) error {
+	node, err := kube.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("fence: node %q not found: nothing created (a FencingRequest fences a Node by its name)", o.node)
+	}
+	if err != nil {
+		return fmt.Errorf("fence: reading node %q: %w", o.node, err)
+	}
+	frs := fencingv1alpha1.NewClient(dyn)
+	refuse := func(fr *fencingv1alpha1.FencingRequest) error {
+		hint := "`kubectl fence release " + o.node + "` withdraws it"
+		if fr.Spec.Origin == fencingv1alpha1.OriginAutomatic {
+			hint = "it is the failover's record of the node, released by the controller once every volume recorded there is cleaned"
+		}
+		if fr.DeletionTimestamp != nil {
+			hint = "a new request can be created once it is gone"
+		}
+		return fmt.Errorf("fence: fencingrequest/%s already exists (%s): nothing created; %s (kubectl fence status, timeline %s)", o.node, describe(fr), hint, o.node)
+	}
+	existing, err := frs.Get(ctx, o.node)
+	switch {
+	case err == nil:
+		return refuse(existing)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("fence: reading fencingrequest/%s: %w", o.node, err)
+	}
+	_, err = frs.Create(ctx, &fencingv1alpha1.FencingRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: o.node},
+		Spec: fencingv1alpha1.FencingRequestSpec{
+			NodeName: o.node,
+			Origin:   fencingv1alpha1.OriginManual,
+			Reason:   o.reason,
+		},
+	})
+	if apierrors.IsAlreadyExists(err) {
+		if existing, gerr := frs.Get(ctx, o.node); gerr == nil {
+			return refuse(existing)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fence: creating fencingrequest/%s: %w", o.node, err)
+	}
+	fmt.Fprintf(out, "fencingrequest/%s created (origin Manual", o.node)
+	if o.reason != "" {
+		fmt.Fprintf(out, ", reason: %s", o.reason)
+	}
+	fmt.Fprintln(out, ")")
+	if nodeReady(node) {
+		fmt.Fprintf(out, "node %s is Ready: its volumes' storage is fenced while it runs, and no pod on it is force-deleted\n", o.node)
+	}
+	fmt.Fprintf(out, "follow it with `kubectl fence timeline %s`; `kubectl fence release %s` withdraws it\n", o.node, o.node)
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// runRelease withdraws the admin's FencingRequest for the node by deleting
+// it (only the one it read, by UID). Its finalizer keeps it, and the node
+// quarantined, until the node agent has cleaned every volume recorded in
+// it. The failover's automatic record is refused: the controller releases
+// that node itself once it is clean.
+func runRelease(ctx context.Context, o *adminOptions, _ kubernetes.Interface, dyn dynamic.Interface, out io.Writer) error {
+	frs := fencingv1alpha1.NewClient(dyn)
+	fr, err := frs.Get(ctx, o.node)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("release: node %q has no FencingRequest: nothing to release", o.node)
+	}
+	if err != nil {
+		return fmt.Errorf("release: reading fencingrequest/%s: %w", o.node, err)
+	}
+	if fr.Spec.Origin == fencingv1alpha1.OriginAutomatic {
+		return fmt.Errorf("release: fencingrequest/%s is the failover's automatic record (%s), not an admin's request: nothing deleted; the controller releases the node itself once every volume recorded there is cleaned (kubectl fence timeline %s)", o.node, describe(fr), o.node)
+	}
+	if fr.DeletionTimestamp != nil {
+		fmt.Fprintf(out, "fencingrequest/%s already withdrawn (%s)\n", o.node, describe(fr))
+		return nil
+	}
+	uid := fr.UID
+	err = dyn.Resource(fencingv1alpha1.Resource).Delete(ctx, o.node, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) {
+		fmt.Fprintf(out, "fencingrequest/%s already gone\n", o.node)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release: deleting fencingrequest/%s: %w", o.node, err)
+	}
+	after, err := frs.Get(ctx, o.node)
+	if apierrors.IsNotFound(err) || (err == nil && after.UID != uid) {
+		fmt.Fprintf(out, "fencingrequest/%s deleted: nothing was recorded on it\n", o.node)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release: fencingrequest/%s deleted; reading it back: %w", o.node, err)
+	}
+	pending := 0
+	for _, v := range after.Status.Volumes {
+		if v.CleanedTime == nil {
+			pending++
+		}
+	}
+	fmt.Fprintf(out, "fencingrequest/%s withdrawn: nothing new is fenced for it; its finalizer %s keeps it until the node agent has cleaned each volume recorded in it (%d not cleaned yet), and the node stays quarantined until then (kubectl fence status)\n",
+		o.node, contract.RecordFinalizer, pending)
+	return nil
+}
+
+// runPause sets the pause switch on the storm guard's Lease by a merge
+// patch (the admissions the sidecars write beside it are left alone),
+// creating the Lease if no sidecar has yet.
+func runPause(ctx context.Context, o *adminOptions, kube kubernetes.Interface, _ dynamic.Interface, out io.Writer) error {
+	return setPaused(ctx, o, kube, out, &o.reason)
+}
+
+// runResume removes the pause switch.
+func runResume(ctx context.Context, o *adminOptions, kube kubernetes.Interface, _ dynamic.Interface, out io.Writer) error {
+	return setPaused(ctx, o, kube, out, nil)
+}
+
+func setPaused(ctx context.Context, o *adminOptions, kube kubernetes.Interface, out io.Writer, reason *string) error {
+	leases := kube.CoordinationV1().Leases(o.stormGuard)
+	where := fmt.Sprintf("Lease %s/%s", o.stormGuard, fenceview.StormGuardLease)
+	lease, err := leases.Get(ctx, fenceview.StormGuardLease, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) && reason == nil:
+		fmt.Fprintf(out, "fencing is not paused (no %s)\n", where)
+		return nil
+	case apierrors.IsNotFound(err):
+		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name: fenceview.StormGuardLease, Namespace: o.stormGuard,
+			Annotations: map[string]string{fenceview.PausedAnnotation: *reason},
+		}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: %s was created meanwhile: run it again", o.verb, where)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: creating %s: %w", o.verb, where, err)
+		}
+		fmt.Fprintf(out, "fencing paused (%s, reason: %s): no new node is fenced by any driver; nodes under fencing go on\n", where, *reason)
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s: reading %s: %w", o.verb, where, err)
+	}
+	was, paused := lease.Annotations[fenceview.PausedAnnotation]
+	if reason == nil && !paused {
+		fmt.Fprintf(out, "fencing is not paused (%s has no %s)\n", where, fenceview.PausedAnnotation)
+		return nil
+	}
+	var value any
+	if reason != nil {
+		value = *reason
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fenceview.PausedAnnotation: value}}})
+	if err != nil {
+		return err
+	}
+	if _, err := leases.Patch(ctx, fenceview.StormGuardLease, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("%s: patching %s: %w", o.verb, where, err)
+	}
+	switch {
+	case reason == nil:
+		fmt.Fprintf(out, "fencing resumed (%s; was paused: %s)\n", where, was)
+	case paused:
+		fmt.Fprintf(out, "fencing paused (%s, reason: %s; it was already paused: %s): no new node is fenced by any driver; nodes under fencing go on\n", where, *reason, was)
+	default:
+		fmt.Fprintf(out, "fencing paused (%s, reason: %s): no new node is fenced by any driver; nodes under fencing go on\n", where, *reason)
+	}
+	return nil
+}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fenceview"
+)
+
+// The flags of fence, release, pause and resume: one NODE for the first
+// two, none for the others, --reason required to pause.
+func TestParseAdmin(t *testing.T) {
+	tests := []struct {
+		verb    string
+		args    []string
+		want    adminOptions
+		wantErr string
+	}{
+		{"fence", []string{"node-a", "--reason", "disk controller wedged"}, adminOptions{node: "node-a", reason: "disk controller wedged"}, ""},
+		{"fence", []string{"--reason=x"}, adminOptions{}, "want exactly one NODE"},
+		{"fence", []string{"node-a", "--storm-guard-namespace=x"}, adminOptions{}, "not defined"},
+		{"release", []string{"node-a"}, adminOptions{node: "node-a"}, ""},
+		{"release", []string{"node-a", "node-b"}, adminOptions{}, "want exactly one NODE"},
+		{"release", []string{"node-a", "--reason=x"}, adminOptions{}, "not defined"},
+		{"pause", []string{"--reason", "storage maintenance"}, adminOptions{reason: "storage maintenance", stormGuard: "kube-system"}, ""},
+		{"pause", []string{"--reason=m", "--storm-guard-namespace=csi-fence-system"}, adminOptions{reason: "m", stormGuard: "csi-fence-system"}, ""},
+		{"pause", nil, adminOptions{}, "--reason is required"},
+		{"pause", []string{"node-a", "--reason=m"}, adminOptions{}, "unexpected arguments"},
+		{"resume", nil, adminOptions{stormGuard: "kube-system"}, ""},
+		{"resume", []string{"now"}, adminOptions{}, "unexpected arguments"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.verb+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			o, err := parseAdmin(tc.verb, tc.args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.node != tc.want.node || o.reason != tc.want.reason || o.stormGuard != tc.want.stormGuard {
+				t.Errorf("parsed node %q, reason %q, storm guard %q; want %q, %q, %q", o.node, o.reason, o.stormGuard, tc.want.node, tc.want.reason, tc.want.stormGuard)
+			}
+		})
+	}
+}
+
+func node(name string, ready corev1.ConditionStatus) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+}
+
+func request(t *testing.T, name string, origin fencingv1alpha1.Origin, finalizers []string, vols ...fencingv1alpha1.FencedVolume) runtime.Object {
+	t.Helper()
+	u, err := fencingv1alpha1.ToUnstructured(&fencingv1alpha1.FencingRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Finalizers: finalizers},
+		Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: name, Origin: origin},
+		Status:     fencingv1alpha1.FencingRequestStatus{Phase: fencingv1alpha1.PhaseFenced, Volumes: vols},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// fakeDynamic is the dynamic fake with FencingRequests, deleting as the
+// apiserver does: an object with finalizers only gets its
+// deletionTimestamp.
+func fakeDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, objs...)
+	dyn.PrependReactor("delete", fencingv1alpha1.Resource.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		name := a.(k8stesting.DeleteAction).GetName()
+		obj, err := dyn.Tracker().Get(fencingv1alpha1.Resource, "", name)
+		if err != nil {
+			return false, nil, nil
+		}
+		u := obj.(*unstructured.Unstructured)
+		if len(u.GetFinalizers()) == 0 {
+			return false, nil, nil
+		}
+		now := metav1.Now()
+		u.SetDeletionTimestamp(&now)
+		return true, nil, dyn.Tracker().Update(fencingv1alpha1.Resource, u, "")
+	})
+	return dyn
+}
+
+// crdAccepts checks u against the FencingRequest CRD's schema where the
+// plugin fills it in: spec.nodeName required and not empty, origin one of
+// the enum, and the root rule that the name is spec.nodeName (evaluated
+// here by hand; the test checks the CRD still has it).
+func crdAccepts(t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/kubernetes/base/crd-fencingrequests.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "rule: self.metadata.name == self.spec.nodeName") {
+		t.Fatal("the CRD's rule metadata.name == spec.nodeName is gone: check what fence creates against its rules")
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties struct {
+							Spec struct {
+								Required   []string `json:"required"`
+								Properties struct {
+									Origin struct {
+										Enum []string `json:"enum"`
+									} `json:"origin"`
+								} `json:"properties"`
+							} `json:"spec"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &crd); err != nil || len(crd.Spec.Versions) != 1 {
+		t.Fatalf("reading the CRD: %v (%d versions)", err, len(crd.Spec.Versions))
+	}
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties.Spec
+	nodeName, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
+	origin, _, _ := unstructured.NestedString(u.Object, "spec", "origin")
+	if !slices.Contains(spec.Required, "nodeName") || nodeName == "" {
+		t.Errorf("spec.nodeName %q (required %v)", nodeName, spec.Required)
+	}
+	if !slices.Contains(spec.Properties.Origin.Enum, origin) {
+		t.Errorf("spec.origin %q not in the CRD's enum %v", origin, spec.Properties.Origin.Enum)
+	}
+	if u.GetName() != nodeName {
+		t.Errorf("metadata.name %q is not spec.nodeName %q: the CRD's rule refuses it", u.GetName(), nodeName)
+	}
+}
+
+// fence creates the admin's request as the CRD accepts it, and refuses,
+// creating nothing, when the node has a request already (the admin's or
+// the failover's record) or does not exist.
+func TestFence(t *testing.T) {
+	tests := []struct {
+		name     string
+		nodes    []runtime.Object
+		requests []runtime.Object
+		reason   string
+		wantErr  string
+		wantOut  []string
+		notOut   []string
+	}{
+		{name: "NotReady node", nodes: []runtime.Object{node("node-a", corev1.ConditionUnknown)}, reason: "rack 7 down",
+			wantOut: []string{"fencingrequest/node-a created (origin Manual, reason: rack 7 down)", "kubectl fence release node-a"}, notOut: []string{"is Ready"}},
+		{name: "Ready node says its storage is fenced while it runs", nodes: []runtime.Object{node("node-a", corev1.ConditionTrue)},
+			wantOut: []string{"fencingrequest/node-a created (origin Manual)", "node node-a is Ready: its volumes' storage is fenced while it runs"}},
+		{name: "the admin's request exists", nodes: []runtime.Object{node("node-a", corev1.ConditionTrue)},
+			requests: []runtime.Object{request(t, "node-a", fencingv1alpha1.OriginManual, nil)},
+			wantErr:  "fencingrequest/node-a already exists (origin Manual, Fenced): nothing created; `kubectl fence release node-a` withdraws it"},
+		{name: "the failover's record exists", nodes: []runtime.Object{node("node-a", corev1.ConditionFalse)},
+			requests: []runtime.Object{request(t, "node-a", fencingv1alpha1.OriginAutomatic, []string{contract.RecordFinalizer})},
+			wantErr:  "already exists (origin Automatic, Fenced): nothing created; it is the failover's record"},
+		{name: "no such node", nodes: nil, wantErr: `node "node-a" not found: nothing created`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kube := fake.NewClientset(tc.nodes...)
+			dyn := fakeDynamic(tc.requests...)
+			var out strings.Builder
+			err := runFence(context.Background(), &adminOptions{verb: "fence", node: "node-a", reason: tc.reason}, kube, dyn, &out)
+			creates := 0
+			for _, a := range dyn.Actions() {
+				if a.GetVerb() == "create" {
+					creates++
+				}
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				if creates != 0 {
+					t.Errorf("refused, yet %d creates", creates)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.wantOut {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			for _, w := range tc.notOut {
+				if strings.Contains(out.String(), w) {
+					t.Errorf("output has %q:\n%s", w, out.String())
+				}
+			}
+			obj, err := dyn.Tracker().Get(fencingv1alpha1.Resource, "", "node-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := obj.(*unstructured.Unstructured)
+			crdAccepts(t, u)
+			fr, err := fencingv1alpha1.FromUnstructured(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fr.Spec.Origin != fencingv1alpha1.OriginManual || fr.Spec.Reason != tc.reason || !fr.ManualActive() {
+				t.Errorf("created spec %+v: not an active manual request with reason %q", fr.Spec, tc.reason)
+			}
+		})
+	}
+}
+
+// release deletes the admin's request (the finalizer keeping it while
+// anything recorded is not cleaned, and the output saying so), and refuses
+// the failover's record, deleting nothing.
+func TestRelease(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	fenced := fencingv1alpha1.FencedVolume{Driver: "d", VolumeHandle: "v1", FencedTime: &t0}
+	cleaned := fencingv1alpha1.FencedVolume{Driver: "d", VolumeHandle: "v2", FencedTime: &t0, CleanedTime: &t0}
+	tests := []struct {
+		name        string
+		request     runtime.Object
+		wantErr     string
+		wantOut     string
+		wantDeletes int
+		wantGone    bool
+	}{
+		{name: "with a record: kept by the finalizer", request: request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced, cleaned),
+			wantOut: "fencingrequest/node-a withdrawn: nothing new is fenced for it; its finalizer csi-fence.io/fence-record keeps it until the node agent has cleaned each volume recorded in it (1 not cleaned yet)", wantDeletes: 1},
+		{name: "nothing recorded: gone", request: request(t, "node-a", "", nil),
+			wantOut: "fencingrequest/node-a deleted: nothing was recorded on it", wantDeletes: 1, wantGone: true},
+		{name: "the failover's record is refused", request: request(t, "node-a", fencingv1alpha1.OriginAutomatic, []string{contract.RecordFinalizer}, fenced),
+			wantErr: "fencingrequest/node-a is the failover's automatic record (origin Automatic, Fenced), not an admin's request: nothing deleted; the controller releases the node itself once every volume recorded there is cleaned"},
+		{name: "no request", wantErr: `node "node-a" has no FencingRequest: nothing to release`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.request != nil {
+				objs = append(objs, tc.request)
+			}
+			dyn := fakeDynamic(objs...)
+			var out strings.Builder
+			err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out)
+			deletes := 0
+			for _, a := range dyn.Actions() {
+				if a.GetVerb() == "delete" {
+					deletes++
+				}
+			}
+			if deletes != tc.wantDeletes {
+				t.Errorf("%d deletes, want %d", deletes, tc.wantDeletes)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tc.wantOut) {
+				t.Errorf("output:\n%s\nwant %q", out.String(), tc.wantOut)
+			}
+			_, err = dyn.Tracker().Get(fencingv1alpha1.Resource, "", "node-a")
+			if gone := err != nil; gone != tc.wantGone {
+				t.Errorf("gone %v, want %v", gone, tc.wantGone)
+			}
+		})
+	}
+	// A second release of a withdrawn request deletes nothing more.
+	dyn := fakeDynamic(request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced))
+	for i, want := range []string{"withdrawn", "already withdrawn"} {
+		var out strings.Builder
+		if err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out); err != nil || !strings.Contains(out.String(), want) {
+			t.Errorf("release #%d: %v, output %q, want %q", i+1, err, out.String(), want)
+		}
+	}
+}
+
+// pause and resume set and remove the pause switch by patch, leaving the
+// storm guard's admissions alone; pause creates the Lease where no sidecar
+// has yet; resume of what is not paused writes nothing.
+func TestPauseResume(t *testing.T) {
+	admissions := contract.Prefix + "/fencing-nodes"
+	lease := func(ns string, ann map[string]string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fenceview.StormGuardLease, Namespace: ns, Annotations: ann}}
+	}
+	tests := []struct {
+		name       string
+		verb       string
+		ns         string
+		lease      *coordinationv1.Lease
+		want       map[string]string // the Lease's annotations after; nil: no Lease
+		wantOut    string
+		wantWrites []string
+	}{
+		{name: "pause keeps the admissions", verb: "pause", ns: "kube-system", lease: lease("kube-system", map[string]string{admissions: "node-a"}),
+			want: map[string]string{admissions: "node-a", fenceview.PausedAnnotation: "storage maintenance"}, wantOut: "fencing paused (Lease kube-system/csi-fence-storm-guard, reason: storage maintenance)", wantWrites: []string{"patch"}},
+		{name: "pause creates the Lease", verb: "pause", ns: "csi-fence-system",
+			want: map[string]string{fenceview.PausedAnnotation: "storage maintenance"}, wantOut: "fencing paused (Lease csi-fence-system/csi-fence-storm-guard", wantWrites: []string{"create"}},
+		{name: "pause again says what it replaced", verb: "pause", ns: "kube-system", lease: lease("kube-system", map[string]string{fenceview.PausedAnnotation: "old"}),
+			want: map[string]string{fenceview.PausedAnnotation: "storage maintenance"}, wantOut: "it was already paused: old", wantWrites: []string{"patch"}},
+		{name: "resume keeps the admissions", verb: "resume", ns: "kube-system", lease: lease("kube-system", map[string]string{admissions: "node-a", fenceview.PausedAnnotation: "x"}),
+			want: map[string]string{admissions: "node-a"}, wantOut: "fencing resumed (Lease kube-system/csi-fence-storm-guard; was paused: x)", wantWrites: []string{"patch"}},
+		{name: "resume when not paused", verb: "resume", ns: "kube-system", lease: lease("kube-system", map[string]string{admissions: "node-a"}),
+			want: map[string]string{admissions: "node-a"}, wantOut: "fencing is not paused"},
+		{name: "resume with no Lease", verb: "resume", ns: "kube-system", wantOut: "fencing is not paused (no Lease kube-system/csi-fence-storm-guard)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.lease != nil {
+				objs = append(objs, tc.lease)
+			}
+			kube := fake.NewClientset(objs...)
+			o := &adminOptions{verb: tc.verb, reason: "storage maintenance", stormGuard: tc.ns}
+			run := runPause
+			if tc.verb == "resume" {
+				o.reason = ""
+				run = runResume
+			}
+			var out strings.Builder
+			if err := run(context.Background(), o, kube, nil, &out); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tc.wantOut) {
+				t.Errorf("output:\n%s\nwant %q", out.String(), tc.wantOut)
+			}
+			var writes []string
+			for _, a := range kube.Actions() {
+				if v := a.GetVerb(); v != "get" {
+					writes = append(writes, v)
+				}
+			}
+			if !slices.Equal(writes, tc.wantWrites) {
+				t.Errorf("writes %v, want %v", writes, tc.wantWrites)
+			}
+			got, err := kube.CoordinationV1().Leases(tc.ns).Get(context.Background(), fenceview.StormGuardLease, metav1.GetOptions{})
+			if tc.want == nil {
+				if err == nil {
+					t.Errorf("a Lease was created: %+v", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Annotations) != len(tc.want) {
+				t.Errorf("annotations %v, want %v", got.Annotations, tc.want)
+			}
+			for k, v := range tc.want {
+				if got.Annotations[k] != v {
+					t.Errorf("annotations %v, want %v", got.Annotations, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// The static completion lists every verb of the dispatch table.
+func TestCompletionListsEveryVerb(t *testing.T) {
+	for verb := range commands {
+		for _, script := range []string{bashCompletion, zshCompletion} {
+			if !strings.Contains(script, " "+verb+" ") && !strings.Contains(script, " "+verb+"\"") && !strings.Contains(script, "\""+verb+" ") {
+				t.Errorf("completion does not list %q", verb)
+			}
+			if !strings.Contains(script, "    "+verb+")") && !strings.Contains(script, "|"+verb+")") && verb != "version" {
+				t.Errorf("completion has no flags for %q", verb)
+			}
+		}
+	}
+	if err := dispatch([]string{"completion", "fish"}); err == nil || !strings.Contains(err.Error(), "unknown shell") {
+		t.Errorf("completion fish: %v", err)
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+)
+
+// bashCompletion completes kubectl-fence's verbs, their flags, and the
+// node names of the verbs that take one (from kubectl get nodes). It is
+// static: the verbs are listed here (TestCompletionListsEveryVerb checks
+// them against the dispatch table).
+const bashCompletion = `# bash completion for kubectl-fence (kubectl fence completion bash)
+_kubectl_fence() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" verb="" i
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in -*) ;; *) verb="${COMP_WORDS[i]}"; break ;; esac
+    done
+    local conn="--kubeconfig --context --namespace -n --request-timeout"
+    local words
+    case "$verb" in
+    "") words="check-manifests completion fence pause release resume status terminate timeline version" ;;
+    terminate) words="--reason --grace-period --force $conn" ;;
+    check-manifests) words="-f --controller-only -q" ;;
+    status) words="-o --output --storm-guard-namespace $conn" ;;
+    timeline) words="-o --output $conn" ;;
+    fence) words="--reason $conn" ;;
+    release) words="$conn" ;;
+    pause) words="--reason --storm-guard-namespace $conn" ;;
+    resume) words="--storm-guard-namespace $conn" ;;
+    completion) words="bash zsh" ;;
+    esac
+    case "$verb" in
+    fence|release|timeline)
+        if [[ "$cur" != -* ]]; then
+            words="$words $(kubectl get nodes -o 'jsonpath={.items[*].metadata.name}' 2>/dev/null)"
+        fi ;;
+    esac
+    COMPREPLY=($(compgen -W "$words" -- "$cur"))
+}
+complete -F _kubectl_fence kubectl-fence
+`
+
+// zshCompletion runs the bash one through zsh's bashcompinit.
+const zshCompletion = "# zsh completion for kubectl-fence (kubectl fence completion zsh)\nautoload -U +X bashcompinit && bashcompinit\n" + bashCompletion
+
+func completion(args []string) error {
+	if len(args) != 1 {
+		return errors.New("completion: want bash or zsh")
+	}
+	switch args[0] {
+	case "bash":
+		fmt.Print(bashCompletion)
+	case "zsh":
+		fmt.Print(zshCompletion)
+	default:
+		return fmt.Errorf("completion: unknown shell %q (bash or zsh)", args[0])
+	}
+	return nil
+}
