@@ -5,7 +5,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,29 +49,7 @@ const failoverNegativeEnv = "FENCE_E2E_REAL_FAILOVER_NEGATIVE"
 // the replacement Running on the other node with the old writes in its
 // volume, its own writes succeeding, and no S1 violation on the array.
 func TestRealNodesFailover(t *testing.T) {
-	if os.Getenv(realNodesEnv) == "" {
-		t.Skipf("real nodes run only with %s=1 (make test-realnodes)", realNodesEnv)
-	}
-	var missing *framework.MissingKernelFeatureError
-	if err := framework.CheckRealNodeHost(); errors.As(err, &missing) {
-		t.Skipf("this host cannot run real nodes: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c, err := framework.Start(ctx, tLogger{t}, framework.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Cleanup(t.Failed()) }()
-	nodes, err := c.StartRealNodes(ctx, 2, framework.RealNodeOptions{ProductImages: true})
-	if errors.As(err, &missing) {
-		t.Skipf("this host cannot run real nodes: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, nodes := startRealNodes(t, framework.RealNodeOptions{ProductImages: true})
 	off, on := nodes[0], nodes[1]
 	deployOpts := framework.RealDeployOptions{ControllerNode: on.Name}
 	negative := os.Getenv(failoverNegativeEnv)

@@ -34,29 +34,7 @@ const realNodesEnv = "FENCE_E2E_REAL_NODES"
 // process of that node at once (kubelet, containerd, shim, containers) and
 // the control plane marks it NotReady, while the other node stays Ready.
 func TestRealNodes(t *testing.T) {
-	if os.Getenv(realNodesEnv) == "" {
-		t.Skipf("real nodes run only with %s=1 (make test-realnodes)", realNodesEnv)
-	}
-	var missing *framework.MissingKernelFeatureError
-	if err := framework.CheckRealNodeHost(); errors.As(err, &missing) {
-		t.Skipf("this host cannot run real nodes: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c, err := framework.Start(ctx, tLogger{t}, framework.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Cleanup(t.Failed()) }()
-	nodes, err := c.StartRealNodes(ctx, 2, framework.RealNodeOptions{})
-	if errors.As(err, &missing) {
-		t.Skipf("this host cannot run real nodes: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, nodes := startRealNodes(t, framework.RealNodeOptions{})
 	off, on := nodes[0], nodes[1]
 
 	t.Run("NodeRestriction", func(t *testing.T) {
@@ -95,7 +73,7 @@ func TestRealNodes(t *testing.T) {
 	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = framework.WaitFor(ctx, 90*time.Second, "writer pod Running on "+off.Name, func(ctx context.Context) (bool, error) {
+	err := framework.WaitFor(ctx, 90*time.Second, "writer pod Running on "+off.Name, func(ctx context.Context) (bool, error) {
 		p, err := c.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -208,4 +186,36 @@ func commands(pids []int) []string {
 		out = append(out, strings.TrimSpace(string(b)))
 	}
 	return out
+}
+
+// startRealNodes skips the test unless real nodes are asked for and the host
+// can run them, then starts a control plane with two real nodes, cleaned up
+// when the test ends (kept on failure). The context ends with the test's
+// deadline of 15 minutes.
+func startRealNodes(t *testing.T, opts framework.RealNodeOptions) (context.Context, *framework.Cluster, []*framework.RealNode) {
+	t.Helper()
+	if os.Getenv(realNodesEnv) == "" {
+		t.Skipf("real nodes run only with %s=1 (make test-realnodes)", realNodesEnv)
+	}
+	var missing *framework.MissingKernelFeatureError
+	if err := framework.CheckRealNodeHost(); errors.As(err, &missing) {
+		t.Skipf("this host cannot run real nodes: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	c, err := framework.Start(ctx, tLogger{t}, framework.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Cleanup(t.Failed()) })
+	nodes, err := c.StartRealNodes(ctx, 2, opts)
+	if errors.As(err, &missing) {
+		t.Skipf("this host cannot run real nodes: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c, nodes
 }
