@@ -2,6 +2,8 @@
 # plane; `make test` runs every test (verify, unit, sanity, end-to-end).
 
 CMDS = csi-fence-attacher csi-fence-mock csi-fence-sanity csi-fence-prestop csi-fence-prestop-webhook kubectl-fence
+# The images the shipped manifests (deploy/) run.
+IMAGE_CMDS = csi-fence-attacher csi-fence-mock csi-fence-prestop csi-fence-prestop-webhook
 
 all: build
 

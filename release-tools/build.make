@@ -2,7 +2,8 @@
 # kubernetes-csi's csi-release-tools, but self-contained: no git subtree and no
 # network access beyond the Go module proxy.
 #
-# The including Makefile sets CMDS (the commands under cmd/ to build).
+# The including Makefile sets CMDS (the commands under cmd/ to build) and
+# IMAGE_CMDS (those `make images` makes release images of).
 
 REV := $(shell git describe --long --tags --match='v*' --dirty 2>/dev/null || git rev-list -n1 HEAD 2>/dev/null || echo unknown)
 # The release stamped into every binary (pkg/version): the v* tag of the
@@ -40,6 +41,20 @@ container-%: build-%
 container-power-fencing: build-csi-fence-attacher
 	docker build -t csi-fence-attacher:latest-power-fencing -f release-tools/Dockerfile.power-fencing --build-arg binary=./bin/csi-fence-attacher --label revision=$(REV) .
 
+# The release images without a container engine (hack/tools/images,
+# internal/imagebuild): static binaries of IMAGE_CMDS for every platform of
+# IMAGE_PLATFORMS, one reproducible multi-platform OCI image index per command
+# (the same sources give the same digest), tagged
+# $(REGISTRY_NAME)/<cmd>:$(VERSION) (pkg/version's Dev without a tag), laid
+# out as OCI layout directories $(IMAGES_DIR)/<cmd>. The same layout as
+# `make container`'s: /entrypoint, user 65532. Copy one to a registry with
+# e.g. `crane push $(IMAGES_DIR)/<cmd> REF` or `skopeo copy --all oci:DIR docker://REF`.
+IMAGES_DIR ?= _output/images
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+images:
+	$(GO) run ./hack/tools/images --version '$(VERSION)' --commit '$(COMMIT)' --registry '$(REGISTRY_NAME)' \
+		--platforms '$(IMAGE_PLATFORMS)' --out '$(IMAGES_DIR)' $(IMAGE_CMDS)
+
 push: $(CMDS:%=push-%)
 push-%: container-%
 	set -e; for tag in $(IMAGE_TAGS); do \
@@ -59,6 +74,6 @@ test-vendor:
 	./release-tools/verify-gomod.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin $(IMAGES_DIR)
 
-.PHONY: build container push test-go verify test-fmt test-vet test-vendor clean
+.PHONY: build container images push test-go verify test-fmt test-vet test-vendor clean

@@ -1,23 +1,18 @@
 package framework
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/csi-fence/fence-attacher/internal/imagebuild"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -92,15 +87,13 @@ func BuildImages(ctx context.Context, log Logger, dir string, opts ImageOptions)
 	}
 	// The product's binaries say which build they are, as release-tools
 	// stamps them.
-	args := []string{"build", "-trimpath", "-ldflags=-s -w -X main.version=e2e-" + ProductImageTag, "-o", bin + "/"}
+	var pkgs []string
 	for _, s := range sources {
-		args = append(args, s.pkg)
+		pkgs = append(pkgs, s.pkg)
 	}
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = RepoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the image binaries: %w\n%s", err, out)
+	ldflags := "-s -w -X main.version=e2e-" + ProductImageTag
+	if err := imagebuild.GoBuild(ctx, RepoRoot(), bin, "linux", runtime.GOARCH, ldflags, pkgs...); err != nil {
+		return nil, fmt.Errorf("building the image binaries: %w", err)
 	}
 	var images []Image
 	var names []string
@@ -117,35 +110,31 @@ func BuildImages(ctx context.Context, log Logger, dir string, opts ImageOptions)
 	return images, nil
 }
 
-// writeImage writes an image tarball tagged ref whose one layer is the
-// executable binary at /<base name>, also its entrypoint.
+// writeImage writes an image tarball tagged ref (imagebuild's reproducible
+// layer and config) whose one layer is the executable binary at /<base
+// name>, also its entrypoint, with the directories a container's mounts need
+// (/tmp, /data). It runs as root: the e2e's workloads write to host paths.
 func writeImage(path, ref, binary string) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return err
 	}
-	layerTar, err := singleFileTar(binary, "/"+filepath.Base(binary))
+	data, err := os.ReadFile(binary)
 	if err != nil {
 		return err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	base := filepath.Base(binary)
+	img, err := imagebuild.Image(imagebuild.Spec{
+		Platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Files: []imagebuild.File{
+			{Name: "tmp", Mode: 0o1777, Dir: true},
+			{Name: "data", Mode: 0o1777, Dir: true},
+			{Name: base, Mode: 0o755, Data: data},
+		},
+		Entrypoint: []string{"/" + base},
+		WorkingDir: "/",
 	})
 	if err != nil {
-		return err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
-	cfg.Config = v1.Config{Entrypoint: []string{"/" + filepath.Base(binary)}, WorkingDir: "/"}
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
@@ -153,30 +142,4 @@ func writeImage(path, ref, binary string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// singleFileTar returns a tar stream holding file as name, executable, with
-// the directories a container's mounts need (/tmp, /data).
-func singleFileTar(file, name string) ([]byte, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"tmp/", "data/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o1777}); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name[1:], Mode: 0o755, Size: int64(len(data))}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(data); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
