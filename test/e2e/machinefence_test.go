@@ -326,7 +326,7 @@ func TestMachineFenceFailsOverAPartitionedNode(t *testing.T) {
 	buildClusterAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s := setupMachineFencing(ctx, t, "mf", 5*time.Second)
+	s := setupMachineFencing(ctx, t, "mp", 5*time.Second)
 	rec := watchTimeline(t, s.env, s.victim, s.vol2)
 	down, _, _ := s.partition(ctx, t)
 	newNode, err := s.env.WaitAttached(ctx, 0, s.victim, 240*time.Second)
