@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -122,27 +121,19 @@ func Read(r io.Reader) ([]*unstructured.Unstructured, error) {
 func Workloads(objs []*unstructured.Unstructured) ([]Workload, error) {
 	var out []Workload
 	for _, o := range objs {
-		var spec *corev1.PodSpec
-		conv := runtime.DefaultUnstructuredConverter
-		var err error
+		// Every workload kind holds its pod template at the same place.
+		path := []string{"spec", "template", "spec"}
 		switch o.GetKind() {
-		case "Deployment":
-			var d appsv1.Deployment
-			err, spec = conv.FromUnstructured(o.Object, &d), &d.Spec.Template.Spec
-		case "StatefulSet":
-			var s appsv1.StatefulSet
-			err, spec = conv.FromUnstructured(o.Object, &s), &s.Spec.Template.Spec
-		case "DaemonSet":
-			var d appsv1.DaemonSet
-			err, spec = conv.FromUnstructured(o.Object, &d), &d.Spec.Template.Spec
-		case "ReplicaSet":
-			var r appsv1.ReplicaSet
-			err, spec = conv.FromUnstructured(o.Object, &r), &r.Spec.Template.Spec
+		case "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet":
 		case "Pod":
-			var p corev1.Pod
-			err, spec = conv.FromUnstructured(o.Object, &p), &p.Spec
+			path = []string{"spec"}
 		default:
 			continue
+		}
+		spec := &corev1.PodSpec{}
+		m, _, err := unstructured.NestedMap(o.Object, path...)
+		if err == nil {
+			err = runtime.DefaultUnstructuredConverter.FromUnstructured(m, spec)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
