@@ -107,6 +107,9 @@ type Attacher struct {
 	recorder *fencerecord.Recorder
 	// fences runs the fences; nil when nothing is ever fenced (no record).
 	fences *fencePool
+	// detachOrders is what the node reported in use when each detach was
+	// ordered (NoteDetachOrdered).
+	detachOrders detachOrders
 }
 
 var _ upstream.Attacher = &Attacher{}
@@ -287,7 +290,7 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	if err != nil {
 		return err
 	}
-	fence, reason, fr, err := a.decide(ctx, nodeName, volumeID)
+	fence, reason, fr, err := a.decide(ctx, va, nodeName, volumeID)
 	if err != nil {
 		return err
 	}
@@ -339,6 +342,26 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets, fr)
 }
 
+// NoteDetachOrdered records, the first time va is seen being deleted,
+// which volumes its node reported in use then, as the Node cache shows
+// it (detachOrders): Handler calls it on every sighting of a
+// VolumeAttachment of the driver, before its sync. It reads no more than
+// the cache, and nothing without Nodes.
+func (a *Attacher) NoteDetachOrdered(va *storagev1.VolumeAttachment) {
+	if a.Nodes == nil || va.DeletionTimestamp == nil {
+		return
+	}
+	if node, err := a.Nodes.Get(va.Spec.NodeName); err == nil {
+		a.detachOrders.note(va, node, a.DriverName)
+	}
+}
+
+// ForgetDetachOrder drops what NoteDetachOrdered recorded of a
+// VolumeAttachment that is gone.
+func (a *Attacher) ForgetDetachOrder(va *storagev1.VolumeAttachment) {
+	a.detachOrders.forget(va.UID)
+}
+
 // submitFence hands the fence over: one of external-attacher's workers must
 // not wait for it (#761). The pool requeues the VolumeAttachment when it is
 // over; the next Detach then finds it recorded fenced.
@@ -385,7 +408,7 @@ func (a *Attacher) OnFenceDone(fn func(vaName string)) {
 // Node is read live at every detach, a plain one too: a plain unpublish
 // depends on the kubelet no longer using the volume (volumesInUse), which a
 // cache behind the kubelet would get wrong.
-func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool, string, *fencingv1alpha1.FencingRequest, error) {
+func (a *Attacher) decide(ctx context.Context, va *storagev1.VolumeAttachment, nodeName, volumeID string) (bool, string, *fencingv1alpha1.FencingRequest, error) {
 	node, err := a.liveNode(ctx, nodeName)
 	if err != nil {
 		return false, "", nil, err
@@ -394,13 +417,14 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 	if err != nil {
 		return false, "", nil, err
 	}
-	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID); reason == "" {
+	unused := a.detachOrders.unusedWhenOrdered(va, a.DriverName, volumeID)
+	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, unused); reason == "" {
 		return false, "", fr, nil
 	}
 	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
 		return false, "", nil, err
 	}
-	fence, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID)
+	fence, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, unused)
 	return fence, reason, fr, nil
 }
 
@@ -414,7 +438,7 @@ func (a *Attacher) decide(ctx context.Context, nodeName, volumeID string) (bool,
 // requeued Detach then decides on its own, and detaches plainly or without
 // a call.
 func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
-	fence, reason, fr, err := a.decide(ctx, j.nodeName, j.key.volumeID)
+	fence, reason, fr, err := a.decide(ctx, j.va, j.nodeName, j.key.volumeID)
 	switch {
 	case err != nil:
 		return err

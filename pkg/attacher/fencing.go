@@ -64,13 +64,16 @@ const (
 // volume whose detach Kubernetes ordered, on what the kubelet reports, not
 // a fence of the node on an inference (S4); the node agent then cleans it
 // up. A driver that cannot fence makes the caller wait for the kubelet to
-// unmount it.
+// unmount it. unusedWhenOrdered says the kubelet did not report the volume
+// in use when the detach was ordered (detachOrders): the use it reports
+// now is a pod's that came since and waits for the attach, nothing is
+// mounted, and the detach is graceful.
 //
 // canFence is whether the driver advertises UNPUBLISH_FENCE: without it the
 // answer is never fence (the field must not be sent to a driver that does not
 // know it), but the reason is still returned so that the caller can say that
 // a non-graceful detach went unfenced.
-func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingRequest, driver, handle string) (fence bool, reason string) {
+func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingRequest, driver, handle string, unusedWhenOrdered bool) (fence bool, reason string) {
 	switch {
 	case node == nil:
 		reason = FenceReasonNodeDeleted
@@ -86,7 +89,7 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 		// Sticky (S8): once a fence of the volume was intended on the node,
 		// every unpublish from it is fenced until the node agent cleaned it.
 		reason = FenceReasonQuarantined
-	case volumeInUse(node, driver, handle):
+	case volumeInUse(node, driver, handle) && !unusedWhenOrdered:
 		reason = FenceReasonVolumeInUse
 	default:
 		return false, ""

@@ -17,10 +17,13 @@ func TestDecideFence(t *testing.T) {
 	automatic := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, "")
 	complete := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseComplete)
 	tests := []struct {
-		name       string
-		node       *v1.Node
-		fr         *fencingv1alpha1.FencingRequest
-		wantReason string
+		name string
+		node *v1.Node
+		fr   *fencingv1alpha1.FencingRequest
+		// unusedWhenOrdered: the node did not report the volume in use
+		// when its detach was ordered.
+		unusedWhenOrdered bool
+		wantReason        string
 	}{
 		{name: "healthy: graceful", node: node("node-1")},
 		{name: "healthy, completed FencingRequest: graceful", node: node("node-1"), fr: complete},
@@ -52,6 +55,12 @@ func TestDecideFence(t *testing.T) {
 			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "h", StartedTime: &metav1.Time{}})},
 		{name: "S1: Ready, the kubelet still reports the volume in use (a detach forced after the timeout)", node: node("node-1", inUseOf("drv", "h")),
 			wantReason: FenceReasonVolumeInUse},
+		{name: "S4 (trial seed 11032): Ready, in use now for a pod that came after the detach was ordered (unused then): graceful",
+			node: node("node-1", inUseOf("drv", "h")), unusedWhenOrdered: true},
+		{name: "S8: unused when ordered, but the record holds an uncleaned entry: sticky", node: node("node-1", inUseOf("drv", "h")), unusedWhenOrdered: true,
+			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}}), wantReason: FenceReasonQuarantined},
+		{name: "unused when ordered, NotReady now: the node's state is the reason", node: node("node-1", notReady, inUseOf("drv", "h")), unusedWhenOrdered: true,
+			wantReason: FenceReasonNodeNotReady},
 		{name: "Ready, another volume in use: graceful", node: node("node-1", inUseOf("drv", "h2"))},
 		{name: "Ready, another driver's volume of the same handle in use: graceful", node: node("node-1", inUseOf("other", "h"))},
 		{name: "NotReady and in use: the node's state is the reason", node: node("node-1", notReady, inUseOf("drv", "h")), wantReason: FenceReasonNodeNotReady},
@@ -60,7 +69,7 @@ func TestDecideFence(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, canFence := range []bool{true, false} {
-				fence, reason := DecideFence(canFence, tc.node, tc.fr, "drv", "h")
+				fence, reason := DecideFence(canFence, tc.node, tc.fr, "drv", "h", tc.unusedWhenOrdered)
 				if reason != tc.wantReason {
 					t.Errorf("canFence=%v: reason %q, want %q", canFence, reason, tc.wantReason)
 				}

@@ -323,3 +323,52 @@ func TestDetachUsesThePublishedNodeID(t *testing.T) {
 		})
 	}
 }
+
+// S4 (trial seed 11032): a Ready node's kubelet reports a volume in use
+// when its detach comes, but did not when the detach was ordered (the
+// attach/detach controller detached it once the kubelet released it): the
+// use is a pod's scheduled there since, waiting for the attach, nothing is
+// mounted, and the detach is the plain one Kubernetes ordered. A volume the
+// node reported in use already when the detach was ordered is fenced, as is
+// one whose order this process did not see (TestDetach).
+func TestDetachOfAVolumeUsedOnlySinceTheDetachWasOrdered(t *testing.T) {
+	tests := []struct {
+		name             string
+		inUseWhenOrdered bool
+		wantSent         []string
+		wantFenced       bool
+	}{
+		{name: "unused when ordered, in use now: plain", wantSent: []string{"unpublish vol-1 node-1-id"}},
+		{name: "in use when ordered and now (a forced detach): fenced", inUseWhenOrdered: true,
+			wantSent: []string{"unpublish vol-1 node-1-id fence"}, wantFenced: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			whenOrdered := node("node-1")
+			if tc.inUseWhenOrdered {
+				whenOrdered = node("node-1", inUse("vol-1"))
+			}
+			// The cache shows the node as it was when the deletion was
+			// seen; the API, read live by Detach, as it is now.
+			e := newEnv(t, envConfig{objects: objs(node("node-1", inUse("vol-1"))), cache: objs(whenOrdered)})
+			h, _ := e.handler()
+			e.a.OnFenceDone(func(va string) { e.fenceDone <- va }) // e.detach waits on it
+			h.vaSeen(detachingVA("va1", "pv1", "node-1"))
+			// The kubelet's report of the new pod's use reaches the cache:
+			// a later sighting does not change what was recorded.
+			if err := e.factory.Core().V1().Nodes().Informer().GetIndexer().Update(node("node-1", inUse("vol-1"))); err != nil {
+				t.Fatal(err)
+			}
+			h.vaSeen(detachingVA("va1", "pv1", "node-1"))
+			if err := e.detach(); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.sent(); !slices.Equal(got, tc.wantSent) {
+				t.Errorf("driver received %q, want %q", got, tc.wantSent)
+			}
+			if got := fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1"); got != tc.wantFenced {
+				t.Errorf("recorded fenced = %v, want %v", got, tc.wantFenced)
+			}
+		})
+	}
+}

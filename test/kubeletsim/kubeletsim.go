@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -81,7 +82,9 @@ type Options struct {
 	// ReportVolumesInUse makes it maintain node.status.volumesInUse for its
 	// driver's volumes, as the kubelet does (the attach/detach controller
 	// waits for a volume to leave that list before it detaches from a
-	// healthy node). Other drivers' entries are kept.
+	// healthy node): a volume is reported as soon as a pod on the node
+	// wants it, before its attach, and mounted only once reported, until
+	// unmounted. Other drivers' entries are kept.
 	ReportVolumesInUse bool
 }
 
@@ -148,6 +151,12 @@ type desired struct {
 	readOnly bool
 	pv       *v1.PersistentVolume
 	va       map[string]string // publish context
+	// detaching: the attachment is being deleted. The kubelet mounts a
+	// volume only once the attach/detach controller reports it in
+	// node.status.volumesAttached, from which it removes the volume before
+	// it deletes the attachment: a volume already mounted stays, none is
+	// mounted anew.
+	detaching bool
 }
 
 // New returns a simulated kubelet; Run starts it.
@@ -317,14 +326,16 @@ func (k *Kubelet) reconstruct() error {
 }
 
 // desiredVolumes lists the volumes of this driver that pods on this node
-// need and that are attached to it.
-func (k *Kubelet) desiredVolumes(logger klog.Logger) (map[podVolume]desired, map[types.UID]bool) {
+// need and that are attached to it, the pods on the node, and the handles
+// of every volume of this driver its pods need, attached or not.
+func (k *Kubelet) desiredVolumes(logger klog.Logger) (map[podVolume]desired, map[types.UID]bool, map[string]bool) {
 	want := map[podVolume]desired{}
 	live := map[types.UID]bool{}
+	needed := map[string]bool{}
 	pods, err := k.podLister.List(labels.Everything())
 	if err != nil {
 		logger.Error(err, "Listing pods")
-		return want, live
+		return want, live, needed
 	}
 	for _, pod := range pods {
 		if pod.Spec.NodeName != k.opts.NodeName {
@@ -352,6 +363,7 @@ func (k *Kubelet) desiredVolumes(logger klog.Logger) (map[podVolume]desired, map
 			if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != k.opts.DriverName {
 				continue
 			}
+			needed[pv.Spec.CSI.VolumeHandle] = true
 			va, err := k.vaLister.Get(kubeletlayout.AttachmentName(pv.Spec.CSI.VolumeHandle, k.opts.DriverName, k.opts.NodeName))
 			if err != nil || !va.Status.Attached || va.Spec.NodeName != k.opts.NodeName {
 				continue // the kubelet waits for the attach
@@ -359,18 +371,19 @@ func (k *Kubelet) desiredVolumes(logger klog.Logger) (map[podVolume]desired, map
 			key := podVolume{string(pod.UID), pv.Name}
 			want[key] = desired{
 				key: key, handle: pv.Spec.CSI.VolumeHandle, pv: pv, va: va.Status.AttachmentMetadata,
-				block:    pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock,
-				readOnly: readOnly || pv.Spec.CSI.ReadOnly,
+				block:     pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock,
+				readOnly:  readOnly || pv.Spec.CSI.ReadOnly,
+				detaching: va.DeletionTimestamp != nil,
 			}
 		}
 	}
-	return want, live
+	return want, live, needed
 }
 
 // reconcile makes one pass: unmount what is not wanted, mount what is.
 func (k *Kubelet) reconcile(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	want, live := k.desiredVolumes(logger)
+	want, live, needed := k.desiredVolumes(logger)
 
 	// Unmount first, as the kubelet's reconciler does.
 	keys := make([]podVolume, 0, len(k.published))
@@ -394,15 +407,27 @@ func (k *Kubelet) reconcile(ctx context.Context) {
 	}
 	k.cleanOrphanPodDirs(logger, live)
 
+	// Report before mounting, as the kubelet does: it mounts only volumes
+	// it reported in use, so that the attach/detach controller never
+	// detaches a volume it is mounting.
+	if k.opts.ReportVolumesInUse {
+		k.reportVolumesInUse(ctx, needed)
+	}
 	for _, d := range sortedDesired(want) {
 		if m, ok := k.published[d.key]; ok && !m.uncertain {
 			continue
 		}
+		if d.detaching || (k.opts.ReportVolumesInUse && !k.reportedInUse(d.handle)) {
+			continue
+		}
 		k.mount(ctx, d)
 	}
-	if k.opts.ReportVolumesInUse {
-		k.reportVolumesInUse(ctx, want)
-	}
+}
+
+// reportedInUse reports whether the last report of volumesInUse that
+// succeeded lists the volume.
+func (k *Kubelet) reportedInUse(handle string) bool {
+	return slices.Contains(k.inUse, string(UniqueVolumeName(k.opts.DriverName, handle)))
 }
 
 func sortedDesired(m map[podVolume]desired) []desired {
@@ -634,16 +659,17 @@ func UniqueVolumeName(driver, handle string) v1.UniqueVolumeName {
 	return v1.UniqueVolumeName(kubeletlayout.PluginName + "/" + driver + "^" + handle)
 }
 
-// reportVolumesInUse writes this driver's volumes that are wanted or still
-// mounted into node.status.volumesInUse, keeping other drivers' entries. The
+// reportVolumesInUse writes this driver's volumes that pods on the node
+// need (attached or not) or that are still mounted into
+// node.status.volumesInUse, keeping other drivers' entries. The
 // list is one field that the simulated kubelets of a node's other drivers
 // write too: the patch carries the resourceVersion it was computed from, so
 // that a write from a stale read fails (Conflict) instead of dropping theirs,
 // and the next pass writes again.
-func (k *Kubelet) reportVolumesInUse(ctx context.Context, want map[podVolume]desired) {
+func (k *Kubelet) reportVolumesInUse(ctx context.Context, needed map[string]bool) {
 	set := map[string]bool{}
-	for _, d := range want {
-		set[string(UniqueVolumeName(k.opts.DriverName, d.handle))] = true
+	for h := range needed {
+		set[string(UniqueVolumeName(k.opts.DriverName, h))] = true
 	}
 	for _, m := range k.published {
 		set[string(UniqueVolumeName(k.opts.DriverName, m.handle))] = true

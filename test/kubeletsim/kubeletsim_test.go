@@ -50,6 +50,7 @@ const (
 // call is one node RPC the plugin served.
 type call struct {
 	method string
+	volume string // the volume ID of the request
 	force  bool
 	err    error
 }
@@ -105,6 +106,9 @@ func newEnv(t *testing.T, cfg driver.Config) *env {
 func (e *env) spy(ctx context.Context, req interface{}, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (interface{}, error) {
 	rsp, err := h(ctx, req)
 	c := call{method: filepath.Base(info.FullMethod), err: err}
+	if r, ok := req.(interface{ GetVolumeId() string }); ok {
+		c.volume = r.GetVolumeId()
+	}
 	switch r := req.(type) {
 	case *csi.NodeUnpublishVolumeRequest:
 		c.force, _ = fence.GetNodeUnpublishForce(r)
@@ -332,6 +336,10 @@ func TestWaitsForAttach(t *testing.T) {
 	if e.sawCall(func(c call) bool { return c.method == "NodeStageVolume" || c.method == "NodePublishVolume" }) {
 		t.Fatal("staged or published before the volume was attached")
 	}
+	// As the kubelet: in use as soon as a pod wants it, before the attach.
+	e.waitFor("volumesInUse reported before the attach", func() bool {
+		return slices.Equal(e.volumesInUse(), []v1.UniqueVolumeName{UniqueVolumeName(drv, "vol-1")})
+	})
 	va.Status.Attached = true
 	if _, err := e.client.StorageV1().VolumeAttachments().Update(e.ctx, va, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -498,4 +506,44 @@ func TestPowerOffAndReturn(t *testing.T) {
 	if v := s.CountViolations(); v["S1"]+v["S2"] != 0 {
 		t.Errorf("violations: %v", v)
 	}
+}
+
+// A pod that wants a volume whose attachment is being deleted (still
+// attached: the detach is pending) gets nothing mounted: the kubelet mounts
+// only what the attach/detach controller reports attached, and it stops
+// reporting a volume before it deletes its attachment (trial seed 11032).
+// The volume is reported in use all the same, as by the kubelet.
+func TestMountsNothingWhileTheAttachmentIsDeleted(t *testing.T) {
+	e := newEnv(t, driver.Config{})
+	e.volume("vol-1", "pv-1", false)
+	va, _ := e.client.StorageV1().VolumeAttachments().Get(e.ctx, kubeletlayout.AttachmentName("vol-1", drv, nodeName), metav1.GetOptions{})
+	now := metav1.Now()
+	va.DeletionTimestamp, va.Finalizers = &now, []string{"external-attacher/" + drv}
+	if _, err := e.client.StorageV1().VolumeAttachments().Update(e.ctx, va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.pod("uid-1", "pv-1")
+	e.start()
+	e.waitFor("volumesInUse reported", func() bool {
+		return slices.Equal(e.volumesInUse(), []v1.UniqueVolumeName{UniqueVolumeName(drv, "vol-1")})
+	})
+	// It would be mounted in the pass that reported it: a volume wanted
+	// since, attached, is published in a later pass.
+	e.volume("vol-2", "pv-2", false)
+	e.pod("uid-2", "pv-2")
+	e.waitFor("the other volume published", func() bool { return len(e.publication("vol-2").Published) == 1 })
+	if e.sawCall(func(c call) bool {
+		return (c.method == "NodeStageVolume" || c.method == "NodePublishVolume") && c.volume == "vol-1"
+	}) {
+		t.Fatal("staged or published while the attachment was being deleted")
+	}
+	// The attachment made again (not being deleted): mounted.
+	va.DeletionTimestamp, va.Finalizers = nil, nil
+	if _, err := e.client.StorageV1().VolumeAttachments().Update(e.ctx, va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("published once attached anew", func() bool {
+		p := e.publication("vol-1")
+		return p != nil && len(p.Published) == 1
+	})
 }
