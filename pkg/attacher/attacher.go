@@ -37,6 +37,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -107,9 +108,6 @@ type Attacher struct {
 	recorder *fencerecord.Recorder
 	// fences runs the fences; nil when nothing is ever fenced (no record).
 	fences *fencePool
-	// detachOrders is what the node reported in use when each detach was
-	// ordered (NoteDetachOrdered).
-	detachOrders detachOrders
 }
 
 var _ upstream.Attacher = &Attacher{}
@@ -342,26 +340,6 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets, fr)
 }
 
-// NoteDetachOrdered records, the first time va is seen being deleted,
-// which volumes its node reported in use then, as the Node cache shows
-// it (detachOrders): Handler calls it on every sighting of a
-// VolumeAttachment of the driver, before its sync. It reads no more than
-// the cache, and nothing without Nodes.
-func (a *Attacher) NoteDetachOrdered(va *storagev1.VolumeAttachment) {
-	if a.Nodes == nil || va.DeletionTimestamp == nil {
-		return
-	}
-	if node, err := a.Nodes.Get(va.Spec.NodeName); err == nil {
-		a.detachOrders.note(va, node, a.DriverName)
-	}
-}
-
-// ForgetDetachOrder drops what NoteDetachOrdered recorded of a
-// VolumeAttachment that is gone.
-func (a *Attacher) ForgetDetachOrder(va *storagev1.VolumeAttachment) {
-	a.detachOrders.forget(va.UID)
-}
-
 // submitFence hands the fence over: one of external-attacher's workers must
 // not wait for it (#761). The pool requeues the VolumeAttachment when it is
 // over; the next Detach then finds it recorded fenced.
@@ -407,7 +385,8 @@ func (a *Attacher) OnFenceDone(fn func(vaName string)) {
 // (S4: a Ready node is fenced only on an explicit request read live). The
 // Node is read live at every detach, a plain one too: a plain unpublish
 // depends on the kubelet no longer using the volume (volumesInUse), which a
-// cache behind the kubelet would get wrong.
+// cache behind the kubelet would get wrong. When the kubelet reports the
+// volume in use, the node's pods are listed live (wantedOnNode).
 func (a *Attacher) decide(ctx context.Context, va *storagev1.VolumeAttachment, nodeName, volumeID string) (bool, string, *fencingv1alpha1.FencingRequest, error) {
 	node, err := a.liveNode(ctx, nodeName)
 	if err != nil {
@@ -417,15 +396,56 @@ func (a *Attacher) decide(ctx context.Context, va *storagev1.VolumeAttachment, n
 	if err != nil {
 		return false, "", nil, err
 	}
-	unused := a.detachOrders.unusedWhenOrdered(va, a.DriverName, volumeID)
-	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, unused); reason == "" {
+	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, false); reason == "" {
 		return false, "", fr, nil
 	}
 	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
 		return false, "", nil, err
 	}
-	fence, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, unused)
+	fence, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, false)
+	if reason == FenceReasonVolumeInUse && a.wantedOnNode(ctx, va, nodeName) {
+		fence, reason = DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, true)
+	}
 	return fence, reason, fr, nil
+}
+
+// wantedOnNode reports whether a pod on the node that is not terminating
+// uses the PersistentVolume va attaches, on a live list of the node's pods
+// in the claim's namespace (DecideFence). It answers false whenever it
+// cannot tell: an inline volume, a PV without a claim, a list that fails
+// (e.g. a role without pods list, as before this rule): the volume is then
+// fenced as before.
+func (a *Attacher) wantedOnNode(ctx context.Context, va *storagev1.VolumeAttachment, nodeName string) bool {
+	if va == nil || pvName(va) == "" {
+		return false
+	}
+	logger := klog.FromContext(ctx)
+	pv, err := a.PVs.Get(pvName(va))
+	if err != nil || pv.Spec.ClaimRef == nil {
+		return false
+	}
+	claim := pv.Spec.ClaimRef
+	pods, err := a.Client.CoreV1().Pods(claim.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()})
+	if err != nil {
+		logger.V(2).Info("Cannot list the node's pods: a volume it reports in use is fenced", "node", nodeName, "err", err)
+		return false
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != nodeName || p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		for _, vol := range p.Spec.Volumes {
+			switch {
+			case vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.ClaimName == claim.Name,
+				vol.Ephemeral != nil && p.Name+"-"+vol.Name == claim.Name:
+				logger.V(2).Info("The volume the node reports in use is wanted by a pod on the node", "node", nodeName, "pod", klog.KObj(p))
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fenceIfStillNeeded decides again, on live reads, right before the fence:

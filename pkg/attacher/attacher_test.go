@@ -35,6 +35,40 @@ func objs(n *v1.Node) []runtime.Object {
 	return out
 }
 
+// claimedObjs is objs with pv1 bound to the claim default/<claim>, and pods.
+func claimedObjs(claim string, n *v1.Node, pods ...*v1.Pod) []runtime.Object {
+	out := []runtime.Object{csiNode("node-1"), detachingVA("va1", "pv1", "node-1"), n,
+		pv("pv1", "vol-1", func(p *v1.PersistentVolume) { p.Spec.ClaimRef = &v1.ObjectReference{Namespace: "default", Name: claim} })}
+	for _, p := range pods {
+		out = append(out, p)
+	}
+	return out
+}
+
+// podUsing is a running pod in default on node that mounts claim.
+func podUsing(name, node, claim string, mods ...func(*v1.Pod)) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1.PodSpec{NodeName: node, Volumes: []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+		Status: v1.PodStatus{Phase: v1.PodPending},
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+// ephemeralPod is a pod named name on node whose generic ephemeral volume
+// vol has the claim name-vol.
+func ephemeralPod(name, node, vol string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1.PodSpec{NodeName: node, Volumes: []v1.Volume{{Name: vol, VolumeSource: v1.VolumeSource{
+			Ephemeral: &v1.EphemeralVolumeSource{}}}}},
+	}
+}
+
 // detach runs Detach of vol-1 from node-1 as external-attacher's handler
 // calls it: under --timeout, for va1, and again once the fence pool says
 // the fence it was handed is over, as Handler.Requeue makes it.
@@ -93,6 +127,36 @@ func TestDetach(t *testing.T) {
 			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1},
+		},
+		{
+			name: "S4 (trial seeds 11032, 13100): Ready, in use for a pod on the node that wants the volume, scheduled there after the detach was decided: plain",
+			envConfig: envConfig{objects: claimedObjs("data", node("node-1", inUse("vol-1")), podUsing("db-0", "node-1", "data"))},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name:      "S4: the same through a generic ephemeral volume's claim (<pod>-<volume>): plain",
+			envConfig: envConfig{objects: claimedObjs("db-data", node("node-1", inUse("vol-1")), ephemeralPod("db", "node-1", "data"))},
+			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
+		},
+		{
+			name: "S1: in use, the pod on the node that uses it is terminating (its containers may run): fenced",
+			envConfig: envConfig{objects: claimedObjs("data", node("node-1", inUse("vol-1")), podUsing("db-0", "node-1", "data", func(p *v1.Pod) {
+				p.DeletionTimestamp = &metav1.Time{Time: t0.Time}
+			}))},
+			wantSent: fenced, wantActions: fenceReads, wantFenced: true,
+			wantEvents: []string{"Normal FencedUnpublish"},
+		},
+		{
+			name:      "S1: in use, the pod that wants the volume is on another node: fenced",
+			envConfig: envConfig{objects: claimedObjs("data", node("node-1", inUse("vol-1")), podUsing("db-0", "node-2", "data"))},
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
+			wantEvents: []string{"Normal FencedUnpublish"},
+		},
+		{
+			name:      "S1: in use, a pod on the node uses another claim: fenced",
+			envConfig: envConfig{objects: claimedObjs("data", node("node-1", inUse("vol-1")), podUsing("db-0", "node-1", "other"))},
+			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
+			wantEvents: []string{"Normal FencedUnpublish"},
 		},
 		{
 			name:      "the cache shows the volume in use, the kubelet unmounted it since (read live): plain",

@@ -64,16 +64,26 @@ const (
 // volume whose detach Kubernetes ordered, on what the kubelet reports, not
 // a fence of the node on an inference (S4); the node agent then cleans it
 // up. A driver that cannot fence makes the caller wait for the kubelet to
-// unmount it. unusedWhenOrdered says the kubelet did not report the volume
-// in use when the detach was ordered (detachOrders): the use it reports
-// now is a pod's that came since and waits for the attach, nothing is
-// mounted, and the detach is graceful.
+// unmount it.
+//
+// wantedOnNode says a pod on the node, not terminating, uses the volume
+// (read live): the detach is then graceful. The attach/detach controller
+// detaches a volume a node reports in use only when it forces the detach
+// (node unhealthy past its timeout, or the out-of-service taint), and only
+// a volume no pod on the node needs; a kubelet reports a volume in use as
+// soon as a pod on it wants it, before its attach. So a pod there that
+// uses the volume came after the controller decided, and its kubelet's
+// report is what makes the volume look in use: the volume goes back to
+// this same node once detached (the kubelet mounts nothing through an
+// attachment being deleted), the plain unpublish Kubernetes ordered lets
+// no second node at it (S1), and a fence would fence a Ready node's volume
+// nothing may have mounted (S4; trial seeds 11032, 13100).
 //
 // canFence is whether the driver advertises UNPUBLISH_FENCE: without it the
 // answer is never fence (the field must not be sent to a driver that does not
 // know it), but the reason is still returned so that the caller can say that
 // a non-graceful detach went unfenced.
-func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingRequest, driver, handle string, unusedWhenOrdered bool) (fence bool, reason string) {
+func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingRequest, driver, handle string, wantedOnNode bool) (fence bool, reason string) {
 	switch {
 	case node == nil:
 		reason = FenceReasonNodeDeleted
@@ -89,7 +99,7 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 		// Sticky (S8): once a fence of the volume was intended on the node,
 		// every unpublish from it is fenced until the node agent cleaned it.
 		reason = FenceReasonQuarantined
-	case volumeInUse(node, driver, handle) && !unusedWhenOrdered:
+	case volumeInUse(node, driver, handle) && !wantedOnNode:
 		reason = FenceReasonVolumeInUse
 	default:
 		return false, ""

@@ -20,10 +20,9 @@ func TestDecideFence(t *testing.T) {
 		name string
 		node *v1.Node
 		fr   *fencingv1alpha1.FencingRequest
-		// unusedWhenOrdered: the node did not report the volume in use
-		// when its detach was ordered.
-		unusedWhenOrdered bool
-		wantReason        string
+		// wantedOnNode: a pod on the node, not terminating, uses the volume.
+		wantedOnNode bool
+		wantReason   string
 	}{
 		{name: "healthy: graceful", node: node("node-1")},
 		{name: "healthy, completed FencingRequest: graceful", node: node("node-1"), fr: complete},
@@ -55,11 +54,11 @@ func TestDecideFence(t *testing.T) {
 			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "h", StartedTime: &metav1.Time{}})},
 		{name: "S1: Ready, the kubelet still reports the volume in use (a detach forced after the timeout)", node: node("node-1", inUseOf("drv", "h")),
 			wantReason: FenceReasonVolumeInUse},
-		{name: "S4 (trial seed 11032): Ready, in use now for a pod that came after the detach was ordered (unused then): graceful",
-			node: node("node-1", inUseOf("drv", "h")), unusedWhenOrdered: true},
-		{name: "S8: unused when ordered, but the record holds an uncleaned entry: sticky", node: node("node-1", inUseOf("drv", "h")), unusedWhenOrdered: true,
+		{name: "S4 (trial seeds 11032, 13100): Ready, in use for a pod on the node that wants the volume: graceful",
+			node: node("node-1", inUseOf("drv", "h")), wantedOnNode: true},
+		{name: "S8: wanted on the node, but the record holds an uncleaned entry: sticky", node: node("node-1", inUseOf("drv", "h")), wantedOnNode: true,
 			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}}), wantReason: FenceReasonQuarantined},
-		{name: "unused when ordered, NotReady now: the node's state is the reason", node: node("node-1", notReady, inUseOf("drv", "h")), unusedWhenOrdered: true,
+		{name: "wanted on the node, NotReady: the node's state is the reason", node: node("node-1", notReady, inUseOf("drv", "h")), wantedOnNode: true,
 			wantReason: FenceReasonNodeNotReady},
 		{name: "Ready, another volume in use: graceful", node: node("node-1", inUseOf("drv", "h2"))},
 		{name: "Ready, another driver's volume of the same handle in use: graceful", node: node("node-1", inUseOf("other", "h"))},
@@ -69,7 +68,7 @@ func TestDecideFence(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, canFence := range []bool{true, false} {
-				fence, reason := DecideFence(canFence, tc.node, tc.fr, "drv", "h", tc.unusedWhenOrdered)
+				fence, reason := DecideFence(canFence, tc.node, tc.fr, "drv", "h", tc.wantedOnNode)
 				if reason != tc.wantReason {
 					t.Errorf("canFence=%v: reason %q, want %q", canFence, reason, tc.wantReason)
 				}

@@ -82,10 +82,7 @@ type Handler struct {
 	vaQueue    workqueue.TypedRateLimitingInterface[string]
 	// fencing reports a fence under way (Attacher.Fencing); nil: none.
 	fencing func(vaName string) bool
-	// attacher is told of the detaches ordered and of the attachments gone
-	// (Attacher.NoteDetachOrdered); nil: none.
-	attacher *Attacher
-	clock    clock.PassiveClock
+	clock   clock.PassiveClock
 
 	mu sync.Mutex
 	// attaching counts the syncs of each attach under way in a worker.
@@ -106,11 +103,7 @@ func NewHandler(inner controller.Handler, driverName string, vaInformer cache.Sh
 	if err := vaInformer.AddIndexers(cache.Indexers{vaByNodeIndex: indexVAByNode, vaUnattachedIndex: h.indexUnattached}); err != nil {
 		return nil, fmt.Errorf("indexing VolumeAttachments: %w", err)
 	}
-	if _, err := vaInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    h.vaSeen,
-		UpdateFunc: func(_, obj any) { h.vaSeen(obj) },
-		DeleteFunc: h.vaDeleted,
-	}); err != nil {
+	if _, err := vaInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: h.vaDeleted}); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -128,7 +121,6 @@ func (h *Handler) Init(vaQueue, pvQueue workqueue.TypedRateLimitingInterface[str
 // for a worker (fencePool.giveWay). Call it before the controller runs.
 func (h *Handler) FencesFrom(a *Attacher) {
 	h.fencing = a.Fencing
-	h.attacher = a
 	a.OnFenceDone(h.Requeue)
 	if a.fences != nil {
 		a.fences.setAttachesWaiting(h.attachesWaiting)
@@ -295,17 +287,6 @@ func indexVAByNode(obj any) ([]string, error) {
 	return []string{va.Spec.NodeName}, nil
 }
 
-// vaSeen tells the Attacher of each sighting of a VolumeAttachment of the
-// driver being deleted, as soon as the informer delivers it: what the
-// node reported in use then is what DecideFence needs of the moment the
-// detach was ordered (detachOrders), and a sync may come much later.
-func (h *Handler) vaSeen(obj any) {
-	va, ok := obj.(*storagev1.VolumeAttachment)
-	if ok && h.attacher != nil && va.DeletionTimestamp != nil && va.Spec.Attacher == h.driverName {
-		h.attacher.NoteDetachOrdered(va)
-	}
-}
-
 // vaDeleted forgets that the VolumeAttachment gave way to attaches, and
 // requeues the other attachments of its PV that wait to be published: the
 // single-node check may have refused them while this one was there, and
@@ -321,9 +302,6 @@ func (h *Handler) vaDeleted(obj any) {
 	h.mu.Lock()
 	delete(h.deferred, va.Name)
 	h.mu.Unlock()
-	if h.attacher != nil {
-		h.attacher.ForgetDetachOrder(va)
-	}
 	if pvName(va) == "" {
 		return
 	}

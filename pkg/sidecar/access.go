@@ -34,9 +34,11 @@ var (
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments/status"}, Verbs: []string{"patch"}},
 	}
 	// NodeRules let the attacher tell a graceful detach from one that must
-	// be fenced, and see the quarantine taint.
+	// be fenced, and see the quarantine taint: the Node, and the node's pods
+	// when its kubelet reports the volume in use (a pod there may want it).
 	NodeRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	}
 	// RecordRules let the attacher record its fences (write-ahead, S8) and
 	// read the record; without them it never fences.

@@ -58,7 +58,10 @@ const (
 )
 
 func TestAccessFrom(t *testing.T) {
-	nodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}
+	nodes := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+	}
 	tests := []struct {
 		name         string
 		rules        []rbacv1.PolicyRule
@@ -76,8 +79,10 @@ func TestAccessFrom(t *testing.T) {
 		{name: "external-attacher's stock RBAC: nothing of the fence", rules: rulesOf(t, stockRBAC), recordServed: true,
 			wantMissing: []string{"get nodes", "list nodes", "watch nodes", "create fencingrequests.fencing.csi-fence.io",
 				"update fencingrequests/status.fencing.csi-fence.io", "create events", "delete pods", "patch nodes/status"}},
-		{name: "stock RBAC and Nodes: fences decided, not recorded, so not sent", rules: append(rulesOf(t, stockRBAC), nodes), recordServed: true,
+		{name: "stock RBAC and Nodes: fences decided, not recorded, so not sent", rules: append(rulesOf(t, stockRBAC), nodes...), recordServed: true,
 			want: Access{Nodes: true}, wantMissing: []string{"create fencingrequests.fencing.csi-fence.io"}},
+		{name: "stock RBAC and Nodes without the node's pods: the attacher decides nothing", rules: append(rulesOf(t, stockRBAC), nodes[0]), recordServed: true,
+			wantMissing: []string{"list pods"}},
 		{name: "cluster-admin", rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}, recordServed: true, want: FullAccess},
 	}
 	for _, tc := range tests {

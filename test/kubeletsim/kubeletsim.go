@@ -417,11 +417,19 @@ func (k *Kubelet) reconcile(ctx context.Context) {
 		if m, ok := k.published[d.key]; ok && !m.uncertain {
 			continue
 		}
-		if d.detaching || (k.opts.ReportVolumesInUse && !k.reportedInUse(d.handle)) {
+		if d.detaching || (k.opts.ReportVolumesInUse && !k.reportedInUse(d.handle)) || !k.attachedLive(ctx, d.handle) {
 			continue
 		}
 		k.mount(ctx, d)
 	}
+}
+
+// attachedLive reads the volume's attachment from the API before a mount,
+// as the kubelet's wait for the attach does: the informer's copy may not
+// show yet that its deletion began.
+func (k *Kubelet) attachedLive(ctx context.Context, handle string) bool {
+	va, err := k.opts.Client.StorageV1().VolumeAttachments().Get(ctx, kubeletlayout.AttachmentName(handle, k.opts.DriverName, k.opts.NodeName), metav1.GetOptions{})
+	return err == nil && va.Status.Attached && va.DeletionTimestamp == nil
 }
 
 // reportedInUse reports whether the last report of volumesInUse that
