@@ -35,7 +35,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -101,19 +100,19 @@ func RepoRoot() string {
 }
 
 // Binaries returns the directory of the control-plane binaries, building
-// them (minutes, once) when they are not cached yet.
+// them (minutes, once) when they are not cached yet, as `make test` does
+// (hack/e2e-binaries.sh), and checks that every one is there.
 func Binaries(ctx context.Context, log Logger) (string, error) {
-	if d := os.Getenv("FENCE_E2E_BIN"); d != "" {
-		return d, nil
+	dir := os.Getenv("FENCE_E2E_BIN")
+	if dir == "" {
+		out, err := RunScript(ctx, "hack/e2e-binaries.sh")
+		if err != nil {
+			return "", fmt.Errorf("building control-plane binaries: %w", err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		dir = lines[len(lines)-1]
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(RepoRoot(), "hack", "e2e-binaries.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building control-plane binaries: %w", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1], nil
+	return dir, checkBinaries(dir)
 }
 
 func freePorts(n int) ([]int, error) {
@@ -153,8 +152,7 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 		if opts.BinDir, err = Binaries(ctx, log); err != nil {
 			return nil, err
 		}
-	}
-	if err := checkBinaries(opts.BinDir); err != nil {
+	} else if err := checkBinaries(opts.BinDir); err != nil {
 		return nil, err
 	}
 	if opts.WorkDir == "" {
