@@ -27,6 +27,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -44,58 +45,76 @@ type quiet struct{}
 
 func (quiet) Logf(string, ...interface{}) {}
 
-type stdout struct{}
+// bench is one run of fence-bench: where it prints.
+type bench struct {
+	out io.Writer
+}
 
-func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n", args...) }
+// Logf prints the framework's progress.
+func (b *bench) Logf(format string, args ...interface{}) { fmt.Fprintf(b.out, format+"\n", args...) }
+
+func (b *bench) printf(format string, args ...interface{}) { fmt.Fprintf(b.out, format, args...) }
 
 func main() {
-	trials := flag.Int("trials", 5, "Trials per path")
-	paths := flag.String("paths", "automatic,out-of-service,power", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible), automatic (SafeDetach pod GC, storage fence) and power (SafeDetach pod GC of a driver without UNPUBLISH_FENCE, the node powered off by fence_ipmilan through an ipmi_sim BMC)")
-	mode := flag.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes)")
-	volumes := flag.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
-	counts := flag.String("counts", "100,500", "With --mode=attach: VolumeAttachments attached and detached at once per round")
-	qps := flag.String("qps", "default,1000", "With --mode=attach: the attacher's --kube-api-qps (and --kube-api-burst) per round; default is external-attacher's 5 (10)")
-	burstVols := flag.Int("burst-volumes", 200, "With --mode=attach: volumes fenced at once from a failed node while attaches run (0: skip)")
-	burstQPS := flag.String("burst-qps", "1000", "With --mode=attach: the attacher's --kube-api-qps in the fence-burst phase")
-	fenceDelay := flag.Duration("fence-delay", 500*time.Millisecond, "With --mode=attach: the mock driver's latency of each ControllerUnpublishVolume during the fence burst")
-	attachCount := flag.Int("attaches", 200, "With --mode=attach: attaches measured alone and during the fence burst")
-	flag.Parse()
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runMain runs fence-bench with args, printing its progress and tables to
+// stdout and its failure to stderr, and returns its exit code.
+func runMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fence-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	trials := fs.Int("trials", 5, "Trials per path")
+	paths := fs.String("paths", "automatic,out-of-service,power", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible), automatic (SafeDetach pod GC, storage fence) and power (SafeDetach pod GC of a driver without UNPUBLISH_FENCE, the node powered off by fence_ipmilan through an ipmi_sim BMC)")
+	mode := fs.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes)")
+	volumes := fs.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
+	counts := fs.String("counts", "100,500", "With --mode=attach: VolumeAttachments attached and detached at once per round")
+	qps := fs.String("qps", "default,1000", "With --mode=attach: the attacher's --kube-api-qps (and --kube-api-burst) per round; default is external-attacher's 5 (10)")
+	burstVols := fs.Int("burst-volumes", 200, "With --mode=attach: volumes fenced at once from a failed node while attaches run (0: skip)")
+	burstQPS := fs.String("burst-qps", "1000", "With --mode=attach: the attacher's --kube-api-qps in the fence-burst phase")
+	fenceDelay := fs.Duration("fence-delay", 500*time.Millisecond, "With --mode=attach: the mock driver's latency of each ControllerUnpublishVolume during the fence burst")
+	attachCount := fs.Int("attaches", 200, "With --mode=attach: attaches measured alone and during the fence burst")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	b := &bench{out: stdout}
 	var err error
 	switch *mode {
 	case "failover":
-		err = run(ctx, *trials, strings.Split(*paths, ","))
+		err = b.run(ctx, *trials, strings.Split(*paths, ","))
 	case "burst":
-		err = runBurst(ctx, *volumes)
+		err = b.runBurst(ctx, *volumes)
 	case "attach":
 		var o attachOptions
 		if o.counts, err = parseInts(*counts); err == nil {
 			o.qps, o.burstQPS = strings.Split(*qps, ","), strings.Split(*burstQPS, ",")
 			o.burstVols, o.fenceDelay, o.attachCount = *burstVols, *fenceDelay, *attachCount
-			err = runAttach(ctx, o)
+			err = b.runAttach(ctx, o)
 		}
 	default:
 		err = fmt.Errorf("unknown --mode %q: want failover, burst or attach", *mode)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fence-bench:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "fence-bench:", err)
+		return 1
 	}
+	return 0
 }
 
-func run(ctx context.Context, trials int, paths []string) error {
+func (b *bench) run(ctx context.Context, trials int, paths []string) error {
 	var lines []string
 	for _, path := range paths {
-		line, err := measure(ctx, trials, path)
+		line, err := b.measure(ctx, trials, path)
 		if err != nil {
 			return err
 		}
 		lines = append(lines, line)
 	}
-	fmt.Printf("\n%-16s %6s %8s %8s %8s %8s\n", "path", "trials", "p50", "p95", "min", "max")
+	b.printf("\n%-16s %6s %8s %8s %8s %8s\n", "path", "trials", "p50", "p95", "min", "max")
 	for _, l := range lines {
-		fmt.Println(l)
+		b.printf("%s\n", l)
 	}
 	return nil
 }
@@ -103,8 +122,8 @@ func run(ctx context.Context, trials int, paths []string) error {
 // measure runs the trials of one path on a control plane of its own: the
 // in-tree path runs with the NonGracefulFailover gate off, so that only
 // Kubernetes' own pod GC and attach/detach controller act on the taint.
-func measure(ctx context.Context, trials int, path string) (string, error) {
-	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+func (b *bench) measure(ctx context.Context, trials int, path string) (string, error) {
+	c, err := framework.Start(ctx, b, framework.Options{})
 	if err != nil {
 		return "", err
 	}
@@ -127,7 +146,7 @@ func measure(ctx context.Context, trials int, path string) (string, error) {
 			if err != nil {
 				return "", fmt.Errorf("%s trial %d: %w", path, i, err)
 			}
-			fmt.Printf("%s trial %d: %.2fs\n", path, i, d.Seconds())
+			b.printf("%s trial %d: %.2fs\n", path, i, d.Seconds())
 			samples = append(samples, d)
 		}
 		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })

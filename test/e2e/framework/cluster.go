@@ -272,7 +272,7 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 	if err := c.alive(); err != nil {
 		return err
 	}
-	log.Logf("kube-apiserver ready (%.1fs)", since())
+	log.Logf("kube-apiserver ready at %s (%.1fs)", c.apiURL, since())
 
 	for _, user := range []string{"admin", "kcm", "scheduler", "kwok"} {
 		if err := c.writeCertKubeconfig(user); err != nil {
