@@ -91,6 +91,11 @@ type Cluster struct {
 	mu        sync.Mutex
 	processes []*Process
 	realNet   *realNet // the real nodes (StartRealNodes), nil without
+	// stops end what runs in this process against the cluster (simulated
+	// kubelets, informers) and what the process list does not hold (BMCs
+	// and their machines); Stop runs them, last added first, before it
+	// stops any process.
+	stops []func()
 }
 
 // RepoRoot is the root of this repository.
@@ -284,6 +289,14 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 		return err
 	}
 	c.Config.QPS, c.Config.Burst = 100, 200
+	// The certificates in memory, not as files: client-go reloads a client
+	// certificate file from a goroutine of its own that nothing stops (it
+	// ends when the transport is garbage collected), and once Cleanup has
+	// removed the work dir it logs "Loading client cert failed" until then.
+	if err := rest.LoadTLSFiles(c.Config); err != nil {
+		return err
+	}
+	c.Config.CertFile, c.Config.KeyFile, c.Config.CAFile = "", "", ""
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return err
 	}
@@ -444,12 +457,22 @@ func (c *Cluster) StartProcess(name, bin string, args ...string) (*Process, erro
 	return c.run(filepath.Join(c.WorkDir, "logs"), name, bin, args...)
 }
 
-// Stop stops every process: first the real nodes (powered off, and what
-// they made removed), then everything else started after the control plane
-// (the product), then the control plane from kwok down to etcd, each
-// group in parallel (SIGTERM, SIGKILL after a grace period).
+// Stop stops everything the cluster runs, clients before servers: first
+// the real nodes (powered off, and what they made removed), then what runs
+// in this process against the control plane (each simulated kubelet and its
+// informers, waited for) and the BMCs with their machines, then every other
+// process started after the control plane (the product), then the control
+// plane from kwok down to etcd, each group in parallel (SIGTERM, SIGKILL
+// after a grace period).
 func (c *Cluster) Stop() {
 	c.stopRealNodes()
+	c.mu.Lock()
+	stops := c.stops
+	c.stops = nil
+	c.mu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
 	c.mu.Lock()
 	procs := c.processes
 	c.processes = nil
@@ -477,6 +500,13 @@ func (c *Cluster) Stop() {
 		}
 		wg.Wait()
 	}
+}
+
+// atStop makes Stop call stop before it stops any process (see Stop).
+func (c *Cluster) atStop(stop func()) {
+	c.mu.Lock()
+	c.stops = append(c.stops, stop)
+	c.mu.Unlock()
 }
 
 // Cleanup stops the cluster and removes its work dir unless keep; a kept
