@@ -93,12 +93,12 @@ type attachLatencies struct {
 // by side in one control plane, at each API client setting; then the
 // attaches to a Ready node while another node's volumes are fenced, each
 // fence taking fenceDelay in the driver (external-attacher issue #761).
-func (b *bench) runAttach(ctx context.Context, o attachOptions) error {
-	c, err := framework.Start(ctx, b, framework.Options{})
+func (b *bench) runAttach(ctx context.Context, o attachOptions) (err error) {
+	c, err := framework.Start(ctx, b, b.opts)
 	if err != nil {
 		return err
 	}
-	defer c.Cleanup(false)
+	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
 	// NonGracefulFailover off: only the attacher acts on the node that
 	// fails in the burst, so that its fences are the attacher's.
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=false"}})
@@ -115,6 +115,13 @@ func (b *bench) runAttach(ctx context.Context, o attachOptions) error {
 	target := nodes[0]
 
 	var rounds []roundResult
+	var bursts []burstAttachResult
+	defer func() {
+		// What was measured, also when a later round fails.
+		if err != nil {
+			b.printAttach(rounds, bursts, o)
+		}
+	}()
 	for i, q := range o.qps {
 		for j, f := range fencingModes {
 			if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
@@ -139,7 +146,6 @@ func (b *bench) runAttach(ctx context.Context, o attachOptions) error {
 		}
 	}
 
-	var bursts []burstAttachResult
 	if o.burstVols > 0 {
 		for i, q := range o.burstQPS {
 			for j, f := range fencingModes {
@@ -433,6 +439,9 @@ func timedAttaches(ctx context.Context, c *framework.Cluster, node string, handl
 }
 
 func (b *bench) printAttach(rounds []roundResult, bursts []burstAttachResult, o attachOptions) {
+	if len(rounds) == 0 && len(bursts) == 0 {
+		return
+	}
 	b.printf("\nAttach, then detach, N VolumeAttachments on a Ready node (attacher's API requests from the audit log):\n")
 	b.printf("%-9s %-6s %5s | %9s %9s %8s | %9s %9s %8s | %8s\n", "qps/burst", "attach", "N",
 		"attach/s", "writes/op", "reads/op", "detach/s", "writes/op", "reads/op", "time vs")

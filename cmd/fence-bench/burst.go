@@ -49,12 +49,12 @@ type burstResult struct {
 // runs with its default --worker-threads and --kube-api-qps and the
 // NonGracefulFailover gate off, so that its workers alone write the node's
 // FencingRequest (no pod uses the volumes: the failover has nothing to do).
-func (b *bench) runBurst(ctx context.Context, volumes int) error {
-	c, err := framework.Start(ctx, b, framework.Options{})
+func (b *bench) runBurst(ctx context.Context, volumes int) (err error) {
+	c, err := framework.Start(ctx, b, b.opts)
 	if err != nil {
 		return err
 	}
-	defer c.Cleanup(false)
+	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=false"}})
 	if err != nil {
 		return err
@@ -69,6 +69,12 @@ func (b *bench) runBurst(ctx context.Context, volumes int) error {
 		}
 	}
 	var results []burstResult
+	defer func() {
+		// What was measured, also when a later burst fails.
+		if len(results) > 0 {
+			b.printf("\n%s", burstTable(volumes, results))
+		}
+	}()
 	for i, kind := range []string{"plain", "fenced"} {
 		r, err := b.burst(ctx, c, p, nodes[i], kind, volumes)
 		if err != nil {
@@ -76,18 +82,24 @@ func (b *bench) runBurst(ctx context.Context, volumes int) error {
 		}
 		results = append(results, r)
 	}
-	b.printf("\n%d detaches from one node at once (default --worker-threads and --kube-api-qps):\n", volumes)
-	b.printf("%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
+	return nil
+}
+
+// burstTable is the table of what each burst of volumes detaches cost.
+func burstTable(volumes int, results []burstResult) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d detaches from one node at once (default --worker-threads and --kube-api-qps):\n", volumes)
+	fmt.Fprintf(&sb, "%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
 		"detach", "time", "unpublish", "fenced", "FR writes", "409s", "gave up (i/o)", "FR reads", "writes", "reads")
-	b.printf("%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
+	fmt.Fprintf(&sb, "%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
 		"", "", "RPCs", "recorded", "", "", "", "/detach", "/detach", "/detach")
 	for _, r := range results {
 		n := float64(r.volumes)
-		b.printf("%-7s %7.1fs %10.0f %9d %10d %6d %16s %10.2f %10.2f %10.2f\n", r.kind, r.elapsed.Seconds(), r.unpub, r.recorded,
+		fmt.Fprintf(&sb, "%-7s %7.1fs %10.0f %9d %10d %6d %16s %10.2f %10.2f %10.2f\n", r.kind, r.elapsed.Seconds(), r.unpub, r.recorded,
 			r.frWrites, r.frConflicts, fmt.Sprintf("%d/%d", r.gaveUpIntent, r.gaveUpOutcome),
 			float64(r.frReads)/n, float64(r.writes)/n, float64(r.reads)/n)
 	}
-	return nil
+	return sb.String()
 }
 
 // burst attaches volumes volumes to node, fails the node if kind is
