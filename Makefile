@@ -26,12 +26,15 @@ test-powerfence:
 # End-to-end tests against etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and KWOK built from the modules under test/e2e/tools, and
 # Cluster API's core manager from hack/tools/capi (the machine backend's
-# tests; about 9 minutes cold, cached like the others).
+# tests; about 9 minutes cold, cached like the others); then fence-bench at
+# its smallest (--trials=1, and interrupted), which must leave nothing
+# running and say nothing of a control plane after its teardown.
 test-e2e:
 	./hack/install-fence-agents.sh
 	./hack/e2e-binaries.sh >/dev/null
 	./hack/capi-binaries.sh >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/...
+	$(GO) test -tags e2e -count=1 -timeout 20m -v ./cmd/fence-bench/
 
 # Real nodes: a real kubelet and containerd
 # per node in its own network namespace and cgroup, joined to the local

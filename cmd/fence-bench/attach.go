@@ -93,12 +93,12 @@ type attachLatencies struct {
 // by side in one control plane, at each API client setting; then the
 // attaches to a Ready node while another node's volumes are fenced, each
 // fence taking fenceDelay in the driver (external-attacher issue #761).
-func runAttach(ctx context.Context, o attachOptions) error {
-	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+func (b *bench) runAttach(ctx context.Context, o attachOptions) (err error) {
+	c, err := framework.Start(ctx, b, b.opts)
 	if err != nil {
 		return err
 	}
-	defer c.Cleanup(false)
+	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
 	// NonGracefulFailover off: only the attacher acts on the node that
 	// fails in the burst, so that its fences are the attacher's.
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=false"}})
@@ -115,6 +115,13 @@ func runAttach(ctx context.Context, o attachOptions) error {
 	target := nodes[0]
 
 	var rounds []roundResult
+	var bursts []burstAttachResult
+	defer func() {
+		// What was measured, also when a later round fails.
+		if err != nil {
+			b.printAttach(rounds, bursts, o)
+		}
+	}()
 	for i, q := range o.qps {
 		for j, f := range fencingModes {
 			if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
@@ -133,29 +140,28 @@ func runAttach(ctx context.Context, o attachOptions) error {
 					return fmt.Errorf("%s, qps %s, %d volumes: %w", f, q, n, err)
 				}
 				r.setting, r.fencing = apiSetting(q), f
-				fmt.Printf("%s qps %s n=%d: attach %.1fs, detach %.1fs\n", f, r.setting, n, r.attach.Seconds(), r.detach.Seconds())
+				b.printf("%s qps %s n=%d: attach %.1fs, detach %.1fs\n", f, r.setting, n, r.attach.Seconds(), r.detach.Seconds())
 				rounds = append(rounds, r)
 			}
 		}
 	}
 
-	var bursts []burstAttachResult
 	if o.burstVols > 0 {
 		for i, q := range o.burstQPS {
 			for j, f := range fencingModes {
 				if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
 					return err
 				}
-				b, err := burstAttach(ctx, c, p, fmt.Sprintf("fail%d%d", i, j), target, o)
+				r, err := b.burstAttach(ctx, c, p, fmt.Sprintf("fail%d%d", i, j), target, o)
 				if err != nil {
 					return fmt.Errorf("burst, %s, qps %s: %w", f, q, err)
 				}
-				b.setting, b.fencing = apiSetting(q), f
-				bursts = append(bursts, b)
+				r.setting, r.fencing = apiSetting(q), f
+				bursts = append(bursts, r)
 			}
 		}
 	}
-	printAttach(rounds, bursts, o)
+	b.printAttach(rounds, bursts, o)
 	return nil
 }
 
@@ -300,91 +306,91 @@ func attachRound(ctx context.Context, c *framework.Cluster, node string, handles
 // burstAttach measures attaching handles to target alone, then again while
 // burstVols volumes are detached at once from a node that failed, each
 // unpublish taking o.fenceDelay in the driver.
-func burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, target string, o attachOptions) (burstAttachResult, error) {
-	b := burstAttachResult{burstVols: o.burstVols}
+func (b *bench) burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, target string, o attachOptions) (burstAttachResult, error) {
+	res := burstAttachResult{burstVols: o.burstVols}
 	failing, err := c.CreateNodes(ctx, prefix, 1, framework.DriverName)
 	if err != nil {
-		return b, err
+		return res, err
 	}
 	if err := p.Array.RegisterNode(failing[0], 0); err != nil {
-		return b, err
+		return res, err
 	}
 	burstHandles, err := createVolumes(ctx, c, p, prefix, o.burstVols)
 	if err != nil {
-		return b, err
+		return res, err
 	}
 	if _, err := createVAs(ctx, c, failing[0], prefix, burstHandles); err != nil {
-		return b, err
+		return res, err
 	}
 	if _, err := waitAttached(ctx, c, prefix, len(burstHandles), 20*time.Minute); err != nil {
-		return b, fmt.Errorf("attaching the burst's volumes: %w", err)
+		return res, fmt.Errorf("attaching the burst's volumes: %w", err)
 	}
 
 	// Attaches alone, the baseline, and during the burst, each on fresh
 	// volumes.
 	alone, err := createVolumes(ctx, c, p, prefix+"-alone", o.attachCount)
 	if err != nil {
-		return b, err
+		return res, err
 	}
 	during, err := createVolumes(ctx, c, p, prefix+"-during", o.attachCount)
 	if err != nil {
-		return b, err
+		return res, err
 	}
-	if b.alone, err = timedAttaches(ctx, c, target, alone); err != nil {
-		return b, err
+	if res.alone, err = timedAttaches(ctx, c, target, alone); err != nil {
+		return res, err
 	}
 	if err := detachAll(ctx, c, "timed", 20*time.Minute); err != nil {
-		return b, err
+		return res, err
 	}
 
 	if err := c.ShutDown(ctx, failing[0]); err != nil {
-		return b, err
+		return res, err
 	}
 	// The taint follows the NotReady condition: by then the attacher's
 	// cache has the node NotReady too.
 	if err := c.WaitTaint(ctx, failing[0], corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute, true, 90*time.Second); err != nil {
-		return b, err
+		return res, err
 	}
 	store := faults.NewStore(p.Driver.StateDir)
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: o.fenceDelay}); err != nil {
-		return b, err
+		return res, err
 	}
 	unpub0, err := unpublishCalls(ctx, p)
 	if err != nil {
-		return b, err
+		return res, err
 	}
 	ev0, err := c.AuditEvents()
 	if err != nil {
-		return b, err
+		return res, err
 	}
 	begin := time.Now()
 	if err := c.Client.StorageV1().VolumeAttachments().DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{LabelSelector: burstLabel + "=" + prefix}); err != nil {
-		return b, err
+		return res, err
 	}
-	if b.during, err = timedAttaches(ctx, c, target, during); err != nil {
-		return b, err
+	if res.during, err = timedAttaches(ctx, c, target, during); err != nil {
+		return res, err
 	}
 	if err := waitVAs(ctx, c, burstLabel+"="+prefix, 30*time.Minute, func(vas map[string]*storagev1.VolumeAttachment) bool { return len(vas) == 0 }); err != nil {
-		return b, fmt.Errorf("detaching the burst: %w", err)
+		return res, fmt.Errorf("detaching the burst: %w", err)
 	}
-	b.burstDone = time.Since(begin)
+	res.burstDone = time.Since(begin)
 	unpub, err := unpublishCalls(ctx, p)
 	if err != nil {
-		return b, err
+		return res, err
 	}
-	b.unpublishInBurst = unpub - unpub0
+	res.unpublishInBurst = unpub - unpub0
 	ev1, err := c.AuditEvents()
 	if err != nil {
-		return b, err
+		return res, err
 	}
-	b.detachWrites = writesDuring(ev1[len(ev0):], burstHandles, b.during.begin, b.during.end)
+	res.detachWrites = writesDuring(ev1[len(ev0):], burstHandles, res.during.begin, res.during.end)
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{}); err != nil {
-		return b, err
+		return res, err
 	}
-	fmt.Printf("burst %s: attaches alone p50 %.2fs all %.2fs; during the burst p50 %.2fs all %.2fs, %d detach writes meanwhile; burst done in %.1fs\n", prefix,
-		b.alone.p50.Seconds(), b.alone.all.Seconds(), b.during.p50.Seconds(), b.during.all.Seconds(), b.detachWrites, b.burstDone.Seconds())
-	return b, detachAll(ctx, c, "timed", 20*time.Minute)
+	b.printf("burst %s: attaches alone p50 %.2fs all %.2fs; during the burst p50 %.2fs all %.2fs, %d detach writes meanwhile; burst done in %.1fs\n", prefix,
+		res.alone.p50.Seconds(), res.alone.all.Seconds(), res.during.p50.Seconds(), res.during.all.Seconds(), res.detachWrites, res.burstDone.Seconds())
+	return res, detachAll(ctx, c, "timed", 20*time.Minute)
 }
 
 // writesDuring counts the attacher's writes to the VolumeAttachments named
@@ -432,11 +438,14 @@ func timedAttaches(ctx context.Context, c *framework.Cluster, node string, handl
 	return l, nil
 }
 
-func printAttach(rounds []roundResult, bursts []burstAttachResult, o attachOptions) {
-	fmt.Printf("\nAttach, then detach, N VolumeAttachments on a Ready node (attacher's API requests from the audit log):\n")
-	fmt.Printf("%-9s %-6s %5s | %9s %9s %8s | %9s %9s %8s | %8s\n", "qps/burst", "attach", "N",
+func (b *bench) printAttach(rounds []roundResult, bursts []burstAttachResult, o attachOptions) {
+	if len(rounds) == 0 && len(bursts) == 0 {
+		return
+	}
+	b.printf("\nAttach, then detach, N VolumeAttachments on a Ready node (attacher's API requests from the audit log):\n")
+	b.printf("%-9s %-6s %5s | %9s %9s %8s | %9s %9s %8s | %8s\n", "qps/burst", "attach", "N",
 		"attach/s", "writes/op", "reads/op", "detach/s", "writes/op", "reads/op", "time vs")
-	fmt.Printf("%-9s %-6s %5s | %9s %9s %8s | %9s %9s %8s | %8s\n", "", "er", "", "", "", "", "", "", "", "plain")
+	b.printf("%-9s %-6s %5s | %9s %9s %8s | %9s %9s %8s | %8s\n", "", "er", "", "", "", "", "", "", "", "plain")
 	plain := map[string]roundResult{}
 	for _, r := range rounds {
 		if r.fencing == "plain" {
@@ -449,23 +458,23 @@ func printAttach(rounds []roundResult, bursts []burstAttachResult, o attachOptio
 		if base, ok := plain[fmt.Sprint(r.setting, r.n)]; ok && r.fencing == "fence" {
 			vs = fmt.Sprintf("%+.1f%%", 100*((r.attach+r.detach).Seconds()/(base.attach+base.detach).Seconds()-1))
 		}
-		fmt.Printf("%-9s %-6s %5d | %9.1f %9.2f %8.2f | %9.1f %9.2f %8.2f | %8s\n", r.setting, r.fencing, r.n,
+		b.printf("%-9s %-6s %5d | %9.1f %9.2f %8.2f | %9.1f %9.2f %8.2f | %8s\n", r.setting, r.fencing, r.n,
 			n/r.attach.Seconds(), float64(r.attachWrites)/n, float64(r.attachReads)/n,
 			n/r.detach.Seconds(), float64(r.detWrites)/n, float64(r.detReads)/n, vs)
 	}
 	if len(bursts) == 0 {
 		return
 	}
-	fmt.Printf("\n%d attaches to a Ready node, alone and while %d volumes are detached from a NotReady node (%v per ControllerUnpublishVolume):\n",
+	b.printf("\n%d attaches to a Ready node, alone and while %d volumes are detached from a NotReady node (%v per ControllerUnpublishVolume):\n",
 		o.attachCount, o.burstVols, o.fenceDelay)
-	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "qps/burst", "attach", "alone p50", "p95", "all",
+	b.printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "qps/burst", "attach", "alone p50", "p95", "all",
 		"burst p50", "p95", "all", "detach", "p50 vs", "burst", "unpub")
-	fmt.Printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "", "er", "", "", "", "", "", "", "writes", "alone", "done", "RPCs")
-	for _, b := range bursts {
-		fmt.Printf("%-9s %-6s | %8.2fs %8.2fs %8.2fs | %8.2fs %8.2fs %8.2fs %8d | %+7.0f%% | %7.1fs %8.0f\n", b.setting, b.fencing,
-			b.alone.p50.Seconds(), b.alone.p95.Seconds(), b.alone.all.Seconds(),
-			b.during.p50.Seconds(), b.during.p95.Seconds(), b.during.all.Seconds(), b.detachWrites,
-			100*(b.during.p50.Seconds()/b.alone.p50.Seconds()-1), b.burstDone.Seconds(), b.unpublishInBurst)
+	b.printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "", "er", "", "", "", "", "", "", "writes", "alone", "done", "RPCs")
+	for _, r := range bursts {
+		b.printf("%-9s %-6s | %8.2fs %8.2fs %8.2fs | %8.2fs %8.2fs %8.2fs %8d | %+7.0f%% | %7.1fs %8.0f\n", r.setting, r.fencing,
+			r.alone.p50.Seconds(), r.alone.p95.Seconds(), r.alone.all.Seconds(),
+			r.during.p50.Seconds(), r.during.p95.Seconds(), r.during.all.Seconds(), r.detachWrites,
+			100*(r.during.p50.Seconds()/r.alone.p50.Seconds()-1), r.burstDone.Seconds(), r.unpublishInBurst)
 	}
 }
 

@@ -49,12 +49,12 @@ type burstResult struct {
 // runs with its default --worker-threads and --kube-api-qps and the
 // NonGracefulFailover gate off, so that its workers alone write the node's
 // FencingRequest (no pod uses the volumes: the failover has nothing to do).
-func runBurst(ctx context.Context, volumes int) error {
-	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+func (b *bench) runBurst(ctx context.Context, volumes int) (err error) {
+	c, err := framework.Start(ctx, b, b.opts)
 	if err != nil {
 		return err
 	}
-	defer c.Cleanup(false)
+	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=false"}})
 	if err != nil {
 		return err
@@ -69,31 +69,43 @@ func runBurst(ctx context.Context, volumes int) error {
 		}
 	}
 	var results []burstResult
+	defer func() {
+		// What was measured, also when a later burst fails.
+		if len(results) > 0 {
+			b.printf("\n%s", burstTable(volumes, results))
+		}
+	}()
 	for i, kind := range []string{"plain", "fenced"} {
-		r, err := burst(ctx, c, p, nodes[i], kind, volumes)
+		r, err := b.burst(ctx, c, p, nodes[i], kind, volumes)
 		if err != nil {
 			return fmt.Errorf("%s burst: %w", kind, err)
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("\n%d detaches from one node at once (default --worker-threads and --kube-api-qps):\n", volumes)
-	fmt.Printf("%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
+	return nil
+}
+
+// burstTable is the table of what each burst of volumes detaches cost.
+func burstTable(volumes int, results []burstResult) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d detaches from one node at once (default --worker-threads and --kube-api-qps):\n", volumes)
+	fmt.Fprintf(&sb, "%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
 		"detach", "time", "unpublish", "fenced", "FR writes", "409s", "gave up (i/o)", "FR reads", "writes", "reads")
-	fmt.Printf("%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
+	fmt.Fprintf(&sb, "%-7s %8s %10s %9s %10s %6s %16s %10s %10s %10s\n",
 		"", "", "RPCs", "recorded", "", "", "", "/detach", "/detach", "/detach")
 	for _, r := range results {
 		n := float64(r.volumes)
-		fmt.Printf("%-7s %7.1fs %10.0f %9d %10d %6d %16s %10.2f %10.2f %10.2f\n", r.kind, r.elapsed.Seconds(), r.unpub, r.recorded,
+		fmt.Fprintf(&sb, "%-7s %7.1fs %10.0f %9d %10d %6d %16s %10.2f %10.2f %10.2f\n", r.kind, r.elapsed.Seconds(), r.unpub, r.recorded,
 			r.frWrites, r.frConflicts, fmt.Sprintf("%d/%d", r.gaveUpIntent, r.gaveUpOutcome),
 			float64(r.frReads)/n, float64(r.writes)/n, float64(r.reads)/n)
 	}
-	return nil
+	return sb.String()
 }
 
 // burst attaches volumes volumes to node, fails the node if kind is
 // "fenced", then deletes every attachment at once and measures until the
 // last one is gone.
-func burst(ctx context.Context, c *framework.Cluster, p *framework.Product, node, kind string, volumes int) (burstResult, error) {
+func (b *bench) burst(ctx context.Context, c *framework.Cluster, p *framework.Product, node, kind string, volumes int) (burstResult, error) {
 	r := burstResult{kind: kind, volumes: volumes}
 	sel := burstLabel + "=" + kind
 	for i := 0; i < volumes; i++ {
@@ -124,7 +136,7 @@ func burst(ctx context.Context, c *framework.Cluster, p *framework.Product, node
 	}); err != nil {
 		return r, fmt.Errorf("attaching: %w", err)
 	}
-	fmt.Printf("%s: %d volumes attached to %s (%.1fs)\n", kind, volumes, node, time.Since(begin).Seconds())
+	b.printf("%s: %d volumes attached to %s (%.1fs)\n", kind, volumes, node, time.Since(begin).Seconds())
 	if kind == "fenced" {
 		if err := c.ShutDown(ctx, node); err != nil {
 			return r, err
@@ -134,7 +146,7 @@ func burst(ctx context.Context, c *framework.Cluster, p *framework.Product, node
 		if err := c.WaitTaint(ctx, node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute, true, 60*time.Second); err != nil {
 			return r, err
 		}
-		fmt.Printf("%s: %s NotReady\n", kind, node)
+		b.printf("%s: %s NotReady\n", kind, node)
 	}
 
 	before, err := c.AuditEvents()
@@ -157,7 +169,7 @@ func burst(ctx context.Context, c *framework.Cluster, p *framework.Product, node
 		return r, fmt.Errorf("detaching: %w", err)
 	}
 	r.elapsed = time.Since(begin)
-	fmt.Printf("%s: %d volumes detached in %.1fs\n", kind, volumes, r.elapsed.Seconds())
+	b.printf("%s: %d volumes detached in %.1fs\n", kind, volumes, r.elapsed.Seconds())
 
 	after, err := c.AuditEvents()
 	if err != nil {

@@ -25,11 +25,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
-	"sort"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,71 +48,161 @@ type quiet struct{}
 
 func (quiet) Logf(string, ...interface{}) {}
 
-type stdout struct{}
-
-func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n", args...) }
-
-func main() {
-	trials := flag.Int("trials", 5, "Trials per path")
-	paths := flag.String("paths", "automatic,out-of-service,power", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible), automatic (SafeDetach pod GC, storage fence) and power (SafeDetach pod GC of a driver without UNPUBLISH_FENCE, the node powered off by fence_ipmilan through an ipmi_sim BMC)")
-	mode := flag.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes)")
-	volumes := flag.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
-	counts := flag.String("counts", "100,500", "With --mode=attach: VolumeAttachments attached and detached at once per round")
-	qps := flag.String("qps", "default,1000", "With --mode=attach: the attacher's --kube-api-qps (and --kube-api-burst) per round; default is external-attacher's 5 (10)")
-	burstVols := flag.Int("burst-volumes", 200, "With --mode=attach: volumes fenced at once from a failed node while attaches run (0: skip)")
-	burstQPS := flag.String("burst-qps", "1000", "With --mode=attach: the attacher's --kube-api-qps in the fence-burst phase")
-	fenceDelay := flag.Duration("fence-delay", 500*time.Millisecond, "With --mode=attach: the mock driver's latency of each ControllerUnpublishVolume during the fence burst")
-	attachCount := flag.Int("attaches", 200, "With --mode=attach: attaches measured alone and during the fence burst")
-	flag.Parse()
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	var err error
-	switch *mode {
-	case "failover":
-		err = run(ctx, *trials, strings.Split(*paths, ","))
-	case "burst":
-		err = runBurst(ctx, *volumes)
-	case "attach":
-		var o attachOptions
-		if o.counts, err = parseInts(*counts); err == nil {
-			o.qps, o.burstQPS = strings.Split(*qps, ","), strings.Split(*burstQPS, ",")
-			o.burstVols, o.fenceDelay, o.attachCount = *burstVols, *fenceDelay, *attachCount
-			err = runAttach(ctx, o)
-		}
-	default:
-		err = fmt.Errorf("unknown --mode %q: want failover, burst or attach", *mode)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fence-bench:", err)
-		os.Exit(1)
-	}
+// bench is one run of fence-bench.
+type bench struct {
+	out io.Writer
+	// opts start every control plane (the binaries the preflight found).
+	opts framework.Options
+	// measurePath measures one failover path (measure; a test's fake).
+	measurePath func(ctx context.Context, trials int, path string) (pathResult, error)
 }
 
-func run(ctx context.Context, trials int, paths []string) error {
-	var lines []string
-	for _, path := range paths {
-		line, err := measure(ctx, trials, path)
-		if err != nil {
-			return err
+// Logf prints the framework's progress.
+func (b *bench) Logf(format string, args ...interface{}) { fmt.Fprintf(b.out, format+"\n", args...) }
+
+func (b *bench) printf(format string, args ...interface{}) { fmt.Fprintf(b.out, format, args...) }
+
+func main() {
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runMain runs fence-bench with args, printing its progress and tables to
+// stdout and its failure to stderr, and returns its exit code. Whatever
+// happens, and on SIGINT or SIGTERM, it prints what it measured, stops
+// everything it started and checks that nothing of it is left running.
+func runMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fence-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	trials := fs.Int("trials", 5, "Trials per path")
+	paths := fs.String("paths", "automatic,out-of-service,power", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible), automatic (SafeDetach pod GC, storage fence) and power (SafeDetach pod GC of a driver without UNPUBLISH_FENCE, the node powered off by fence_ipmilan through an ipmi_sim BMC; needs fence_ipmilan, ipmitool and ipmi_sim, which hack/install-fence-agents.sh installs)")
+	mode := fs.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes)")
+	volumes := fs.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
+	counts := fs.String("counts", "100,500", "With --mode=attach: VolumeAttachments attached and detached at once per round")
+	qps := fs.String("qps", "default,1000", "With --mode=attach: the attacher's --kube-api-qps (and --kube-api-burst) per round; default is external-attacher's 5 (10)")
+	burstVols := fs.Int("burst-volumes", 200, "With --mode=attach: volumes fenced at once from a failed node while attaches run (0: skip)")
+	burstQPS := fs.String("burst-qps", "1000", "With --mode=attach: the attacher's --kube-api-qps in the fence-burst phase")
+	fenceDelay := fs.Duration("fence-delay", 500*time.Millisecond, "With --mode=attach: the mock driver's latency of each ControllerUnpublishVolume during the fence burst")
+	attachCount := fs.Int("attaches", 200, "With --mode=attach: attaches measured alone and during the fence burst")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
 		}
-		lines = append(lines, line)
+		return 2
 	}
-	fmt.Printf("\n%-16s %6s %8s %8s %8s %8s\n", "path", "trials", "p50", "p95", "min", "max")
-	for _, l := range lines {
-		fmt.Println(l)
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "fence-bench:", err)
+		return 1
 	}
-	return nil
+	var o attachOptions
+	if *mode == "attach" {
+		var err error
+		if o.counts, err = parseInts(*counts); err != nil {
+			return fail(err)
+		}
+		o.qps, o.burstQPS = strings.Split(*qps, ","), strings.Split(*burstQPS, ",")
+		o.burstVols, o.fenceDelay, o.attachCount = *burstVols, *fenceDelay, *attachCount
+	}
+	pathList := strings.Split(*paths, ",")
+	need, err := requirements(*mode, pathList, *trials, *volumes)
+	if err != nil {
+		return fail(err)
+	}
+
+	// Every process started from here on, and whatever it starts, carries
+	// the run's tag: what is left of them at the end is found wherever it
+	// was reparented.
+	tag, err := framework.TagRun()
+	if err != nil {
+		return fail(err)
+	}
+	code := func() int {
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer cancel()
+		b := &bench{out: stdout}
+		b.measurePath = b.measure
+		if b.opts, err = b.preflight(ctx, need); err != nil {
+			return fail(fmt.Errorf("preflight: %w", err))
+		}
+		switch *mode {
+		case "failover":
+			err = b.run(ctx, *trials, pathList)
+		case "burst":
+			err = b.runBurst(ctx, *volumes)
+		case "attach":
+			err = b.runAttach(ctx, o)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return 0
+	}()
+	// Everything was stopped on the way out; a process killed a moment ago
+	// may still be ending.
+	if err := tag.WaitNoProcesses(context.Background(), 10*time.Second); err != nil {
+		return fail(err)
+	}
+	return code
+}
+
+// run measures each path in turn and prints the table of those measured,
+// also when one fails (its trials so far in a row of its own) or the run is
+// interrupted; the paths after a failure are not measured.
+func (b *bench) run(ctx context.Context, trials int, paths []string) error {
+	var results []pathResult
+	var err error
+	for _, path := range paths {
+		var r pathResult
+		r, err = b.measurePath(ctx, trials, path)
+		if len(r.samples) > 0 {
+			results = append(results, r)
+		}
+		if err != nil {
+			break
+		}
+	}
+	if len(results) > 0 {
+		b.printf("\n%s", failoverTable(results))
+	}
+	return err
+}
+
+// pathResult is what the trials of one failover path measured.
+type pathResult struct {
+	path    string
+	trials  int             // asked for
+	samples []time.Duration // one per trial that ended, in order
+}
+
+// failoverTable is the table of the paths' p50, p95, min and max; a path
+// whose trials did not all end shows how many did (2/5).
+func failoverTable(results []pathResult) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%-16s %6s %8s %8s %8s %8s\n", "path", "trials", "p50", "p95", "min", "max")
+	for _, r := range results {
+		samples := slices.Clone(r.samples)
+		slices.Sort(samples)
+		n := strconv.Itoa(len(samples))
+		if len(samples) < r.trials {
+			n += "/" + strconv.Itoa(r.trials)
+		}
+		fmt.Fprintf(&sb, "%-16s %6s %7.2fs %7.2fs %7.2fs %7.2fs\n", r.path, n,
+			timeline.Percentile(samples, 50).Seconds(), timeline.Percentile(samples, 95).Seconds(), samples[0].Seconds(), samples[len(samples)-1].Seconds())
+	}
+	return sb.String()
 }
 
 // measure runs the trials of one path on a control plane of its own: the
 // in-tree path runs with the NonGracefulFailover gate off, so that only
-// Kubernetes' own pod GC and attach/detach controller act on the taint.
-func measure(ctx context.Context, trials int, path string) (string, error) {
-	c, err := framework.Start(ctx, stdout{}, framework.Options{})
+// Kubernetes' own pod GC and attach/detach controller act on the taint. It
+// returns the trials that ended, also on an error. The control plane's logs
+// are kept when it fails (not when interrupted).
+func (b *bench) measure(ctx context.Context, trials int, path string) (r pathResult, err error) {
+	r = pathResult{path: path, trials: trials}
+	c, err := framework.Start(ctx, b, b.opts)
 	if err != nil {
-		return "", err
+		return r, err
 	}
-	defer c.Cleanup(false)
+	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
 	var args, mockArgs []string
 	switch path {
 	case "out-of-service":
@@ -118,22 +212,17 @@ func measure(ctx context.Context, trials int, path string) (string, error) {
 	}
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: args, MockArgs: mockArgs})
 	if err != nil {
-		return "", err
+		return r, err
 	}
-	{
-		var samples []time.Duration
-		for i := 0; i < trials; i++ {
-			d, err := trial(ctx, c, p, fmt.Sprintf("b%s%d", path[:1], i), path)
-			if err != nil {
-				return "", fmt.Errorf("%s trial %d: %w", path, i, err)
-			}
-			fmt.Printf("%s trial %d: %.2fs\n", path, i, d.Seconds())
-			samples = append(samples, d)
+	for i := 0; i < trials; i++ {
+		d, err := trial(ctx, c, p, fmt.Sprintf("b%s%d", path[:1], i), path)
+		if err != nil {
+			return r, fmt.Errorf("%s trial %d: %w", path, i, err)
 		}
-		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-		return fmt.Sprintf("%-16s %6d %7.2fs %7.2fs %7.2fs %7.2fs", path, len(samples),
-			timeline.Percentile(samples, 50).Seconds(), timeline.Percentile(samples, 95).Seconds(), samples[0].Seconds(), samples[len(samples)-1].Seconds()), nil
+		b.printf("%s trial %d: %.2fs\n", path, i, d.Seconds())
+		r.samples = append(r.samples, d)
 	}
+	return r, nil
 }
 
 // trial fails one node and returns eligible -> attached elsewhere.
@@ -141,13 +230,15 @@ func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, pref
 	if path == "power" {
 		// Each node's plugin is the machine of a BMC: the power fence
 		// really stops it.
+		// Their state lives as long as they do, in the work dir: the
+		// cluster stops them.
 		for i := 0; i < 2; i++ {
-			dir, err := os.MkdirTemp("", "fence-bench-bmc-")
-			if err != nil {
+			node := fmt.Sprintf("%s-node-%d", prefix, i)
+			dir := filepath.Join(c.WorkDir, "bmc", node)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return 0, err
 			}
-			defer os.RemoveAll(dir)
-			p.SetPowerSwitch(fmt.Sprintf("%s-node-%d", prefix, i), p.Driver, bmcsim.Config{Dir: dir, User: "admin", Password: "bench-secret"})
+			p.SetPowerSwitch(node, p.Driver, bmcsim.Config{Dir: dir, User: "admin", Password: "bench-secret"})
 		}
 	}
 	env, err := scenario.Setup(ctx, c, p, quiet{}, prefix, 2, 1)
@@ -167,7 +258,7 @@ func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, pref
 	}
 	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: env.Volumes[0]}, nil)
 	stop := make(chan struct{})
-	defer close(stop)
+	defer func() { close(stop); rec.Wait() }()
 	if err := rec.Watch(c.Client, c.Dynamic, stop); err != nil {
 		return 0, err
 	}

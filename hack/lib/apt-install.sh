@@ -6,23 +6,36 @@
 # (which a non-root PATH often lacks).
 have() { PATH=$PATH:/usr/sbin:/sbin command -v "$1" >/dev/null 2>&1; }
 
+# apt_installer prints how apt_install_packages would install: "root" or
+# "sudo" (passwordless); or it prints why it cannot, after "no: ", and fails.
+apt_installer() {
+	if ! command -v apt-get >/dev/null 2>&1; then
+		echo "no: apt-get not found"
+		return 1
+	fi
+	if [ "$(id -u)" = 0 ]; then
+		echo root
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		echo sudo
+	else
+		echo "no: not root and no passwordless sudo"
+		return 1
+	fi
+}
+
 # apt_install_packages installs its arguments (packages) with apt-get. A
 # fresh machine may have no package lists at all (or stale ones whose
 # versions the mirror no longer serves): update once, then install; and if an
 # install from lists we did not refresh fails, refresh and try once more.
 apt_install_packages() {
-	if ! command -v apt-get >/dev/null 2>&1; then
-		log "apt-get not found: install $* by hand"
+	local how
+	if ! how=$(apt_installer); then
+		log "cannot install $* (${how#no: }): install them by hand"
 		return 1
 	fi
 	local sudo=()
-	if [ "$(id -u)" != 0 ]; then
-		if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-			sudo=(sudo -n)
-		else
-			log "not root and no passwordless sudo: cannot install $*"
-			return 1
-		fi
+	if [ "$how" = sudo ]; then
+		sudo=(sudo -n)
 	fi
 	local install=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@")

@@ -35,7 +35,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -92,6 +91,11 @@ type Cluster struct {
 	mu        sync.Mutex
 	processes []*Process
 	realNet   *realNet // the real nodes (StartRealNodes), nil without
+	// stops end what runs in this process against the cluster (simulated
+	// kubelets, informers) and what the process list does not hold (BMCs
+	// and their machines); Stop runs them, last added first, before it
+	// stops any process.
+	stops []func()
 }
 
 // RepoRoot is the root of this repository.
@@ -101,19 +105,19 @@ func RepoRoot() string {
 }
 
 // Binaries returns the directory of the control-plane binaries, building
-// them (minutes, once) when they are not cached yet.
+// them (minutes, once) when they are not cached yet, as `make test` does
+// (hack/e2e-binaries.sh), and checks that every one is there.
 func Binaries(ctx context.Context, log Logger) (string, error) {
-	if d := os.Getenv("FENCE_E2E_BIN"); d != "" {
-		return d, nil
+	dir := os.Getenv("FENCE_E2E_BIN")
+	if dir == "" {
+		out, err := RunScript(ctx, "hack/e2e-binaries.sh")
+		if err != nil {
+			return "", fmt.Errorf("building control-plane binaries: %w", err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		dir = lines[len(lines)-1]
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(RepoRoot(), "hack", "e2e-binaries.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building control-plane binaries: %w", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1], nil
+	return dir, checkBinaries(dir)
 }
 
 func freePorts(n int) ([]int, error) {
@@ -153,8 +157,7 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 		if opts.BinDir, err = Binaries(ctx, log); err != nil {
 			return nil, err
 		}
-	}
-	if err := checkBinaries(opts.BinDir); err != nil {
+	} else if err := checkBinaries(opts.BinDir); err != nil {
 		return nil, err
 	}
 	if opts.WorkDir == "" {
@@ -274,7 +277,7 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 	if err := c.alive(); err != nil {
 		return err
 	}
-	log.Logf("kube-apiserver ready (%.1fs)", since())
+	log.Logf("kube-apiserver ready at %s (%.1fs)", c.apiURL, since())
 
 	for _, user := range []string{"admin", "kcm", "scheduler", "kwok"} {
 		if err := c.writeCertKubeconfig(user); err != nil {
@@ -286,6 +289,14 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 		return err
 	}
 	c.Config.QPS, c.Config.Burst = 100, 200
+	// The certificates in memory, not as files: client-go reloads a client
+	// certificate file from a goroutine of its own that nothing stops (it
+	// ends when the transport is garbage collected), and once Cleanup has
+	// removed the work dir it logs "Loading client cert failed" until then.
+	if err := rest.LoadTLSFiles(c.Config); err != nil {
+		return err
+	}
+	c.Config.CertFile, c.Config.KeyFile, c.Config.CAFile = "", "", ""
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return err
 	}
@@ -446,12 +457,22 @@ func (c *Cluster) StartProcess(name, bin string, args ...string) (*Process, erro
 	return c.run(filepath.Join(c.WorkDir, "logs"), name, bin, args...)
 }
 
-// Stop stops every process: first the real nodes (powered off, and what
-// they made removed), then everything else started after the control plane
-// (the product), then the control plane from kwok down to etcd, each
-// group in parallel (SIGTERM, SIGKILL after a grace period).
+// Stop stops everything the cluster runs, clients before servers: first
+// the real nodes (powered off, and what they made removed), then what runs
+// in this process against the control plane (each simulated kubelet and its
+// informers, waited for) and the BMCs with their machines, then every other
+// process started after the control plane (the product), then the control
+// plane from kwok down to etcd, each group in parallel (SIGTERM, SIGKILL
+// after a grace period).
 func (c *Cluster) Stop() {
 	c.stopRealNodes()
+	c.mu.Lock()
+	stops := c.stops
+	c.stops = nil
+	c.mu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
 	c.mu.Lock()
 	procs := c.processes
 	c.processes = nil
@@ -479,6 +500,13 @@ func (c *Cluster) Stop() {
 		}
 		wg.Wait()
 	}
+}
+
+// atStop makes Stop call stop before it stops any process (see Stop).
+func (c *Cluster) atStop(stop func()) {
+	c.mu.Lock()
+	c.stops = append(c.stops, stop)
+	c.mu.Unlock()
 }
 
 // Cleanup stops the cluster and removes its work dir unless keep; a kept

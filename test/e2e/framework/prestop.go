@@ -79,7 +79,13 @@ func (c *Cluster) StartPreStop(ctx context.Context) (*PreStop, error) {
 	ps.kubeconfig = kubeconfig
 	// A force-deleted pod is gone from the API at once, whether its node's
 	// simulated kubelet runs or not.
-	go kubeletsim.ReleaseForceDeleted(klog.NewContext(context.Background(), klog.Background()), c.Client)
+	releaseCtx, stopRelease := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		kubeletsim.ReleaseForceDeleted(releaseCtx, c.Client)
+	}()
+	c.atStop(func() { stopRelease(); <-released })
 	// The webhook first, so that it is there to write the caBundle as soon
 	// as the configuration exists (it retries until then), as in a cluster
 	// where both are applied at once.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -198,5 +199,45 @@ func TestStartServerRetriesLostPort(t *testing.T) {
 	var exited *ExitedError
 	if !errors.As(err, &exited) || exited.PortConflict {
 		t.Fatalf("want a plain ExitedError, got %v", err)
+	}
+}
+
+// TestStopEndsClientsBeforeServers: what runs against the cluster in this
+// process (atStop) is stopped before any process, the last added first, so
+// that no client outlives the control plane it talks to.
+func TestStopEndsClientsBeforeServers(t *testing.T) {
+	dir := t.TempDir()
+	c := &Cluster{WorkDir: dir}
+	for _, name := range []string{"etcd", "kube-apiserver", "csi-fence-attacher"} {
+		if _, err := c.run(dir, name, "sleep", "600"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var order []string
+	procs := c.processes
+	stopped := func(name string) func() {
+		return func() {
+			for _, p := range procs {
+				if p.Exited() {
+					t.Errorf("%s stopped after %s had ended", name, p.Name)
+				}
+			}
+			order = append(order, name)
+		}
+	}
+	c.atStop(stopped("product"))
+	c.atStop(stopped("prestop"))
+	c.Stop()
+	if want := []string{"prestop", "product"}; !slices.Equal(order, want) {
+		t.Errorf("stopped %v, want %v", order, want)
+	}
+	for _, p := range procs {
+		if !p.Exited() {
+			t.Errorf("%s still running after Stop", p.Name)
+		}
+	}
+	c.Stop() // nothing left to stop: the stops ran once
+	if len(order) != 2 {
+		t.Errorf("stops ran again: %v", order)
 	}
 }

@@ -186,6 +186,7 @@ func (c *Cluster) StartProduct(ctx context.Context, opts ProductOptions) (*Produ
 		return nil, err
 	}
 	p.Driver, p.Drivers = d, []*Driver{d}
+	c.atStop(p.stop)
 	c.log.Logf("deploy/ applied, mock controller and csi-fence-attacher up (%.1fs)", time.Since(begin).Seconds())
 	return p, nil
 }
@@ -528,6 +529,21 @@ func (pl *NodePlugin) powerOn(ctx context.Context, n *NodeInstance, kubeconfig s
 				"--retry-interval-start=200ms", "--retry-interval-max=5s", "--timeout=5s"}
 		})
 	return err
+}
+
+// stop ends, before the cluster stops its processes, what of the product
+// the cluster's process list does not hold: every node's simulated kubelets
+// (their informers stopped and waited for) and gRPC connections, and the
+// BMCs with their machines.
+func (p *Product) stop() {
+	for _, n := range p.Nodes {
+		for _, pl := range n.Plugins {
+			pl.stop()
+			if pl.BMC != nil {
+				pl.BMC.Stop()
+			}
+		}
+	}
 }
 
 // PowerOff cuts the node's power: every driver's kubelet, node agent and

@@ -67,6 +67,8 @@ type Recorder struct {
 	seen   map[string]bool
 	notify func(Event)
 	oldUID string
+	// factories are the informers Watch started, for Wait.
+	factories []interface{ Shutdown() }
 }
 
 // New returns a Recorder; notify (may be nil) is called for every milestone
@@ -135,7 +137,7 @@ func (r *Recorder) Print(w io.Writer) {
 }
 
 // Watch starts informers on nodes, pods, VolumeAttachments and
-// FencingRequests and records milestones until stop is closed.
+// FencingRequests and records milestones until stop is closed (see Wait).
 func (r *Recorder) Watch(cs kubernetes.Interface, dyn dynamic.Interface, stop <-chan struct{}) error {
 	f := informers.NewSharedInformerFactory(cs, 0)
 	nodes := f.Core().V1().Nodes().Informer()
@@ -166,7 +168,23 @@ func (r *Recorder) Watch(cs kubernetes.Interface, dyn dynamic.Interface, stop <-
 	}
 	f.Start(stop)
 	df.Start(stop)
+	r.mu.Lock()
+	r.factories = append(r.factories, f, df)
+	r.mu.Unlock()
 	return nil
+}
+
+// Wait returns once the informers Watch started have ended, which they do
+// once its stop channel is closed: close it, then Wait, before the control
+// plane they watch goes away.
+func (r *Recorder) Wait() {
+	r.mu.Lock()
+	factories := r.factories
+	r.factories = nil
+	r.mu.Unlock()
+	for _, f := range factories {
+		f.Shutdown()
+	}
 }
 
 func (r *Recorder) onNode(obj interface{}) {

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+)
+
+// failoverPaths are the paths --mode=failover measures.
+var failoverPaths = []string{"automatic", "out-of-service", "power"}
+
+// needs is what a run needs from the machine besides Go, which builds the
+// product on every control plane.
+type needs struct {
+	// controlPlane: etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler and KWOK (hack/e2e-binaries.sh builds them once).
+	controlPlane bool
+	// fenceAgents: fence_ipmilan, ipmitool and ipmi_sim, the power path's
+	// (hack/install-fence-agents.sh installs them).
+	fenceAgents bool
+}
+
+// requirements checks the mode and its arguments and says what the run
+// needs; it looks at nothing on the machine.
+func requirements(mode string, paths []string, trials, volumes int) (needs, error) {
+	switch mode {
+	case "failover":
+		if trials < 1 {
+			return needs{}, fmt.Errorf("--trials=%d: want at least 1", trials)
+		}
+		if len(paths) == 0 || slices.Contains(paths, "") {
+			return needs{}, fmt.Errorf("--paths=%s: want paths separated by commas, of %s", strings.Join(paths, ","), strings.Join(failoverPaths, ", "))
+		}
+		for _, p := range paths {
+			if !slices.Contains(failoverPaths, p) {
+				return needs{}, fmt.Errorf("unknown path %q in --paths: want %s", p, strings.Join(failoverPaths, ", "))
+			}
+		}
+		return needs{controlPlane: true, fenceAgents: slices.Contains(paths, "power")}, nil
+	case "burst":
+		if volumes < 1 {
+			return needs{}, fmt.Errorf("--volumes=%d: want at least 1", volumes)
+		}
+		return needs{controlPlane: true}, nil
+	case "attach":
+		return needs{controlPlane: true}, nil
+	}
+	return needs{}, fmt.Errorf("unknown --mode %q: want failover, burst or attach", mode)
+}
+
+// preflight provides what the run needs before it measures anything, with
+// the project's own scripts as `make test` does: it checks the fence agents
+// first (seconds; installed by their script where it can, else an error
+// naming the command to run), then gets the control-plane binaries (built
+// once, ~11 minutes cold, seconds warm). It returns the options that start
+// every control plane of the run on those binaries.
+func (b *bench) preflight(ctx context.Context, n needs) (framework.Options, error) {
+	begin := time.Now()
+	var opts framework.Options
+	if _, err := exec.LookPath("go"); err != nil {
+		return opts, fmt.Errorf("go is needed to build the product on each control plane: %w", err)
+	}
+	var done []string
+	if n.fenceAgents {
+		if err := framework.EnsureFenceAgents(ctx, b); err != nil {
+			return opts, err
+		}
+		done = append(done, "fence_ipmilan, ipmitool and ipmi_sim there")
+	}
+	if n.controlPlane {
+		dir, err := framework.Binaries(ctx, b)
+		if err != nil {
+			return opts, err
+		}
+		opts.BinDir = dir
+		done = append(done, "control-plane binaries in "+dir)
+	}
+	b.Logf("preflight: %s (%.1fs)", strings.Join(done, "; "), time.Since(begin).Seconds())
+	return opts, nil
+}
