@@ -35,8 +35,9 @@ import (
 //     containers their node's own directories at the shipped paths
 //     (subPathExpr with $(NODE_NAME));
 //   - the mock's state, its "shared storage", is a directory of this run
-//     (StateDir), not the host's /var/lib/csi-fence-mock, and its node
-//     plugin mounts for real (--bind-mounts);
+//     (StateDir), not the host's /var/lib/csi-fence-mock; its node plugin
+//     serves the volumes as the example ships it (--data-path=fuse: the
+//     real data path, gated by the array) unless DataPath says otherwise;
 //   - the controller pod may be pinned to a node (ControllerNode), so that
 //     a test can power the others off without taking the controller.
 //
@@ -53,6 +54,12 @@ type RealDeployOptions struct {
 	// AttacherArgs are appended to csi-fence-attacher's arguments in the
 	// controller pod (e.g. a negative control).
 	AttacherArgs []string
+	// MockControllerArgs are appended to the mock driver's arguments in the
+	// controller pod, which carries out the fences (e.g. --broken-fence).
+	MockControllerArgs []string
+	// DataPath, if set, is the node plugins' --data-path (none, bind,
+	// fuse) in place of the example's.
+	DataPath string
 }
 
 // RealDeployment is the mock example deployed on real nodes.
@@ -127,6 +134,10 @@ func realNodeOverlay(overlay, nodesDir, stateDir string, opts RealDeployOptions)
 	if err != nil {
 		return "", err
 	}
+	mockCtlIdx, mockCtlName, err := exampleContainer(base, "Deployment", exampleController, "csi-fence-mock")
+	if err != nil {
+		return "", err
+	}
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	plugin := "$(NODE_NAME)/kubelet/plugins/" + DriverName
 	var b strings.Builder
@@ -147,8 +158,11 @@ images:
 - target: {kind: DaemonSet, name: %s}
   patch: |-
     - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
-    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: --bind-mounts}
-`, exampleNode, mockIdx, q(mockName), mockIdx)
+`, exampleNode, mockIdx, q(mockName))
+	if opts.DataPath != "" {
+		// The last --data-path given wins.
+		fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockIdx, q("--data-path="+opts.DataPath))
+	}
 	fmt.Fprintf(&b, `- target: {kind: DaemonSet, name: %s}
   patch: |-
     apiVersion: apps/v1
@@ -203,6 +217,15 @@ images:
 `, exampleController, exampleController, q(stateDir))
 	if opts.ControllerNode != "" {
 		fmt.Fprintf(&b, "          nodeName: %s\n", q(opts.ControllerNode))
+	}
+	if len(opts.MockControllerArgs) > 0 {
+		fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
+  patch: |-
+    - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
+`, exampleController, mockCtlIdx, q(mockCtlName))
+		for _, a := range opts.MockControllerArgs {
+			fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockCtlIdx, q(a))
+		}
 	}
 	if len(opts.AttacherArgs) > 0 {
 		fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
@@ -302,7 +325,8 @@ func (d *RealDeployment) Array() (*array.Array, error) {
 	return array.Open(d.StateDir)
 }
 
-// DataDir is where the node plugins keep volume id's files (--bind-mounts).
+// DataDir is where the node plugins keep volume id's files (--data-path
+// bind or fuse).
 func (d *RealDeployment) DataDir(id string) string {
 	return filepath.Join(d.StateDir, "data", id)
 }
