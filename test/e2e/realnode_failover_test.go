@@ -155,7 +155,7 @@ func TestRealNodesFailover(t *testing.T) {
 	if second.Spec.NodeName != on.Name {
 		t.Fatalf("the replacement runs on %s, want %s", second.Spec.NodeName, on.Name)
 	}
-	if err := waitLog(ctx, c, ns, second.Name, "write 3 to /data/writes.log ok", 60*time.Second); err != nil {
+	if err := waitWrites(ctx, c, ns, second.Name, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	after, err := os.ReadFile(filepath.Join(dep.DataDir(volume), "writes.log"))
@@ -219,7 +219,10 @@ func writerSet(name, class string) *appsv1.StatefulSet {
 					Tolerations:                   []corev1.Toleration{toleration(corev1.TaintNodeNotReady), toleration(corev1.TaintNodeUnreachable)},
 					Containers: []corev1.Container{{
 						Name: "writer", Image: framework.WriterImage, ImagePullPolicy: corev1.PullNever,
-						Args:         []string{"-path=/data/writes.log", "-interval=200ms"},
+						Args: []string{"-path=/data/writes.log", "-interval=200ms"},
+						// Each record names the node that wrote it.
+						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 					}},
 				},
@@ -266,6 +269,28 @@ func waitLog(ctx context.Context, c *framework.Cluster, ns, pod, want string, ti
 			return false, err
 		}
 		return bytes.Contains(log, []byte(want)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; log so far:\n%s", err, log)
+	}
+	if bytes.Contains(log, []byte("failed")) {
+		return fmt.Errorf("%s logged failed writes:\n%s", pod, log)
+	}
+	return nil
+}
+
+// waitWrites waits for n successful writes in the writer pod's log (it
+// numbers its records after those the volume holds, so a replacement's
+// first write is not "write 1"), failing on a failed one.
+func waitWrites(ctx context.Context, c *framework.Cluster, ns, pod string, n int, timeout time.Duration) error {
+	var log []byte
+	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%d successful writes in %s's log", n, pod), func(ctx context.Context) (bool, error) {
+		var err error
+		log, err = c.Client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, err
+		}
+		return bytes.Count(log, []byte(" ok\n")) >= n, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w; log so far:\n%s", err, log)

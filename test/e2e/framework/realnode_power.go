@@ -269,6 +269,7 @@ func (c *Cluster) stopRealNodes() {
 		rn.forward.Close()
 	}
 	for _, n := range nodes {
+		report(n.healOnStop(ctx))
 		report(unmountUnder(n.Dir))
 		report(unmountUnder(n.shimDir()))
 		report(ipCmd(ctx, "netns", "delete", n.netns))
