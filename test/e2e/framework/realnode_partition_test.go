@@ -45,7 +45,12 @@ func TestPartitionCutsAndHeals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { _ = ipCmd(ctx, "netns", "delete", n.netns) })
+	t.Cleanup(func() {
+		// The veth pair first: a namespace lives on while a socket of it
+		// does, and its end of the pair with it.
+		_ = ipCmd(ctx, "link", "del", n.hostVeth)
+		_ = ipCmd(ctx, "netns", "delete", n.netns)
+	})
 	if err := n.createNetwork(ctx, rn); err != nil {
 		t.Fatal(err)
 	}
