@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,10 +66,7 @@ func TestRealNodesFailover(t *testing.T) {
 	if negative != "" {
 		t.Logf("NEGATIVE CONTROL %s: csi-fence-attacher %v; this test must fail", negative, deployOpts.AttacherArgs)
 	}
-	dep, err := c.DeployMockExample(ctx, nodes, deployOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dep := deployMockExample(ctx, t, c, nodes, deployOpts)
 
 	const (
 		volume = "vol-real-0"
@@ -191,6 +189,21 @@ func TestRealNodesFailover(t *testing.T) {
 	if v := fencerecord.Find(fr, framework.DriverName, volume); v == nil || v.FencedTime == nil {
 		t.Fatalf("volume %s not recorded as fenced on %s: %+v", volume, off.Name, fr.Status)
 	}
+}
+
+// deployMockExample deploys the shipped mock example on the real nodes,
+// skipping the test when this host lacks a kernel feature it needs (FUSE).
+func deployMockExample(ctx context.Context, t *testing.T, c *framework.Cluster, nodes []*framework.RealNode, opts framework.RealDeployOptions) *framework.RealDeployment {
+	t.Helper()
+	dep, err := c.DeployMockExample(ctx, nodes, opts)
+	var missing *framework.MissingKernelFeatureError
+	if errors.As(err, &missing) {
+		t.Skipf("this host cannot run the mock example: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dep
 }
 
 func setUnschedulable(ctx context.Context, c *framework.Cluster, node string, on bool) error {

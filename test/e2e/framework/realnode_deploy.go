@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	"github.com/csi-fence/fence-attacher/mock-driver/fusefs"
 )
 
 // The product deployed on real nodes as a user deploys it: the shipped
@@ -82,9 +83,16 @@ const (
 // DeployMockExample applies deploy/kubernetes/mock-example through the
 // real-node overlay and waits until the controller pod is ready and every
 // real node has the driver registered by its kubelet (CSINode), i.e. the
-// kubelet's plugin watcher took the registrar's registration.
+// kubelet's plugin watcher took the registrar's registration. It returns a
+// *MissingKernelFeatureError, deploying nothing, when the host cannot serve
+// the node plugin's FUSE data path.
 func (c *Cluster) DeployMockExample(ctx context.Context, nodes []*RealNode, opts RealDeployOptions) (*RealDeployment, error) {
 	begin := time.Now()
+	if opts.DataPath == "" || opts.DataPath == "fuse" {
+		if err := fuseAvailable(); err != nil {
+			return nil, err
+		}
+	}
 	d := &RealDeployment{StateDir: filepath.Join(c.WorkDir, "mock-state"), Overlay: filepath.Join(c.WorkDir, "deploy-real")}
 	if err := os.MkdirAll(d.StateDir, 0o755); err != nil {
 		return nil, err
@@ -112,6 +120,15 @@ func (c *Cluster) DeployMockExample(ctx context.Context, nodes []*RealNode, opts
 	c.log.Logf("mock example deployed on real nodes %s in %.1fs (overlay %s)", strings.Join(nodeNames(nodes), ", "),
 		time.Since(begin).Seconds(), d.Overlay)
 	return d, nil
+}
+
+// fuseAvailable returns a *MissingKernelFeatureError when this host cannot
+// serve the mock's FUSE data path, which the example ships.
+func fuseAvailable() error {
+	if err := fusefs.Usable(); err != nil {
+		return &MissingKernelFeatureError{Features: []string{"FUSE (CONFIG_FUSE_FS, /dev/fuse; try modprobe fuse): the mock example's node plugin serves its volumes with FUSE (--data-path=fuse): " + err.Error()}}
+	}
+	return nil
 }
 
 // realNodeOverlay returns the overlay's kustomization.yaml.
