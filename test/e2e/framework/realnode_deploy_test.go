@@ -118,3 +118,52 @@ func TestRealNodeOverlay(t *testing.T) {
 		t.Errorf("the node plugin has no /dev/fuse: %v", hostPaths)
 	}
 }
+
+// DataPath replaces the example's --data-path of the node plugin: the last
+// one given is the one the mock parses.
+func TestRealNodeOverlayDataPath(t *testing.T) {
+	overlay := filepath.Join(t.TempDir(), "deploy-real")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kust, err := realNodeOverlay(overlay, "/tmp/fence-e2e-x/nodes", "/tmp/fence-e2e-x/mock-state", RealDeployOptions{DataPath: "bind"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(RepoRoot(), overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := RenderKustomization(rel)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, kust)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		ds := &appsv1.DaemonSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if c.Name != "csi-fence-mock" {
+				continue
+			}
+			var last string
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--data-path=") {
+					last = a
+				}
+			}
+			if last != "--data-path=bind" {
+				t.Errorf("the node plugin's last --data-path is %q, want --data-path=bind: %v", last, c.Args)
+			}
+			return
+		}
+	}
+	t.Fatal("no csi-fence-mock container in the node DaemonSet")
+}
