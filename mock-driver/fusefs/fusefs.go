@@ -9,12 +9,18 @@
 // write it accepts from a node after the volume moved is an S1 violation
 // there, whoever made it.
 //
-// Reads are always served, from the data directory or the node's page
-// cache: a read changes nothing another node could lose, so S1 does not
-// need it cut, and a server-side check could not cut it anyway (the kernel
-// answers cached pages without asking the server). A fenced node reading
-// stale data is the application's problem that fencing does not claim to
-// solve; its writes are what could corrupt the volume.
+// Files are opened for direct I/O (FOPEN_DIRECT_IO): the node's kernel
+// caches no file data, so each write(2) reaches the server as one request
+// and is counted as one write (through the page cache, a write that
+// crosses into a page the kernel does not hold is sent as one request per
+// page), and every node reads the shared directory as it is now.
+//
+// Reads are always served: a read changes nothing another node could lose,
+// so S1 does not need it cut, and asking the array for each one would make
+// every read a locked rewrite of the array's state (Array.Read counts). A
+// fenced node reading stale data is its application's problem, which
+// fencing does not claim to solve; its writes are what could corrupt the
+// volume.
 //
 // The server lives in the process that mounted it (the node plugin): when
 // that process dies the kernel aborts the connection and the mount answers
@@ -122,6 +128,13 @@ func New(dir, dataDir string, arr *array.Array, volume, node string) (*Mount, er
 			FsName:            "csi-fence-mock:" + volume,
 			Name:              "csi-fence-mock",
 			DirectMountStrict: true,
+			// Shared writable mmap of a direct I/O file, where the
+			// kernel can (6.6 on): its write-back comes as write
+			// requests, which the gate sees.
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+			// No kernel I/O to the backing files past the gate
+			// (file does not offer PassthroughFd either).
+			DisabledCapabilities: fuse.CAP_PASSTHROUGH,
 		},
 	}
 	server, err := fs.Mount(dir, root, opts)

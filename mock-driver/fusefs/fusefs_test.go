@@ -112,6 +112,20 @@ var ops = []op{
 			return err
 		},
 		changed: func(d string) bool { return content(filepath.Join(d, "file")) == "old\nnew\n" }},
+	// Through a page cache this write would go to the server as two
+	// requests (it crosses into a page the kernel does not hold): one
+	// write(2), one write counted.
+	{name: "write across a page boundary", write: true,
+		do: func(m string) error {
+			f, err := os.OpenFile(filepath.Join(m, "file"), os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt([]byte(strings.Repeat("x", 100)), 4050)
+			return err
+		},
+		changed: func(d string) bool { c := content(filepath.Join(d, "file")); return len(c) == 4150 && c[4149] == 'x' }},
 	{name: "create",
 		do: func(m string) error {
 			f, err := os.OpenFile(filepath.Join(m, "created"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)

@@ -29,7 +29,7 @@ func (n *guardNode) Create(ctx context.Context, name string, flags, mode uint32,
 		return nil, nil, 0, errno
 	}
 	ch, fh, fflags, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
-	return ch, n.wrap(fh), fflags, errno
+	return ch, n.wrap(fh), fflags | fuse.FOPEN_DIRECT_IO, errno
 }
 
 // Open guards only an open that truncates: opening for writing changes
@@ -41,7 +41,7 @@ func (n *guardNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint
 		}
 	}
 	fh, fflags, errno := n.LoopbackNode.Open(ctx, flags)
-	return n.wrap(fh), fflags, errno
+	return n.wrap(fh), fflags | fuse.FOPEN_DIRECT_IO, errno
 }
 
 func (n *guardNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -57,7 +57,7 @@ func (n *guardNode) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.E
 		return nil, nil, 0, errno
 	}
 	ch, fh, fflags, errno := n.LoopbackNode.Tmpfile(ctx, flags, mode, out)
-	return ch, n.wrap(fh), fflags, errno
+	return ch, n.wrap(fh), fflags | fuse.FOPEN_DIRECT_IO, errno
 }
 
 func (n *guardNode) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
