@@ -171,6 +171,9 @@ func TestRealNodesDataPath(t *testing.T) {
 	if err != nil {
 		t.Errorf("%v; the old container's log:\n%s", err, logText(oldLog))
 	}
+	if after := linesAfter(oldLog, fencedAt, "write "); len(after) > 0 {
+		t.Logf("the old container's first write after the fence: %s %s", after[0].Time.Format(time.RFC3339Nano), after[0].Text)
+	}
 	var notEIO []string
 	for _, l := range linesAfter(oldLog, fencedAt.Add(margin), "write ") {
 		if !strings.Contains(l.Text, " failed: errno=EIO ") {
@@ -226,7 +229,11 @@ func TestRealNodesDataPath(t *testing.T) {
 	}
 	v := s.CountViolations()
 	if v[array.S1] != 0 || v[array.S2] != 0 {
-		t.Errorf("safety violations on the array: %v: %+v", v, s.Violations)
+		var first []string
+		for _, r := range s.Violations {
+			first = append(first, fmt.Sprintf("%s %s %s: %s", r.Time.Format(time.RFC3339Nano), r.Invariant, r.Node, r.Message))
+		}
+		t.Errorf("safety violations on the array: %v:\n%s", v, strings.Join(head(first, 4), "\n"))
 	}
 	t.Logf("volume %s: %d records of %s (%d accepted by the array, last acknowledged %d), %d of %s; %d writes of %s refused since the fence",
 		volume, fromCut, cut.Name, accepted, lastOK, len(recs)-fromCut, on.Name, s.Refused["write-fenced"], cut.Name)
