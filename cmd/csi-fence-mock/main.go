@@ -169,7 +169,11 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.BoolVar(&cfg.NoListVolumes, "disable-list-volumes", false, "Do not advertise LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES")
 	fs.BoolVar(&cfg.NoExpand, "disable-expand", false, "Do not advertise EXPAND_VOLUME")
 	fs.BoolVar(&cfg.NoCapacity, "disable-capacity", false, "Do not advertise GET_CAPACITY")
-	bindMounts := fs.Bool("bind-mounts", false, "On a node: mount filesystem volumes for real. NodeStageVolume bind-mounts the volume's data directory <state-dir>/data/<volume ID> on the staging path and NodePublishVolume the staging path on the target path (the node plugin needs privileges and mountPropagation Bidirectional on the kubelet's directory); without it the paths hold a marker file")
+	dataPath := fs.String("data-path", dataPathNone, "On a node, what a filesystem volume's staging and target paths hold: "+
+		"none (a marker file); bind (NodeStageVolume bind-mounts the volume's data directory <state-dir>/data/<volume ID> on the staging path, NodePublishVolume the staging path on the target path; the array does not see the writes); "+
+		"fuse (NodeStageVolume mounts a FUSE file system over that directory, served by this process, whose every change asks the array first: EIO once the node is fenced, each accepted write counted; needs /dev/fuse). "+
+		"bind and fuse need privileges and mountPropagation Bidirectional on the kubelet's directory")
+	bindMounts := fs.Bool("bind-mounts", false, "Same as --data-path=bind")
 	fs.BoolVar(&cfg.AnyNode, "any-node", false, "Publish to node IDs that no node instance registered (default: NotFound)")
 	policy := fs.String("fence-policy", string(array.FenceRevoke), "What a fence does while the node shows recent I/O: revoke (succeed), refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
 	fs.DurationVar(&arr.RecentIO, "recent-io", array.DefaultRecentIO, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
@@ -189,7 +193,18 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	opts.Role = server.Role(*role)
 	if *bindMounts {
+		if explicit(fs, "data-path") && *dataPath != dataPathBind {
+			return usageErr("--bind-mounts and --data-path=%s contradict each other", *dataPath)
+		}
+		*dataPath = dataPathBind
+	}
+	switch *dataPath {
+	case dataPathNone:
+	case dataPathBind, dataPathFUSE:
 		cfg.MountDataDir = filepath.Join(opts.StateDir, "data")
+		cfg.FUSE = *dataPath == dataPathFUSE
+	default:
+		return usageErr("--data-path must be none, bind or fuse, not %q", *dataPath)
 	}
 	arr.FencePolicy = array.FencePolicy(*policy)
 	arr.PlainUnpublish = array.PlainUnpublishMode(*plain)
@@ -245,6 +260,20 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 		inst.Stop()
 		return err
 	}
+}
+
+// The values of --data-path.
+const (
+	dataPathNone = "none"
+	dataPathBind = "bind"
+	dataPathFUSE = "fuse"
+)
+
+// explicit reports whether the flag name was given on the command line.
+func explicit(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func stateDirFlag(fs *flag.FlagSet) *string {

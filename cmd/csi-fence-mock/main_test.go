@@ -35,6 +35,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", d, "--plain-unpublish=never"}, exitUsage, "unknown plain unpublish mode"},
 		{[]string{"serve", d, "--fault=Probe:colour=red"}, exitUsage, "unknown key"},
 		{[]string{"serve", d, "extra"}, exitUsage, "no arguments"},
+		{[]string{"serve", d, "--data-path=loop"}, exitUsage, "--data-path must be none, bind or fuse"},
+		{[]string{"serve", d, "--bind-mounts", "--data-path=fuse"}, exitUsage, "contradict"},
 		{[]string{"serve", "--no-such-flag"}, exitUsage, "flag provided but not defined"},
 		{[]string{"fault", d}, exitUsage, "give fault specs"},
 		{[]string{"fault", d, "Probe:code=Nope"}, exitUsage, "unknown gRPC code"},

@@ -115,8 +115,11 @@ type Volume struct {
 	// Owner is the node of the latest writable publication of a single-node
 	// volume: a write accepted from any other node is an S1 violation.
 	Owner string `json:"owner,omitempty"`
-	// I/O counters by node ID.
+	// I/O counters by node ID. Writes counts writes of data (one per write
+	// request of a file system, one per Write); Changes the other changes
+	// a real data path made (Array.Change).
 	Writes    map[string]int64     `json:"writes,omitempty"`
+	Changes   map[string]int64     `json:"changes,omitempty"`
 	Reads     map[string]int64     `json:"reads,omitempty"`
 	LastWrite map[string]time.Time `json:"lastWrite,omitempty"`
 	LastIO    map[string]time.Time `json:"lastIO,omitempty"`

@@ -3,6 +3,7 @@ package array
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -522,28 +523,71 @@ func (a *Array) Write(id, node string) error {
 func (a *Array) WriteData(id, node string) (int64, error) {
 	var data int64
 	err := a.update(func(s *State, now time.Time) error {
-		v, err := a.access(s, now, id, node, "write")
+		v, err := a.modify(s, now, id, node, "write")
 		if err != nil {
 			return err
-		}
-		if v.Publications[node].ReadOnly {
-			s.refuse("write-readonly")
-			return errf(CodePermissionDenied, "volume %s is read-only on node %s", id, node)
-		}
-		if v.SingleNode {
-			others := slices.DeleteFunc(writableNodes(v, now), func(n string) bool { return n == node })
-			switch {
-			case v.Owner != "" && v.Owner != node:
-				s.violate(now, S1, id, node, "write from node %s accepted after the volume was published to node %s", node, v.Owner)
-			case len(others) > 0:
-				s.violate(now, S1, id, node, "write from node %s accepted while nodes %v can write to the single-node volume too", node, others)
-			}
 		}
 		count(v, node, now, true)
 		data = v.Data
 		return nil
 	})
 	return data, err
+}
+
+// OpChange is the op name of Change in refusal kinds ("change-fenced",
+// ...): one kind for every change that is not a write of file data, so that
+// State.Refused stays a short list.
+const OpChange = "change"
+
+// Change is one change to the volume other than a write of file data, by a
+// real data path (a file system over the volume: create, mkdir, unlink,
+// rename, truncate, fsync, ...); what names it (e.g. "mkdir") only goes into
+// messages. It is decided as a write is: refused when the node's data path
+// is closed, an S1 violation when accepted from a node other than the
+// volume's owner or while another node can write to it. It is counted in
+// Volume.Changes, apart from Writes, so that Writes keeps counting writes of
+// data, one per write request.
+func (a *Array) Change(id, node, what string) error {
+	return a.update(func(s *State, now time.Time) error {
+		v, err := a.modify(s, now, id, node, OpChange+" ("+what+")")
+		if err != nil {
+			return err
+		}
+		if v.Changes == nil {
+			v.Changes = map[string]int64{}
+		}
+		v.Changes[node]++
+		if v.LastIO == nil {
+			v.LastIO = map[string]time.Time{}
+		}
+		v.LastIO[node] = now
+		return nil
+	})
+}
+
+// modify decides whether node may change the volume now (op names the
+// change: "write", or "change (what)"), counts a refusal by kind, and
+// records the S1 violation an accepted change from the wrong node is.
+func (a *Array) modify(s *State, now time.Time, id, node, op string) (*Volume, error) {
+	kindOp, _, _ := strings.Cut(op, " ")
+	v, err := a.access(s, now, id, node, kindOp)
+	if err != nil {
+		return nil, err
+	}
+	if v.Publications[node].ReadOnly {
+		s.refuse(kindOp + "-readonly")
+		return nil, errf(CodePermissionDenied, "volume %s is read-only on node %s", id, node)
+	}
+	if v.SingleNode {
+		others := slices.DeleteFunc(writableNodes(v, now), func(n string) bool { return n == node })
+		switch {
+		case v.Owner != "" && v.Owner != node:
+			s.violate(now, S1, id, node, "%s from node %s accepted after the volume was published to node %s", op, node, v.Owner)
+		case len(others) > 0:
+			s.violate(now, S1, id, node, "%s from node %s accepted while nodes %v can write to the single-node volume too", op, node, others)
+		}
+	}
+	return v, nil
 }
 
 // Read is one read of a workload on node; it needs access like a write.

@@ -76,6 +76,8 @@ func (tc *scenario) run(t *testing.T, a *Array, c *clock, st step) error {
 	case "read":
 		_, err := a.Read(st.vol, st.node)
 		return err
+	case "change": // a file system's change other than a write of data
+		return a.Change(st.vol, st.node, "mkdir")
 	case "delete":
 		return a.DeleteVolume(st.vol)
 	case "advance": // vol holds a duration
@@ -308,6 +310,26 @@ func TestScenarios(t *testing.T) {
 			steps: []step{ok("add", "v", ""), ok("publish-rwx", "v", "a"), ok("publish-rwx", "v", "b"), ok("write", "v", "a"), ok("write", "v", "b"),
 				ok("fence", "v", "a"), fails("write", "v", "a", CodePermissionDenied), ok("write", "v", "b"), ok("publish-rwx", "v", "c")},
 			access: map[string]string{"a": AccessFenced, "b": AccessGranted, "c": AccessGranted},
+		},
+		{
+			name: "a data path's changes are decided as writes: refused once fenced",
+			opts: window,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("change", "v", "a"), ok("fence", "v", "a"),
+				fails("change", "v", "a", CodePermissionDenied), ok("publish", "v", "b"), ok("change", "v", "b"), fails("change", "v", "a", CodePermissionDenied)},
+			refused: map[string]int64{"change-fenced": 2, "write-fenced": 0},
+			access:  map[string]string{"a": AccessFenced, "b": AccessGranted},
+		},
+		{
+			name: "broken fence: a change from the old node after the move is S1",
+			opts: Options{BrokenFence: true},
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("fence", "v", "a"), ok("change", "v", "a"),
+				ok("publish", "v", "b"), ok("change", "v", "a")},
+			violations: map[string]int{S1: 2},
+		},
+		{
+			name:    "a change on a read-only publication is refused",
+			steps:   []step{ok("add", "v", ""), ok("publish-ro", "v", "a"), fails("change", "v", "a", CodePermissionDenied)},
+			refused: map[string]int64{"change-readonly": 1},
 		},
 		{
 			name:    "read-only publication",
@@ -627,5 +649,30 @@ func TestPowerLoss(t *testing.T) {
 	}
 	if !open("v2") {
 		t.Error("v2 is granted to n1: the power loss does not revoke the array's grant")
+	}
+}
+
+// TestChangesCountedApart: Change counts in Changes and leaves Writes and
+// the data counter to writes of data, so that a file system's writes can be
+// compared with what its workload wrote.
+func TestChangesCountedApart(t *testing.T) {
+	a, _ := newTestArray(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(a.AddVolume("v", 1<<20))
+	must(a.Publish("v", "a", true, false, Options{}))
+	must(a.Change("v", "a", "create"))
+	must(a.Write("v", "a"))
+	must(a.Change("v", "a", "fsync"))
+	must(a.Write("v", "a"))
+	s, err := a.Snapshot()
+	must(err)
+	v := s.Volumes["v"]
+	if v.Writes["a"] != 2 || v.Changes["a"] != 2 || v.Data != 2 || v.LastIO["a"].IsZero() {
+		t.Errorf("writes %v, changes %v, data %d, last I/O %v; want 2, 2, 2 and a time", v.Writes, v.Changes, v.Data, v.LastIO)
 	}
 }

@@ -7,6 +7,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	"github.com/csi-fence/fence-attacher/mock-driver/fusefs"
 )
 
 // DefaultName is the driver name of the mock.
@@ -55,6 +57,14 @@ type Config struct {
 	// writes to the volume with ordinary syscalls. Unset, the paths hold a
 	// marker file in place of a filesystem.
 	MountDataDir string
+	// FUSE, with MountDataDir, makes NodeStageVolume mount a FUSE file
+	// system over the data directory instead of a bind mount (package
+	// fusefs): every change a container makes through it asks the array
+	// first and fails with EIO once the node is fenced, and the array
+	// counts every write it accepts (S1). The FUSE server lives in this
+	// process: if it ends, the volume's mounts on this node answer
+	// ENOTCONN until the kubelet unstages them.
+	FUSE bool
 
 	// AnyNode lets ControllerPublishVolume publish to nodes the array never
 	// saw register; by default they are NotFound, as the spec asks.
@@ -77,6 +87,11 @@ type Driver struct {
 
 	cfg   Config
 	array *array.Array
+
+	// fuseMu guards fuse, the FUSE mounts this process serves, by staging
+	// path.
+	fuseMu sync.Mutex
+	fuse   map[string]*fusefs.Mount
 }
 
 // New returns a driver over arr.
@@ -87,7 +102,7 @@ func New(cfg Config, arr *array.Array) *Driver {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
 	}
-	return &Driver{cfg: cfg, array: arr}
+	return &Driver{cfg: cfg, array: arr, fuse: map[string]*fusefs.Mount{}}
 }
 
 // Config returns the driver's configuration.

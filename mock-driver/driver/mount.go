@@ -9,7 +9,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
+
+	"github.com/csi-fence/fence-attacher/mock-driver/fusefs"
 )
 
 // realMounts says whether a volume of capability c gets real mounts
@@ -33,6 +36,19 @@ func (d *Driver) dataDir(id string) (string, error) {
 	return dir, os.Chmod(dir, 0o777)
 }
 
+// makeMountPoint makes the directory path, detaching first a dead mount
+// there: a FUSE mount whose server ended (a previous node plugin's) answers
+// ENOTCONN to everything, the mkdir included.
+func makeMountPoint(path string) error {
+	if _, err := os.Stat(path); mount.IsCorruptedMnt(err) {
+		klog.InfoS("Detaching a corrupted mount", "path", path, "err", err)
+		if err := fusefs.Detach(path); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(path, 0o750)
+}
+
 // bindMount bind-mounts source on target, unless target is a mount point
 // already (the call is repeated: CSI operations are idempotent).
 func bindMount(source, target string) error {
@@ -52,15 +68,21 @@ func bindMount(source, target string) error {
 // unmountIfMounted unmounts path when it is a mount point; force detaches
 // it lazily (MNT_DETACH), for a fenced volume whose users may still hold
 // it: the mount is gone from the tree at once and nothing new reaches it.
+// A corrupted mount (a FUSE mount whose server died: ENOTCONN) is detached
+// lazily, forced or not: it cannot be unmounted cleanly, and nothing can
+// use it any more.
 func (d *Driver) unmountIfMounted(path string, force bool) error {
 	if d.cfg.MountDataDir == "" {
 		return nil
 	}
 	notMnt, err := mount.IsNotMountPoint(mount.New(""), path)
-	if errors.Is(err, os.ErrNotExist) || (err == nil && notMnt) {
+	switch {
+	case errors.Is(err, os.ErrNotExist) || (err == nil && notMnt):
 		return nil
-	}
-	if err != nil {
+	case mount.IsCorruptedMnt(err):
+		klog.InfoS("Detaching a corrupted mount", "path", path, "err", err)
+		return fusefs.Detach(path)
+	case err != nil:
 		return fmt.Errorf("checking %s: %w", path, err)
 	}
 	flags := 0
@@ -70,5 +92,60 @@ func (d *Driver) unmountIfMounted(path string, force bool) error {
 	if err := unix.Unmount(path, flags); err != nil {
 		return fmt.Errorf("unmounting %s: %w", path, err)
 	}
+	return nil
+}
+
+// mountFUSE serves volume id's data directory with FUSE at staging, unless
+// this process serves it there already (the call is repeated: CSI
+// operations are idempotent). A mount point at staging that this process
+// does not serve is a previous instance's, whose server ended with it
+// (ENOTCONN): it is detached and the volume served anew.
+func (d *Driver) mountFUSE(id, data, staging string) error {
+	d.fuseMu.Lock()
+	defer d.fuseMu.Unlock()
+	if m := d.fuse[staging]; m != nil {
+		notMnt, err := mount.IsNotMountPoint(mount.New(""), staging)
+		if err == nil && !notMnt {
+			return nil
+		}
+		// Unmounted behind this process's back: serve it again.
+		klog.InfoS("A FUSE mount of this node plugin is gone; mounting it again", "volume", id, "path", staging, "err", err)
+		if err := m.Close(true); err != nil {
+			return err
+		}
+		delete(d.fuse, staging)
+	}
+	notMnt, err := mount.IsNotMountPoint(mount.New(""), staging)
+	if err != nil && !mount.IsCorruptedMnt(err) {
+		return fmt.Errorf("checking %s: %w", staging, err)
+	}
+	if err != nil || !notMnt {
+		klog.InfoS("Detaching a mount this node plugin does not serve", "volume", id, "path", staging, "err", err)
+		if err := fusefs.Detach(staging); err != nil {
+			return err
+		}
+	}
+	m, err := fusefs.New(staging, data, d.array, id, d.cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	d.fuse[staging] = m
+	return nil
+}
+
+// unmountStaging undoes NodeStageVolume's mount at staging: the FUSE mount
+// this process serves there (Mount.Close), or whatever else is mounted
+// there (a bind mount, a previous instance's dead FUSE mount).
+func (d *Driver) unmountStaging(staging string, force bool) error {
+	d.fuseMu.Lock()
+	defer d.fuseMu.Unlock()
+	m := d.fuse[staging]
+	if m == nil {
+		return d.unmountIfMounted(staging, force)
+	}
+	if err := m.Close(force); err != nil {
+		return err
+	}
+	delete(d.fuse, staging)
 	return nil
 }

@@ -70,7 +70,7 @@ func (d *Driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 	if err := d.array.NodeStage(req.GetVolumeId(), d.cfg.NodeID, req.GetStagingTargetPath()); err != nil {
 		return nil, toStatus(err)
 	}
-	if err := os.MkdirAll(req.GetStagingTargetPath(), 0o750); err != nil {
+	if err := makeMountPoint(req.GetStagingTargetPath()); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if d.realMounts(req.GetVolumeCapability()) {
@@ -78,7 +78,11 @@ func (d *Driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 		if err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
-		if err := bindMount(data, req.GetStagingTargetPath()); err != nil {
+		mount := bindMount
+		if d.cfg.FUSE {
+			mount = func(data, staging string) error { return d.mountFUSE(req.GetVolumeId(), data, staging) }
+		}
+		if err := mount(data, req.GetStagingTargetPath()); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
@@ -98,7 +102,7 @@ func (d *Driver) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 	if err := d.array.NodeUnstage(req.GetVolumeId(), d.cfg.NodeID, force && !d.cfg.NoForce); err != nil {
 		return nil, toStatus(err)
 	}
-	if err := d.unmountIfMounted(req.GetStagingTargetPath(), force); err != nil {
+	if err := d.unmountStaging(req.GetStagingTargetPath(), force); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := removeEmptyDir(req.GetStagingTargetPath()); err != nil {
@@ -134,7 +138,7 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 				return nil, status.Error(codes.Internal, err.Error())
 			}
 		}
-		if err := os.MkdirAll(req.GetTargetPath(), 0o750); err != nil {
+		if err := makeMountPoint(req.GetTargetPath()); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		if err := bindMount(source, req.GetTargetPath()); err != nil {

@@ -19,6 +19,7 @@ const (
 	MetricViolations  = "csi_fence_mock_safety_violations_total"
 	MetricRefused     = "csi_fence_mock_refused_unsafe_requests_total"
 	MetricWrites      = "csi_fence_mock_writes_total"
+	MetricChanges     = "csi_fence_mock_changes_total"
 	MetricReads       = "csi_fence_mock_reads_total"
 	MetricPublication = "csi_fence_mock_publication"
 	MetricRPCs        = "csi_fence_mock_rpcs_total"
@@ -70,8 +71,8 @@ func (m *metrics) countFault(method string, f faults.Fault) {
 }
 
 type arrayCollector struct {
-	arr                                              *array.Array
-	violations, refused, writes, reads, publications *prometheus.Desc
+	arr                                                       *array.Array
+	violations, refused, writes, changes, reads, publications *prometheus.Desc
 }
 
 func newArrayCollector(arr *array.Array) *arrayCollector {
@@ -80,6 +81,7 @@ func newArrayCollector(arr *array.Array) *arrayCollector {
 		violations: prometheus.NewDesc(MetricViolations, "Safety invariant violations recorded by the simulated array (S1: single-node volume published to two nodes, writable from two nodes, or written after a publish elsewhere or while another node can write; S2: published where quarantined).", []string{"invariant"}, nil),
 		refused:    prometheus.NewDesc(MetricRefused, "Requests the simulated array refused, by kind (publish-quarantined, publish-elsewhere, write-fenced, write-unpublished, fence-refused-recent-io, ...).", []string{"kind"}, nil),
 		writes:     prometheus.NewDesc(MetricWrites, "Writes accepted by the simulated array.", []string{"volume", "node"}, nil),
+		changes:    prometheus.NewDesc(MetricChanges, "Changes other than writes of data (create, mkdir, unlink, rename, setattr, fsync, ...) accepted by the simulated array from a node's FUSE data path.", []string{"volume", "node"}, nil),
 		reads:      prometheus.NewDesc(MetricReads, "Reads accepted by the simulated array.", []string{"volume", "node"}, nil),
 		publications: prometheus.NewDesc(MetricPublication, "1 for each publication of a volume on a node, by access (granted, fenced, unpublished).",
 			[]string{"volume", "node", "access"}, nil),
@@ -87,7 +89,7 @@ func newArrayCollector(arr *array.Array) *arrayCollector {
 }
 
 func (c *arrayCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.violations, c.refused, c.writes, c.reads, c.publications} {
+	for _, d := range []*prometheus.Desc{c.violations, c.refused, c.writes, c.changes, c.reads, c.publications} {
 		ch <- d
 	}
 }
@@ -107,6 +109,9 @@ func (c *arrayCollector) Collect(ch chan<- prometheus.Metric) {
 	for id, v := range s.Volumes {
 		for node, n := range v.Writes {
 			ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(n), id, node)
+		}
+		for node, n := range v.Changes {
+			ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(n), id, node)
 		}
 		for node, n := range v.Reads {
 			ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(n), id, node)

@@ -200,6 +200,10 @@ func TestInstances(t *testing.T) {
 		return l[0]
 	}
 	waitFor(t, "accepted writes", func() bool { return writer().Accepted >= 2 })
+	// A change as the FUSE data path makes one (counted apart from writes).
+	if err := c.node.Array().Change(id, "n1", "mkdir"); err != nil {
+		t.Fatal(err)
+	}
 	req := &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: "n1"}
 	fence.SetFence(req, true)
 	if _, err := ctl.ControllerUnpublishVolume(ctx, req); err != nil {
@@ -225,6 +229,7 @@ func TestInstances(t *testing.T) {
 			MetricViolations + `{invariant="S1"} 0`,
 			MetricRefused + `{kind="write-fenced"}`,
 			MetricWrites + `{node="n1",volume="` + id + `"}`,
+			MetricChanges + `{node="n1",volume="` + id + `"} 1`,
 			MetricPublication + `{access="fenced",node="n1",volume="` + id + `"} 1`,
 			MetricRPCs + `{code="OK",method=`,
 		} {

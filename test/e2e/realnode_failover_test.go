@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,10 +66,7 @@ func TestRealNodesFailover(t *testing.T) {
 	if negative != "" {
 		t.Logf("NEGATIVE CONTROL %s: csi-fence-attacher %v; this test must fail", negative, deployOpts.AttacherArgs)
 	}
-	dep, err := c.DeployMockExample(ctx, nodes, deployOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dep := deployMockExample(ctx, t, c, nodes, deployOpts)
 
 	const (
 		volume = "vol-real-0"
@@ -155,7 +153,7 @@ func TestRealNodesFailover(t *testing.T) {
 	if second.Spec.NodeName != on.Name {
 		t.Fatalf("the replacement runs on %s, want %s", second.Spec.NodeName, on.Name)
 	}
-	if err := waitLog(ctx, c, ns, second.Name, "write 3 to /data/writes.log ok", 60*time.Second); err != nil {
+	if err := waitWrites(ctx, c, ns, second.Name, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	after, err := os.ReadFile(filepath.Join(dep.DataDir(volume), "writes.log"))
@@ -193,6 +191,21 @@ func TestRealNodesFailover(t *testing.T) {
 	}
 }
 
+// deployMockExample deploys the shipped mock example on the real nodes,
+// skipping the test when this host lacks a kernel feature it needs (FUSE).
+func deployMockExample(ctx context.Context, t *testing.T, c *framework.Cluster, nodes []*framework.RealNode, opts framework.RealDeployOptions) *framework.RealDeployment {
+	t.Helper()
+	dep, err := c.DeployMockExample(ctx, nodes, opts)
+	var missing *framework.MissingKernelFeatureError
+	if errors.As(err, &missing) {
+		t.Skipf("this host cannot run the mock example: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dep
+}
+
 func setUnschedulable(ctx context.Context, c *framework.Cluster, node string, on bool) error {
 	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
 	_, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
@@ -219,7 +232,10 @@ func writerSet(name, class string) *appsv1.StatefulSet {
 					Tolerations:                   []corev1.Toleration{toleration(corev1.TaintNodeNotReady), toleration(corev1.TaintNodeUnreachable)},
 					Containers: []corev1.Container{{
 						Name: "writer", Image: framework.WriterImage, ImagePullPolicy: corev1.PullNever,
-						Args:         []string{"-path=/data/writes.log", "-interval=200ms"},
+						Args: []string{"-path=/data/writes.log", "-interval=200ms"},
+						// Each record names the node that wrote it.
+						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 					}},
 				},
@@ -266,6 +282,28 @@ func waitLog(ctx context.Context, c *framework.Cluster, ns, pod, want string, ti
 			return false, err
 		}
 		return bytes.Contains(log, []byte(want)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; log so far:\n%s", err, log)
+	}
+	if bytes.Contains(log, []byte("failed")) {
+		return fmt.Errorf("%s logged failed writes:\n%s", pod, log)
+	}
+	return nil
+}
+
+// waitWrites waits for n successful writes in the writer pod's log (it
+// numbers its records after those the volume holds, so a replacement's
+// first write is not "write 1"), failing on a failed one.
+func waitWrites(ctx context.Context, c *framework.Cluster, ns, pod string, n int, timeout time.Duration) error {
+	var log []byte
+	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%d successful writes in %s's log", n, pod), func(ctx context.Context) (bool, error) {
+		var err error
+		log, err = c.Client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, err
+		}
+		return bytes.Count(log, []byte(" ok\n")) >= n, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w; log so far:\n%s", err, log)

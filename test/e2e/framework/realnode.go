@@ -80,8 +80,9 @@ type RealNode struct {
 	containerd *Process
 	kubelet    *Process
 
-	mu         sync.Mutex
-	poweredOff bool
+	mu          sync.Mutex
+	poweredOff  bool
+	partitioned bool // by Partition, until Heal
 }
 
 // realNet is the host side of the real nodes of one cluster.

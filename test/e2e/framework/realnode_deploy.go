@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	"github.com/csi-fence/fence-attacher/mock-driver/fusefs"
 )
 
 // The product deployed on real nodes as a user deploys it: the shipped
@@ -35,8 +36,9 @@ import (
 //     containers their node's own directories at the shipped paths
 //     (subPathExpr with $(NODE_NAME));
 //   - the mock's state, its "shared storage", is a directory of this run
-//     (StateDir), not the host's /var/lib/csi-fence-mock, and its node
-//     plugin mounts for real (--bind-mounts);
+//     (StateDir), not the host's /var/lib/csi-fence-mock; its node plugin
+//     serves the volumes as the example ships it (--data-path=fuse: the
+//     real data path, gated by the array) unless DataPath says otherwise;
 //   - the controller pod may be pinned to a node (ControllerNode), so that
 //     a test can power the others off without taking the controller.
 //
@@ -53,6 +55,12 @@ type RealDeployOptions struct {
 	// AttacherArgs are appended to csi-fence-attacher's arguments in the
 	// controller pod (e.g. a negative control).
 	AttacherArgs []string
+	// MockControllerArgs are appended to the mock driver's arguments in the
+	// controller pod, which carries out the fences (e.g. --broken-fence).
+	MockControllerArgs []string
+	// DataPath, if set, is the node plugins' --data-path (none, bind,
+	// fuse) in place of the example's.
+	DataPath string
 }
 
 // RealDeployment is the mock example deployed on real nodes.
@@ -75,9 +83,16 @@ const (
 // DeployMockExample applies deploy/kubernetes/mock-example through the
 // real-node overlay and waits until the controller pod is ready and every
 // real node has the driver registered by its kubelet (CSINode), i.e. the
-// kubelet's plugin watcher took the registrar's registration.
+// kubelet's plugin watcher took the registrar's registration. It returns a
+// *MissingKernelFeatureError, deploying nothing, when the host cannot serve
+// the node plugin's FUSE data path.
 func (c *Cluster) DeployMockExample(ctx context.Context, nodes []*RealNode, opts RealDeployOptions) (*RealDeployment, error) {
 	begin := time.Now()
+	if opts.DataPath == "" || opts.DataPath == "fuse" {
+		if err := fuseAvailable(); err != nil {
+			return nil, err
+		}
+	}
 	d := &RealDeployment{StateDir: filepath.Join(c.WorkDir, "mock-state"), Overlay: filepath.Join(c.WorkDir, "deploy-real")}
 	if err := os.MkdirAll(d.StateDir, 0o755); err != nil {
 		return nil, err
@@ -107,6 +122,15 @@ func (c *Cluster) DeployMockExample(ctx context.Context, nodes []*RealNode, opts
 	return d, nil
 }
 
+// fuseAvailable returns a *MissingKernelFeatureError when this host cannot
+// serve the mock's FUSE data path, which the example ships.
+func fuseAvailable() error {
+	if err := fusefs.Usable(); err != nil {
+		return &MissingKernelFeatureError{Features: []string{"FUSE (CONFIG_FUSE_FS, /dev/fuse; try modprobe fuse): the mock example's node plugin serves its volumes with FUSE (--data-path=fuse): " + err.Error()}}
+	}
+	return nil
+}
+
 // realNodeOverlay returns the overlay's kustomization.yaml.
 func realNodeOverlay(overlay, nodesDir, stateDir string, opts RealDeployOptions) (string, error) {
 	example, err := filepath.Rel(overlay, filepath.Join(RepoRoot(), "deploy", "kubernetes", "mock-example"))
@@ -124,6 +148,10 @@ func realNodeOverlay(overlay, nodesDir, stateDir string, opts RealDeployOptions)
 		return "", err
 	}
 	sidecarIdx, sidecarName, err := exampleContainer(base, "Deployment", exampleController, "csi-fence-attacher")
+	if err != nil {
+		return "", err
+	}
+	mockCtlIdx, mockCtlName, err := exampleContainer(base, "Deployment", exampleController, "csi-fence-mock")
 	if err != nil {
 		return "", err
 	}
@@ -147,8 +175,11 @@ images:
 - target: {kind: DaemonSet, name: %s}
   patch: |-
     - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
-    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: --bind-mounts}
-`, exampleNode, mockIdx, q(mockName), mockIdx)
+`, exampleNode, mockIdx, q(mockName))
+	if opts.DataPath != "" {
+		// The last --data-path given wins.
+		fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockIdx, q("--data-path="+opts.DataPath))
+	}
 	fmt.Fprintf(&b, `- target: {kind: DaemonSet, name: %s}
   patch: |-
     apiVersion: apps/v1
@@ -203,6 +234,15 @@ images:
 `, exampleController, exampleController, q(stateDir))
 	if opts.ControllerNode != "" {
 		fmt.Fprintf(&b, "          nodeName: %s\n", q(opts.ControllerNode))
+	}
+	if len(opts.MockControllerArgs) > 0 {
+		fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
+  patch: |-
+    - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
+`, exampleController, mockCtlIdx, q(mockCtlName))
+		for _, a := range opts.MockControllerArgs {
+			fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockCtlIdx, q(a))
+		}
 	}
 	if len(opts.AttacherArgs) > 0 {
 		fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
@@ -302,7 +342,8 @@ func (d *RealDeployment) Array() (*array.Array, error) {
 	return array.Open(d.StateDir)
 }
 
-// DataDir is where the node plugins keep volume id's files (--bind-mounts).
+// DataDir is where the node plugins keep volume id's files (--data-path
+// bind or fuse).
 func (d *RealDeployment) DataDir(id string) string {
 	return filepath.Join(d.StateDir, "data", id)
 }

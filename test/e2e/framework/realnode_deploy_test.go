@@ -13,7 +13,8 @@ import (
 
 // The real-node overlay renders from the shipped example; every image is
 // one BuildImages builds; the node plugin sees the nodes' directory at the
-// host's path with Bidirectional propagation and mounts for real; the
+// host's path with Bidirectional propagation and serves the real data path
+// (FUSE, /dev/fuse mounted) as the example ships it; the
 // registrar stands in node-driver-registrar's place, pointing the kubelet at
 // the node's own plugin socket; the other containers see their node's own
 // directories at the shipped paths.
@@ -23,7 +24,7 @@ func TestRealNodeOverlay(t *testing.T) {
 		t.Fatal(err)
 	}
 	const nodes, state = "/tmp/fence-e2e-x/nodes", "/tmp/fence-e2e-x/mock-state"
-	kust, err := realNodeOverlay(overlay, nodes, state, RealDeployOptions{ControllerNode: "real-1", AttacherArgs: []string{"--disable-fencing"}})
+	kust, err := realNodeOverlay(overlay, nodes, state, RealDeployOptions{ControllerNode: "real-1", AttacherArgs: []string{"--disable-fencing"}, MockControllerArgs: []string{"--broken-fence"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestRealNodeOverlay(t *testing.T) {
 		byName[c.Name] = strings.Join(c.Args, " ") + " | " + c.Image + " | " + strings.Join(mounts, " ")
 	}
 	for name, wants := range map[string][]string{
-		"csi-fence-mock": {"--bind-mounts", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
+		"csi-fence-mock": {"--data-path=fuse", "dev-fuse@/dev/fuse::", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
 		"node-driver-registrar": {"--role=registrar", AttacherImage,
 			"--kubelet-registration-path=" + nodes + "/$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io/csi.sock",
 			"registration-dir@/registration:$(NODE_NAME)/kubelet/plugins_registry:"},
@@ -109,5 +110,60 @@ func TestRealNodeOverlay(t *testing.T) {
 		if c.Name == "csi-fence-attacher" && !slices.Contains(c.Args, "--disable-fencing") {
 			t.Errorf("the controller's attacher lacks the extra argument: %v", c.Args)
 		}
+		if c.Name == "csi-fence-mock" && !slices.Contains(c.Args, "--broken-fence") {
+			t.Errorf("the controller's mock driver lacks the extra argument: %v", c.Args)
+		}
 	}
+	if hostPaths["dev-fuse"] != "/dev/fuse" {
+		t.Errorf("the node plugin has no /dev/fuse: %v", hostPaths)
+	}
+}
+
+// DataPath replaces the example's --data-path of the node plugin: the last
+// one given is the one the mock parses.
+func TestRealNodeOverlayDataPath(t *testing.T) {
+	overlay := filepath.Join(t.TempDir(), "deploy-real")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kust, err := realNodeOverlay(overlay, "/tmp/fence-e2e-x/nodes", "/tmp/fence-e2e-x/mock-state", RealDeployOptions{DataPath: "bind"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(RepoRoot(), overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := RenderKustomization(rel)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, kust)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		ds := &appsv1.DaemonSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if c.Name != "csi-fence-mock" {
+				continue
+			}
+			var last string
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--data-path=") {
+					last = a
+				}
+			}
+			if last != "--data-path=bind" {
+				t.Errorf("the node plugin's last --data-path is %q, want --data-path=bind: %v", last, c.Args)
+			}
+			return
+		}
+	}
+	t.Fatal("no csi-fence-mock container in the node DaemonSet")
 }

@@ -269,9 +269,16 @@ func (c *Cluster) stopRealNodes() {
 		rn.forward.Close()
 	}
 	for _, n := range nodes {
+		report(n.healOnStop(ctx))
 		report(unmountUnder(n.Dir))
 		report(unmountUnder(n.shimDir()))
 		report(ipCmd(ctx, "netns", "delete", n.netns))
+		// The namespace, and its end of the veth pair with it, lives on
+		// while a socket of it does (a connection in TIME_WAIT): delete
+		// the pair now rather than leave the host end behind.
+		if err := ipCmd(ctx, "link", "del", n.hostVeth); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+			report(err)
+		}
 		report(rn.removeCgroup(n.cgroup, 10*time.Second))
 		removeContainerLogLinks(n.Dir)
 		for _, d := range []string{"containerd", "kubelet", "cni-ipam"} {

@@ -1,50 +1,94 @@
 // Command writer is the small workload of the e2e framework's real nodes: it
-// appends a numbered line to a file every interval and logs every write to
-// stdout, and every error to stderr without stopping, so that a test reads
-// from the container's log whether (and until when) its writes succeeded.
+// appends a numbered, checksummed record (package records) to a file every
+// interval with ordinary syscalls (open, one write, fsync, close), and logs
+// every write to stdout, an error with its errno, without stopping, so that
+// a test reads from the container's log whether (and until when) its writes
+// succeeded, and from the volume whether what reached it is intact.
+//
+// It resumes the numbering after the last record the file holds, as an
+// application recovering its log does; a write that failed is tried again
+// with the same number at the next interval.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/images/writer/records"
 )
 
 func main() {
 	path := flag.String("path", "/data/writes.log", "file to append to")
 	interval := flag.Duration("interval", time.Second, "time between two writes")
+	node := flag.String("node", os.Getenv("NODE_NAME"), "node name written in each record (default $NODE_NAME, else the host name)")
 	flag.Parse()
+	if *node == "" {
+		*node, _ = os.Hostname()
+	}
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	seq := resume(*path)
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for n := 1; ; n++ {
-		if err := write(*path, n); err != nil {
-			fmt.Fprintf(os.Stderr, "write %d to %s failed: %v\n", n, *path, err)
+		if err := write(*path, records.Record{Seq: seq, Node: *node, Time: time.Now()}); err != nil {
+			fmt.Printf("write %d to %s failed: errno=%s: %v\n", seq, *path, errnoOf(err), err)
 		} else {
-			fmt.Printf("write %d to %s ok\n", n, *path)
+			fmt.Printf("write %d to %s ok\n", seq, *path)
+			seq++
 		}
 		select {
 		case s := <-stop:
-			fmt.Printf("writer: %v, exiting after %d writes\n", s, n)
+			fmt.Printf("writer: %v, exiting after %d attempts\n", s, n)
 			return
 		case <-tick.C:
 		}
 	}
 }
 
-// write appends one line and syncs it, so that a write reported ok has
-// reached the file system (and, on a real volume, its storage).
-func write(path string, n int) error {
+// resume returns the number of the next record: one after the last valid
+// record of the file, 1 for a new file. A file it cannot read or whose
+// records are broken is said on stdout; the writer goes on after what it
+// could read, and the test that checks the file will say the rest.
+func resume(path string) int64 {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Printf("writer: %s is new, starting at record 1\n", path)
+		return 1
+	}
+	if err != nil {
+		fmt.Printf("writer: reading %s failed: errno=%s: %v; starting at record 1\n", path, errnoOf(err), err)
+		return 1
+	}
+	recs, err := records.Check(b)
+	if err != nil {
+		fmt.Printf("writer: %s: %v\n", path, err)
+	}
+	next := int64(len(recs)) + 1
+	if len(recs) > 0 {
+		last := recs[len(recs)-1]
+		fmt.Printf("writer: resuming at record %d of %s (record %d by %s at %s)\n", next, path, last.Seq, last.Node, last.Time.Format(time.RFC3339Nano))
+	}
+	return next
+}
+
+// write appends one record in one write(2) and syncs it, so that a write
+// reported ok has reached the file system (and, on a real volume, its
+// storage).
+func write(path string, r records.Record) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(f, "%d %s\n", n, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+	if _, err := f.WriteString(r.Line()); err != nil {
 		f.Close()
 		return err
 	}
@@ -53,4 +97,17 @@ func write(path string, n int) error {
 		return err
 	}
 	return f.Close()
+}
+
+// errnoOf names the errno of err ("EIO (5)"), or says there is none.
+func errnoOf(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return "none"
+	}
+	name := unix.ErrnoName(errno)
+	if name == "" {
+		name = "errno"
+	}
+	return fmt.Sprintf("%s (%d)", name, int(errno))
 }

@@ -1,0 +1,47 @@
+package records
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheck(t *testing.T) {
+	at := time.Date(2026, 11, 25, 21, 0, 0, 123, time.UTC)
+	rec := func(seq int64, node string) string { return Record{Seq: seq, Node: node, Time: at}.Line() }
+	good := rec(1, "a") + rec(2, "a") + rec(3, "b")
+	flipped := strings.Replace(rec(2, "a"), "seq=2", "seq=3", 1)
+	tests := []struct {
+		name    string
+		data    string
+		n       int
+		wantErr string
+	}{
+		{"empty", "", 0, ""},
+		{"in order, two nodes", good, 3, ""},
+		{"gap", rec(1, "a") + rec(3, "a"), 1, "record 3 where 2 was due"},
+		{"repeat", rec(1, "a") + rec(2, "a") + rec(2, "b"), 2, "record 2 where 3 was due"},
+		{"changed byte", rec(1, "a") + flipped, 1, "checksum mismatch"},
+		{"torn tail", good + rec(4, "b")[:10], 3, "torn record at the end, after record 3"},
+		{"no newline at all", rec(1, "a")[:20], 0, "torn record"},
+		{"garbage line", rec(1, "a") + "hello\n", 1, "no checksum"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := Check([]byte(tc.data))
+			if len(recs) != tc.n {
+				t.Errorf("%d records, want %d", len(recs), tc.n)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("unexpected error %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+	recs, _ := Check([]byte(good))
+	if recs[2].Node != "b" || !recs[2].Time.Equal(at) {
+		t.Errorf("parsed %+v", recs[2])
+	}
+}
