@@ -15,8 +15,9 @@ import (
 // one BuildImages builds; the node plugin sees the nodes' directory at the
 // host's path with Bidirectional propagation and mounts for real; the
 // registrar stands in node-driver-registrar's place, pointing the kubelet at
-// the node's own plugin socket; the other containers see their node's own
-// directories at the shipped paths.
+// the node's own plugin socket; the node agent sees its node's kubelet root
+// at the host's path, the one the kubelet hands the node plugin; the
+// registrar sees its node's own directories at the shipped paths.
 func TestRealNodeOverlay(t *testing.T) {
 	overlay := filepath.Join(t.TempDir(), "deploy-real")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
@@ -87,11 +88,11 @@ func TestRealNodeOverlay(t *testing.T) {
 		byName[c.Name] = strings.Join(c.Args, " ") + " | " + c.Image + " | " + strings.Join(mounts, " ")
 	}
 	for name, wants := range map[string][]string{
-		"csi-fence-mock": {"--bind-mounts", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
+		"csi-fence-mock": {"--bind-mounts", "--v=2", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
 		"node-driver-registrar": {"--role=registrar", AttacherImage,
 			"--kubelet-registration-path=" + nodes + "/$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io/csi.sock",
 			"registration-dir@/registration:$(NODE_NAME)/kubelet/plugins_registry:"},
-		"csi-fence-attacher": {"--role=node", "--kubelet-dir=/var/lib/kubelet", "kubelet-dir@/var/lib/kubelet:$(NODE_NAME)/kubelet:HostToContainer"},
+		"csi-fence-attacher": {"--role=node", "--kubelet-dir=" + nodes + "/$(NODE_NAME)/kubelet", "kubelet-dir@" + nodes + "::HostToContainer"},
 	} {
 		for _, w := range wants {
 			if !strings.Contains(byName[name], w) {
@@ -99,8 +100,10 @@ func TestRealNodeOverlay(t *testing.T) {
 			}
 		}
 	}
-	if strings.Contains(byName["csi-fence-mock"], "@/var/lib/kubelet:") {
-		t.Errorf("the node plugin still mounts /var/lib/kubelet, which is not the nodes' kubelet root: %s", byName["csi-fence-mock"])
+	for _, c := range []string{"csi-fence-mock", "csi-fence-attacher"} {
+		if strings.Contains(byName[c], "@/var/lib/kubelet:") || strings.Contains(byName[c], "--kubelet-dir=/var/lib/kubelet") {
+			t.Errorf("%s still sees /var/lib/kubelet, which is not the nodes' kubelet root: %s", c, byName[c])
+		}
 	}
 	if dep.Spec.Template.Spec.NodeName != "real-1" {
 		t.Errorf("controller pod on %q, want real-1", dep.Spec.Template.Spec.NodeName)
@@ -109,5 +112,46 @@ func TestRealNodeOverlay(t *testing.T) {
 		if c.Name == "csi-fence-attacher" && !slices.Contains(c.Args, "--disable-fencing") {
 			t.Errorf("the controller's attacher lacks the extra argument: %v", c.Args)
 		}
+	}
+}
+
+// The negative control without the node agent keeps the node plugin and the
+// registrar and drops only the agent.
+func TestRealNodeOverlayNoNodeAgent(t *testing.T) {
+	overlay := filepath.Join(t.TempDir(), "deploy-real")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kust, err := realNodeOverlay(overlay, "/tmp/fence-e2e-x/nodes", "/tmp/fence-e2e-x/mock-state", RealDeployOptions{NoNodeAgent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(RepoRoot(), overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := RenderKustomization(rel)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, kust)
+	}
+	var names []string
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		ds := &appsv1.DaemonSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			names = append(names, c.Name)
+		}
+	}
+	slices.Sort(names)
+	if want := []string{"csi-fence-mock", "node-driver-registrar"}; !slices.Equal(names, want) {
+		t.Fatalf("node DaemonSet containers %v, want %v", names, want)
 	}
 }
