@@ -410,9 +410,9 @@ func checkReturnOrder(t *testing.T, tl *returnTimeline) {
 	}
 }
 
-// teardownLine matches the node plugin's log of a successful teardown
+// teardownLine matches the node plugin's log of a teardown, done or failed
 // (mock-driver/server logRPC, klog's text format).
-var teardownLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) .*"GRPC done" method="(NodeUnpublishVolume|NodeUnstageVolume)" volumeID="([^"]*)" path="([^"]*)" force=(true|false)`)
+var teardownLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) .*"GRPC (done|failed)" method="(NodeUnpublishVolume|NodeUnstageVolume)" volumeID="([^"]*)" path="([^"]*)" force=(true|false)`)
 
 // checkForcedTeardown reads the log of the node plugin that runs on the
 // returned node since its boot: it must have unpublished the volume at the
@@ -434,11 +434,11 @@ func checkForcedTeardown(ctx context.Context, t *testing.T, c *framework.Cluster
 	var teardowns []string
 	for _, l := range strings.Split(string(log), "\n") {
 		m := teardownLine.FindStringSubmatch(l)
-		if m == nil || m[3] != realVolume {
+		if m == nil || m[4] != realVolume {
 			continue
 		}
 		teardowns = append(teardowns, l)
-		if m[5] != "true" || m[4] != want[m[2]] {
+		if m[2] != "done" || m[6] != "true" || m[5] != want[m[3]] {
 			continue
 		}
 		at, err := time.ParseInLocation("0102 15:04:05.000000", m[1], time.UTC)
@@ -447,9 +447,9 @@ func checkForcedTeardown(ctx context.Context, t *testing.T, c *framework.Cluster
 		}
 		at = at.AddDate(cleanedSeen.UTC().Year(), 0, 0)
 		if !at.Before(cleanedSeen) {
-			t.Errorf("forced %s at %s, not before the cleanup was seen recorded at %s", m[2], at.Format(time.StampMicro), cleanedSeen.UTC().Format(time.StampMicro))
+			t.Errorf("forced %s at %s, not before the cleanup was seen recorded at %s", m[3], at.Format(time.StampMicro), cleanedSeen.UTC().Format(time.StampMicro))
 		}
-		delete(want, m[2])
+		delete(want, m[3])
 	}
 	for method, path := range want {
 		t.Errorf("the node plugin on %s logged no successful %s of %s at %s with force=true; its teardowns of the volume:\n%s",
