@@ -179,7 +179,9 @@ func testRealNodeReturn(t *testing.T, mode returnMode) {
 		off.Name, time.Since(back).Seconds(), realVolume, published, staged)
 
 	if err := waitReleased(ctx, c, off.Name, realVolume, 3*time.Minute); err != nil {
-		t.Fatalf("%v\nthe node's record and taints as they went:\n%s", err, tl)
+		teardowns, terr := pluginTeardowns(ctx, c, off.Name)
+		t.Fatalf("%v\nthe node's record and taints as they went:\n%s\nthe node plugin's teardowns of %s on %s (%v):\n%s",
+			err, tl, realVolume, off.Name, terr, strings.Join(teardowns, "\n"))
 	}
 	t.Logf("%s released %.1fs after it came back", off.Name, time.Since(back).Seconds())
 
@@ -419,25 +421,13 @@ var teardownLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) .*"GRP
 // kubelet's publish path and unstaged it at the kubelet's staging path with
 // force=true, both before the cleanup was recorded.
 func checkForcedTeardown(ctx context.Context, t *testing.T, c *framework.Cluster, node, staged, published string, cleanedSeen time.Time) {
-	pods, err := c.Client.CoreV1().Pods(realNS).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{"app": "csi-fence-mock-node"}.String(),
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
-	})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("the node plugin pod on %s: %d pods, %v", node, len(pods.Items), err)
-	}
-	log, err := c.Client.CoreV1().Pods(realNS).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Container: "csi-fence-mock"}).DoRaw(ctx)
+	teardowns, err := pluginTeardowns(ctx, c, node)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"NodeUnpublishVolume": published, "NodeUnstageVolume": staged}
-	var teardowns []string
-	for _, l := range strings.Split(string(log), "\n") {
+	for _, l := range teardowns {
 		m := teardownLine.FindStringSubmatch(l)
-		if m == nil || m[4] != realVolume {
-			continue
-		}
-		teardowns = append(teardowns, l)
 		if m[2] != "done" || m[6] != "true" || m[5] != want[m[3]] {
 			continue
 		}
@@ -456,6 +446,33 @@ func checkForcedTeardown(ctx context.Context, t *testing.T, c *framework.Cluster
 			node, method, realVolume, path, strings.Join(teardowns, "\n"))
 	}
 	t.Logf("the node plugin's teardowns of %s on %s:\n%s", realVolume, node, strings.Join(teardowns, "\n"))
+}
+
+// pluginTeardowns returns the lines of the log of the node plugin on node
+// (its current container: since the node's boot) that say a teardown of
+// the volume was done or failed.
+func pluginTeardowns(ctx context.Context, c *framework.Cluster, node string) ([]string, error) {
+	pods, err := c.Client.CoreV1().Pods(realNS).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{"app": "csi-fence-mock-node"}.String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(pods.Items) != 1 {
+		return nil, fmt.Errorf("%d node plugin pods on %s, want 1", len(pods.Items), node)
+	}
+	log, err := c.Client.CoreV1().Pods(realNS).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Container: "csi-fence-mock"}).DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(string(log), "\n") {
+		if m := teardownLine.FindStringSubmatch(l); m != nil && m[4] == realVolume {
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
 
 // checkNothingLeft checks that nothing of the volume is left on the node's
