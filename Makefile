@@ -42,15 +42,17 @@ test-e2e:
 # CNI plugins with apt when missing, builds the kubelet and containerd once
 # into ~/.cache/fence-attacher/node-bin, then runs TestRealNodes,
 # TestRealNodesFailover (the product deployed from deploy/kubernetes on two
-# real nodes, a writer failing over on a power off) and
-# TestRealNodesDataPath (the same writer on the mock's FUSE data path, its
-# node partitioned: the fence turns its writes into EIO); as root.
+# real nodes, a writer failing over on a power off), TestRealNodesDataPath
+# (the same writer on the mock's FUSE data path, its node partitioned: the
+# fence turns its writes into EIO), TestRealNodesReturn and
+# TestRealNodesReturnHung (the node comes back, rebooted or resumed, and is
+# cleaned through the real node plugin before it is released); as root.
 test-realnodes:
 	./hack/install-node-deps.sh
 	./hack/e2e-binaries.sh >/dev/null
 	./hack/node-binaries.sh >/dev/null
 	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
-	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestRealNodes(Failover|DataPath)?$$' ./test/e2e/
+	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung)?$$' ./test/e2e/
 
 # Randomized failover trials (cmd/fence-trials): one trial of every fault
 # schedule with fixed seeds, so that CI replays the same ones. `make chaos

@@ -214,21 +214,35 @@ func ParseEndpoint(endpoint string) (string, string, error) {
 }
 
 // logRPC logs every call (V(3)) with its request and response without
-// secrets (V(5)), and failures (V(2)).
+// secrets (V(5)), and failures (V(2)). A node-side teardown
+// (NodeUnpublishVolume, NodeUnstageVolume) is logged at V(2) with its
+// volume, path and force field, done or failed: who cleaned what, forced or
+// not, is what a node's return is judged by.
 func logRPC(ctx context.Context, req interface{}, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (interface{}, error) {
 	logger := klog.FromContext(ctx).WithValues("method", path.Base(info.FullMethod))
-	if r, ok := req.(*csi.ControllerUnpublishVolumeRequest); ok {
-		// The fence field is an unknown field, which the request's JSON
-		// does not show: say what it asked, as it arrived.
+	// The fence and force fields are unknown fields, which the request's
+	// JSON does not show: say what was asked, as it arrived.
+	teardown := false
+	switch r := req.(type) {
+	case *csi.ControllerUnpublishVolumeRequest:
 		if f, err := fence.GetFence(r); err == nil {
 			logger = logger.WithValues("fence", f)
 		}
+	case *csi.NodeUnpublishVolumeRequest:
+		f, _ := fence.GetNodeUnpublishForce(r)
+		logger, teardown = logger.WithValues("volumeID", r.GetVolumeId(), "path", r.GetTargetPath(), "force", f), true
+	case *csi.NodeUnstageVolumeRequest:
+		f, _ := fence.GetNodeUnstageForce(r)
+		logger, teardown = logger.WithValues("volumeID", r.GetVolumeId(), "path", r.GetStagingTargetPath(), "force", f), true
 	}
 	logger.V(5).Info("GRPC request", "request", protosanitizer.StripSecrets(req))
 	rsp, err := handler(ctx, req)
-	if err != nil {
+	switch {
+	case err != nil:
 		logger.V(2).Info("GRPC failed", "code", status.Code(err), "err", err)
-	} else {
+	case teardown:
+		logger.V(2).Info("GRPC done")
+	default:
 		logger.V(3).Info("GRPC done")
 		logger.V(5).Info("GRPC response", "response", protosanitizer.StripSecrets(rsp))
 	}

@@ -8,7 +8,10 @@ import (
 
 // NodeOptions are the flags of the node role.
 type NodeOptions struct {
-	// KubeletDir is the kubelet's root directory as the container sees it.
+	// KubeletDir is the kubelet's root directory, which the container must
+	// see at the kubelet's own path (--root-dir): the paths found under it
+	// are handed to the node plugin, which knows the volume by the paths
+	// the kubelet staged and published it at.
 	KubeletDir string
 	// NodeName is the Kubernetes node the sidecar runs on.
 	NodeName string
@@ -17,7 +20,7 @@ type NodeOptions struct {
 // AddFlags registers the node role's flags on fs. --node-name defaults to
 // $NODE_NAME, which a DaemonSet sets from spec.nodeName.
 func (o *NodeOptions) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "Node role: the kubelet's root directory, where leftovers of fenced volumes are found. It must show the host's mounts (mountPropagation HostToContainer).")
+	fs.StringVar(&o.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "Node role: the kubelet's root directory, where leftovers of fenced volumes are found, mounted at the kubelet's own path (as the node plugin sees it: the paths found are handed to the plugin). It must show the host's mounts (mountPropagation HostToContainer).")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "Node role: the name of the Kubernetes node this sidecar runs on (default $NODE_NAME).")
 }
 

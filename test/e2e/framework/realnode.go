@@ -419,22 +419,34 @@ func (c *Cluster) startRealNode(ctx context.Context, rn *realNet, i int, name st
 	if err := c.writeKubeletFiles(node); err != nil {
 		return nil, err
 	}
-	node.kubelet, err = c.startInNode(node, procs, "kubelet", filepath.Join(rn.binDir, "kubelet"),
-		"--config="+filepath.Join(node.Dir, "kubelet.yaml"),
-		"--kubeconfig="+node.Kubeconfig,
-		"--root-dir="+node.KubeletDir(),
-		"--hostname-override="+name, "--node-ip="+node.IP,
-		"--node-labels="+RealNodeLabel+"=true", "--v=2")
-	if err != nil {
+	if err := c.startKubelet(ctx, rn, node, procs); err != nil {
 		return nil, err
-	}
-	healthz := fmt.Sprintf("http://%s/healthz", net.JoinHostPort(node.IP, "10248"))
-	if err := waitHTTPOf(ctx, node.kubelet, healthz, nil, 60*time.Second); err != nil {
-		return nil, fmt.Errorf("kubelet of %s (log %s): %w", name, node.kubelet.LogPath, err)
 	}
 	c.log.Logf("real node %s: containerd and kubelet up at %s (%.1fs; logs %s, %s)", name, node.IP,
 		time.Since(begin).Seconds(), node.containerd.LogPath, node.kubelet.LogPath)
 	return node, nil
+}
+
+// startKubelet starts the node's kubelet in its daemons' cgroup (procs) and
+// waits until it answers on its healthz port.
+func (c *Cluster) startKubelet(ctx context.Context, rn *realNet, node *RealNode, procs []string) error {
+	kubelet, err := c.startInNode(node, procs, "kubelet", filepath.Join(rn.binDir, "kubelet"),
+		"--config="+filepath.Join(node.Dir, "kubelet.yaml"),
+		"--kubeconfig="+node.Kubeconfig,
+		"--root-dir="+node.KubeletDir(),
+		"--hostname-override="+node.Name, "--node-ip="+node.IP,
+		"--node-labels="+RealNodeLabel+"=true", "--v=2")
+	if err != nil {
+		return err
+	}
+	node.mu.Lock()
+	node.kubelet = kubelet
+	node.mu.Unlock()
+	healthz := fmt.Sprintf("http://%s/healthz", net.JoinHostPort(node.IP, "10248"))
+	if err := waitHTTPOf(ctx, kubelet, healthz, nil, 60*time.Second); err != nil {
+		return fmt.Errorf("kubelet of %s (log %s): %w", node.Name, kubelet.LogPath, err)
+	}
+	return nil
 }
 
 func (n *RealNode) shimDir() string { return n.shims }
@@ -480,25 +492,39 @@ func (c *Cluster) startRuntime(ctx context.Context, rn *realNet, node *RealNode)
 	if err := c.routeKubernetesService(ctx, rn, node); err != nil {
 		return nil, err
 	}
-	procs, err := rn.createCgroup(node.cgroup + "/daemons")
-	if err != nil {
-		return nil, err
-	}
 	if err := node.writeContainerdConfig(); err != nil {
 		return nil, err
 	}
-	node.containerd, err = c.startInNode(node, procs, "containerd", filepath.Join(rn.binDir, "containerd"),
-		"--config", filepath.Join(node.Dir, "containerd.toml"))
+	procs, err := c.startContainerd(ctx, rn, node)
 	if err != nil {
 		return nil, err
-	}
-	if err := node.waitContainerd(ctx, rn, 60*time.Second); err != nil {
-		return nil, fmt.Errorf("containerd of %s (log %s): %w", node.Name, node.containerd.LogPath, err)
 	}
 	for _, im := range rn.images {
 		if err := node.ctr(ctx, rn, "-n", "k8s.io", "images", "import", "--local", im.Tarball); err != nil {
 			return nil, fmt.Errorf("importing %s into %s's containerd: %w", im.Name, node.Name, err)
 		}
+	}
+	return procs, nil
+}
+
+// startContainerd makes the node's daemons' cgroup, starts its containerd
+// there and waits until it answers; it returns the cgroup.procs files of
+// that cgroup.
+func (c *Cluster) startContainerd(ctx context.Context, rn *realNet, node *RealNode) ([]string, error) {
+	procs, err := rn.createCgroup(node.cgroup + "/daemons")
+	if err != nil {
+		return nil, err
+	}
+	containerd, err := c.startInNode(node, procs, "containerd", filepath.Join(rn.binDir, "containerd"),
+		"--config", filepath.Join(node.Dir, "containerd.toml"))
+	if err != nil {
+		return nil, err
+	}
+	node.mu.Lock()
+	node.containerd = containerd
+	node.mu.Unlock()
+	if err := node.waitContainerd(ctx, rn, 60*time.Second); err != nil {
+		return nil, fmt.Errorf("containerd of %s (log %s): %w", node.Name, containerd.LogPath, err)
 	}
 	return procs, nil
 }

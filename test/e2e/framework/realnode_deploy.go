@@ -39,6 +39,12 @@ import (
 //     (StateDir), not the host's /var/lib/csi-fence-mock; its node plugin
 //     serves the volumes as the example ships it (--data-path=fuse: the
 //     real data path, gated by the array) unless DataPath says otherwise;
+//   - the node agent sees the nodes' directory at the host's path too
+//     (--kubelet-dir is its node's kubelet root there): it hands the paths
+//     it finds to the node plugin, which must get the kubelet's own paths,
+//     the ones the kubelet staged and published at;
+//   - the mock's node plugin logs its NodeUnpublishVolume and
+//     NodeUnstageVolume calls with their force field (--v=2);
 //   - the controller pod may be pinned to a node (ControllerNode), so that
 //     a test can power the others off without taking the controller.
 //
@@ -61,6 +67,10 @@ type RealDeployOptions struct {
 	// DataPath, if set, is the node plugins' --data-path (none, bind,
 	// fuse) in place of the example's.
 	DataPath string
+	// NoNodeAgent, a negative control, removes the node agent (the node
+	// role's csi-fence-attacher) from the node DaemonSet: nothing cleans a
+	// node that comes back, so its quarantine must stay.
+	NoNodeAgent bool
 }
 
 // RealDeployment is the mock example deployed on real nodes.
@@ -155,6 +165,15 @@ func realNodeOverlay(overlay, nodesDir, stateDir string, opts RealDeployOptions)
 	if err != nil {
 		return "", err
 	}
+	agentIdx, agentName, err := exampleContainer(base, "DaemonSet", exampleNode, "csi-fence-attacher")
+	if err != nil {
+		return "", err
+	}
+	const shippedKubeletDir = "--kubelet-dir=/var/lib/kubelet"
+	agentArg, err := exampleArg(base, "DaemonSet", exampleNode, agentIdx, shippedKubeletDir)
+	if err != nil {
+		return "", err
+	}
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	plugin := "$(NODE_NAME)/kubelet/plugins/" + DriverName
 	var b strings.Builder
@@ -175,7 +194,12 @@ images:
 - target: {kind: DaemonSet, name: %s}
   patch: |-
     - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
-`, exampleNode, mockIdx, q(mockName))
+    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: --v=2}
+    - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
+    - {op: test, path: /spec/template/spec/containers/%d/args/%d, value: %s}
+    - {op: replace, path: /spec/template/spec/containers/%d/args/%d, value: %s}
+`, exampleNode, mockIdx, q(mockName), mockIdx, agentIdx, q(agentName), agentIdx, agentArg, q(shippedKubeletDir),
+		agentIdx, agentArg, q("--kubelet-dir="+filepath.Join(nodesDir, "$(NODE_NAME)", "kubelet")))
 	if opts.DataPath != "" {
 		// The last --data-path given wins.
 		fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockIdx, q("--data-path="+opts.DataPath))
@@ -206,7 +230,8 @@ images:
           - name: csi-fence-attacher
             volumeMounts:
             - {mountPath: /csi, name: socket-dir, subPathExpr: %s}
-            - {mountPath: /var/lib/kubelet, name: kubelet-dir, subPathExpr: $(NODE_NAME)/kubelet}
+            - {mountPath: /var/lib/kubelet, $patch: delete}
+            - {mountPath: %s, name: kubelet-dir, mountPropagation: HostToContainer}
           volumes:
           - name: socket-dir
             hostPath: {path: %s, type: Directory}
@@ -218,7 +243,7 @@ images:
             hostPath: {path: %s, type: Directory}
 `, exampleNode, exampleNode, q(plugin), q(nodesDir), q(AttacherImage),
 		q("--kubelet-registration-path="+filepath.Join(nodesDir, "$(NODE_NAME)", "kubelet", "plugins", DriverName, "csi.sock")),
-		q(plugin), q(plugin), q(nodesDir), q(nodesDir), q(nodesDir), q(stateDir))
+		q(plugin), q(plugin), q(nodesDir), q(nodesDir), q(nodesDir), q(nodesDir), q(stateDir))
 	// The controller Deployment.
 	fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
   patch: |-
@@ -252,6 +277,20 @@ images:
 		for _, a := range opts.AttacherArgs {
 			fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", sidecarIdx, q(a))
 		}
+	}
+	if opts.NoNodeAgent {
+		// Last: the patches above name the container.
+		fmt.Fprintf(&b, `- target: {kind: DaemonSet, name: %s}
+  patch: |-
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata: {name: %s}
+    spec:
+      template:
+        spec:
+          containers:
+          - {name: %s, $patch: delete}
+`, exampleNode, exampleNode, q(agentName))
 	}
 	return b.String(), nil
 }
@@ -374,6 +413,29 @@ func (c *Cluster) StaticVolume(ctx context.Context, d *RealDeployment, id, names
 	}
 	_, err = c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	return err
+}
+
+// exampleArg returns the index of arg among the arguments of container i
+// of the example's kind/name.
+func exampleArg(objs []*unstructured.Unstructured, kind, name string, i int, arg string) (int, error) {
+	for _, o := range objs {
+		if o.GetKind() != kind || o.GetName() != name {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if i >= len(cs) {
+			break
+		}
+		m, _ := cs[i].(map[string]any)
+		args, _ := m["args"].([]any)
+		for j, a := range args {
+			if a == arg {
+				return j, nil
+			}
+		}
+		return 0, fmt.Errorf("deploy/kubernetes/mock-example: container %d of %s %s has no argument %s", i, kind, name, arg)
+	}
+	return 0, fmt.Errorf("deploy/kubernetes/mock-example has no %s %s with a container %d", kind, name, i)
 }
 
 // exampleContainer returns the index and name of the first container of

@@ -16,8 +16,9 @@ import (
 // host's path with Bidirectional propagation and serves the real data path
 // (FUSE, /dev/fuse mounted) as the example ships it; the
 // registrar stands in node-driver-registrar's place, pointing the kubelet at
-// the node's own plugin socket; the other containers see their node's own
-// directories at the shipped paths.
+// the node's own plugin socket; the node agent sees its node's kubelet root
+// at the host's path, the one the kubelet hands the node plugin; the
+// registrar sees its node's own directories at the shipped paths.
 func TestRealNodeOverlay(t *testing.T) {
 	overlay := filepath.Join(t.TempDir(), "deploy-real")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
@@ -88,11 +89,11 @@ func TestRealNodeOverlay(t *testing.T) {
 		byName[c.Name] = strings.Join(c.Args, " ") + " | " + c.Image + " | " + strings.Join(mounts, " ")
 	}
 	for name, wants := range map[string][]string{
-		"csi-fence-mock": {"--data-path=fuse", "dev-fuse@/dev/fuse::", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
+		"csi-fence-mock": {"--data-path=fuse", "--v=2", "dev-fuse@/dev/fuse::", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
 		"node-driver-registrar": {"--role=registrar", AttacherImage,
 			"--kubelet-registration-path=" + nodes + "/$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io/csi.sock",
 			"registration-dir@/registration:$(NODE_NAME)/kubelet/plugins_registry:"},
-		"csi-fence-attacher": {"--role=node", "--kubelet-dir=/var/lib/kubelet", "kubelet-dir@/var/lib/kubelet:$(NODE_NAME)/kubelet:HostToContainer"},
+		"csi-fence-attacher": {"--role=node", "--kubelet-dir=" + nodes + "/$(NODE_NAME)/kubelet", "kubelet-dir@" + nodes + "::HostToContainer"},
 	} {
 		for _, w := range wants {
 			if !strings.Contains(byName[name], w) {
@@ -100,8 +101,10 @@ func TestRealNodeOverlay(t *testing.T) {
 			}
 		}
 	}
-	if strings.Contains(byName["csi-fence-mock"], "@/var/lib/kubelet:") {
-		t.Errorf("the node plugin still mounts /var/lib/kubelet, which is not the nodes' kubelet root: %s", byName["csi-fence-mock"])
+	for _, c := range []string{"csi-fence-mock", "csi-fence-attacher"} {
+		if strings.Contains(byName[c], "@/var/lib/kubelet:") || strings.Contains(byName[c], "--kubelet-dir=/var/lib/kubelet") {
+			t.Errorf("%s still sees /var/lib/kubelet, which is not the nodes' kubelet root: %s", c, byName[c])
+		}
 	}
 	if dep.Spec.Template.Spec.NodeName != "real-1" {
 		t.Errorf("controller pod on %q, want real-1", dep.Spec.Template.Spec.NodeName)
@@ -119,14 +122,15 @@ func TestRealNodeOverlay(t *testing.T) {
 	}
 }
 
-// DataPath replaces the example's --data-path of the node plugin: the last
-// one given is the one the mock parses.
-func TestRealNodeOverlayDataPath(t *testing.T) {
+// renderNodeDaemonSet renders the real-node overlay with opts and returns
+// its node DaemonSet.
+func renderNodeDaemonSet(t *testing.T, opts RealDeployOptions) *appsv1.DaemonSet {
+	t.Helper()
 	overlay := filepath.Join(t.TempDir(), "deploy-real")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kust, err := realNodeOverlay(overlay, "/tmp/fence-e2e-x/nodes", "/tmp/fence-e2e-x/mock-state", RealDeployOptions{DataPath: "bind"})
+	kust, err := realNodeOverlay(overlay, "/tmp/fence-e2e-x/nodes", "/tmp/fence-e2e-x/mock-state", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,21 +153,44 @@ func TestRealNodeOverlayDataPath(t *testing.T) {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range ds.Spec.Template.Spec.Containers {
-			if c.Name != "csi-fence-mock" {
-				continue
-			}
-			var last string
-			for _, a := range c.Args {
-				if strings.HasPrefix(a, "--data-path=") {
-					last = a
-				}
-			}
-			if last != "--data-path=bind" {
-				t.Errorf("the node plugin's last --data-path is %q, want --data-path=bind: %v", last, c.Args)
-			}
-			return
+		return ds
+	}
+	t.Fatal("no DaemonSet in the overlay")
+	return nil
+}
+
+// DataPath replaces the example's --data-path of the node plugin: the last
+// one given is the one the mock parses.
+func TestRealNodeOverlayDataPath(t *testing.T) {
+	ds := renderNodeDaemonSet(t, RealDeployOptions{DataPath: "bind"})
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name != "csi-fence-mock" {
+			continue
 		}
+		var last string
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--data-path=") {
+				last = a
+			}
+		}
+		if last != "--data-path=bind" {
+			t.Errorf("the node plugin's last --data-path is %q, want --data-path=bind: %v", last, c.Args)
+		}
+		return
 	}
 	t.Fatal("no csi-fence-mock container in the node DaemonSet")
+}
+
+// The negative control without the node agent keeps the node plugin and the
+// registrar and drops only the agent.
+func TestRealNodeOverlayNoNodeAgent(t *testing.T) {
+	ds := renderNodeDaemonSet(t, RealDeployOptions{NoNodeAgent: true})
+	var names []string
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"csi-fence-mock", "node-driver-registrar"}; !slices.Equal(names, want) {
+		t.Fatalf("node DaemonSet containers %v, want %v", names, want)
+	}
 }
