@@ -181,6 +181,11 @@ func TestDriverOverlays(t *testing.T) {
 // without a word.
 func TestCheckManifestsFailsLoudly(t *testing.T) {
 	const header = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+	b, err := os.ReadFile("testdata/drivers/ceph-rbd/node-agent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cephNodeAgent := string(b)
 	tests := []struct {
 		name          string
 		kustomization string
@@ -202,6 +207,21 @@ func TestCheckManifestsFailsLoudly(t *testing.T) {
 			name:          "a name prefix: the policy no longer names the node agent",
 			kustomization: header + "namePrefix: acme-\nresources: [$HERE/mock-example]\n",
 			want:          []string{`runs as ServiceAccount "acme-csi-fence-attacher-node", which the ValidatingAdmissionPolicy acme-csi-fence-node-agent-own-record does not name`},
+		},
+		{
+			// The user's patch of the node plugin without the tolerations:
+			// the out-of-service taint would evict the node agent for good.
+			name: "a node agent that does not tolerate the taints of a node under fencing",
+			kustomization: header + "resources: [$HERE/testdata/drivers/ceph-rbd/upstream]\ncomponents: [$HERE/sidecar]\n" + `patches:
+- path: node-agent.yaml
+  target: {kind: DaemonSet, name: csi-rbdplugin}
+- target: {kind: DaemonSet, name: csi-rbdplugin}
+  patch: |-
+    - {op: remove, path: /spec/template/spec/tolerations}
+`,
+			files: map[string]string{"node-agent.yaml": cephNodeAgent},
+			want: []string{`DaemonSet csi-rbdplugin: node agent "csi-fence-attacher" runs in a pod that does not tolerate the taints of a node under fencing`,
+				"{key: csi-fence.io/quarantine, operator: Exists}, {key: node.kubernetes.io/out-of-service, operator: Exists}"},
 		},
 		{
 			name:          "the component left out",

@@ -129,7 +129,7 @@ func TestDetach(t *testing.T) {
 			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1},
 		},
 		{
-			name: "S4 (trial seeds 11032, 13100): Ready, in use for a pod on the node that wants the volume, scheduled there after the detach was decided: plain",
+			name:      "S4 (trial seeds 11032, 13100): Ready, in use for a pod on the node that wants the volume, scheduled there after the detach was decided: plain",
 			envConfig: envConfig{objects: claimedObjs("data", node("node-1", inUse("vol-1")), podUsing("db-0", "node-1", "data"))},
 			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
 		},

@@ -269,6 +269,7 @@ func Check(objs []*unstructured.Unstructured, opts Options) (Result, error) {
 			FenceImage, strings.Join(ExternalAttacherImages, " or .../"), looked))
 	}
 	r.Errors = append(r.Errors, checkNodeAgentIdentity(objs, r.Sidecars)...)
+	r.Errors = append(r.Errors, checkNodeAgentTolerations(r.Sidecars)...)
 	if nodes == 0 && !opts.ControllerOnly {
 		r.Errors = append(r.Errors, fmt.Sprintf("found no csi-fence-attacher node agent (image .../%s with --role=node) in %s: without it a node that comes back keeps its fenced volumes quarantined for ever. "+
 			"Patch your node plugin's DaemonSet as deploy/kubernetes/sidecar/node-patch.yaml does (its name, its socket volume), or pass --controller-only if it is deployed elsewhere",
@@ -420,4 +421,70 @@ func checkNodeAgentIdentity(objs []*unstructured.Unstructured, sidecars []Sideca
 		}
 	}
 	return errs
+}
+
+// NodeAgentTaints are the taints a node under fencing may carry, which the
+// node agent's pod must tolerate: the agent is what cleans a fenced node up
+// when it returns, and its node is released only after. The quarantine taint
+// (NoSchedule) keeps a deleted or not yet created agent pod off the node;
+// the out-of-service taint (NoExecute, KEP-2268, added by an admin or a
+// node-level fence) evicts it, and the garbage collector then deletes it: a
+// node that comes back would stay quarantined for ever (S6).
+var NodeAgentTaints = []corev1.Taint{
+	{Key: "csi-fence.io/quarantine", Effect: corev1.TaintEffectNoSchedule},
+	{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute},
+}
+
+// checkNodeAgentTolerations says which node agent's pod does not tolerate
+// NodeAgentTaints. A strategic merge patch cannot add tolerations to a
+// driver's DaemonSet (the list is replaced whole, which would drop the
+// driver's own), so the user adds them; this is where a build without them
+// fails.
+func checkNodeAgentTolerations(sidecars []Sidecar) []string {
+	var errs []string
+	for _, s := range sidecars {
+		if !s.Node {
+			continue
+		}
+		var missing []string
+		for _, t := range NodeAgentTaints {
+			tolerated := false
+			for _, tol := range s.Workload.Spec.Tolerations {
+				if tolerates(tol, t) {
+					tolerated = true
+					break
+				}
+			}
+			if !tolerated {
+				missing = append(missing, fmt.Sprintf("{key: %s, operator: Exists}", t.Key))
+			}
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Sprintf("%s: node agent %q runs in a pod that does not tolerate the taints of a node under fencing: evicted or kept off the node, nothing cleans the node up when it comes back and it stays quarantined. "+
+				"Add to the pod's tolerations: %s", s.Workload, s.Container.Name, strings.Join(missing, ", ")))
+		}
+	}
+	return errs
+}
+
+// tolerates reports whether tol tolerates t, as the scheduler and the taint
+// manager match them (an empty key with Exists tolerates every taint, an
+// empty effect every effect).
+func tolerates(tol corev1.Toleration, t corev1.Taint) bool {
+	if tol.Effect != "" && tol.Effect != t.Effect {
+		return false
+	}
+	if tol.Key == "" {
+		return tol.Operator == corev1.TolerationOpExists
+	}
+	if tol.Key != t.Key {
+		return false
+	}
+	switch tol.Operator {
+	case corev1.TolerationOpExists:
+		return true
+	case "", corev1.TolerationOpEqual:
+		return tol.Value == t.Value
+	}
+	return false
 }
