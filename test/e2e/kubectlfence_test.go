@@ -188,8 +188,9 @@ func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 				return false, nil
 			}
 		}
+		// Complete, then its finalizer removed, by the failover.
 		fr, err := frs.Get(ctx, node)
-		return err == nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete, err
+		return err == nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0, err
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 	kubectlFence(t, bin, false, "release", node)
 	if err := framework.WaitFor(ctx, 90*time.Second, "the second request Complete", func(ctx context.Context) (bool, error) {
 		fr, err := frs.Get(ctx, node)
-		return err == nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete, err
+		return err == nil && fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0, err
 	}); err != nil {
 		t.Fatal(err)
 	}
