@@ -438,7 +438,7 @@ func TestRBACPerFeature(t *testing.T) {
 		r.expectNoDenial()
 	})
 
-	t.Run("failover without patch nodes/status", func(t *testing.T) {
+	t.Run("failover without patching node status", func(t *testing.T) {
 		w := withheld{"patch", "", "nodes/status"}
 		r := runAs(ctx, t, "rbf-nofailover", grantOnly(ctx, t, "rbf-nofailover", &w, fencedDetachRoles, failoverRoles))
 		r.expectStates(map[string]string{sidecar.FeatureFencedDetach: "on", sidecar.FeatureFailover: "off: missing permissions"})
