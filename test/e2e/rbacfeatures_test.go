@@ -261,6 +261,8 @@ func (r *sidecarRun) expectNoDenial() {
 
 // waitUsed waits until the audit log shows the ServiceAccount used each
 // permission ("verb group/resource", framework.AuditEvent.Permission).
+// client-go's informers list by a watch that sends the initial objects
+// (WatchListClient, on by default): an informer shows as a watch only.
 func (r *sidecarRun) waitUsed(ctx context.Context, perms ...string) {
 	r.t.Helper()
 	if err := framework.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s using %v", r.user, perms), func(context.Context) (bool, error) {
@@ -344,7 +346,7 @@ func TestRBACPerFeature(t *testing.T) {
 		r.expectNoDenial()
 		// The failover's pod watch (what the other cases take as the sign
 		// that it runs) was never started.
-		r.expectNotUsed("list core/pods")
+		r.expectNotUsed("watch core/pods")
 		// Back, so that a failover of a later test cleans it up.
 		if err := cluster.RemoveTaint(ctx, victim, contract.OutOfServiceTaintKey); err != nil {
 			t.Error(err)
@@ -420,7 +422,7 @@ func TestRBACPerFeature(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("%v: %s", err, r.line("FenceAgentConfig"))
 		}
-		r.waitUsed(ctx, "list fencing.csi-fence.io/fenceagentconfigs", "watch fencing.csi-fence.io/fenceagentconfigs", "get core/secrets")
+		r.waitUsed(ctx, "watch fencing.csi-fence.io/fenceagentconfigs", "get core/secrets")
 		r.expectNoDenial()
 	})
 
@@ -434,7 +436,7 @@ func TestRBACPerFeature(t *testing.T) {
 		r.expectStates(map[string]string{sidecar.FeatureFencedDetach: "on", sidecar.FeatureFailover: "on", sidecar.FeatureMachineFencing: "on"})
 		r.expectNoWarning()
 		// The machine backend watches the Machines with these roles.
-		r.waitUsed(ctx, "list cluster.x-k8s.io/machines", "watch cluster.x-k8s.io/machines")
+		r.waitUsed(ctx, "watch cluster.x-k8s.io/machines")
 		r.expectNoDenial()
 	})
 
@@ -461,7 +463,7 @@ func TestRBACPerFeature(t *testing.T) {
 		r.expectStates(map[string]string{sidecar.FeatureFailover: "on", sidecar.FeaturePowerFencing: "off: missing permissions"})
 		r.expectWarned(ctx, sidecar.FeaturePowerFencing, w)
 		// The failover runs without it: it watches the pods.
-		r.waitUsed(ctx, "list core/pods")
+		r.waitUsed(ctx, "watch core/pods")
 		r.expectNoDenial()
 	})
 
@@ -472,7 +474,7 @@ func TestRBACPerFeature(t *testing.T) {
 			"--fencing-backends=storage,machine")
 		r.expectStates(map[string]string{sidecar.FeatureFailover: "on", sidecar.FeatureMachineFencing: "off: missing permissions"})
 		r.expectWarned(ctx, sidecar.FeatureMachineFencing, w)
-		r.waitUsed(ctx, "list core/pods")
+		r.waitUsed(ctx, "watch core/pods")
 		r.expectNoDenial()
 	})
 
