@@ -236,6 +236,10 @@ func runRelease(ctx context.Context, o *adminOptions, _ kubernetes.Interface, dy
 			pending++
 		}
 	}
+	if pending == 0 {
+		fmt.Fprintf(out, "fencingrequest/%s released (spec.released=true): nothing new is fenced for it; nothing recorded in it is left to clean: the failover lifts the quarantine, and the request is Complete and kept as the record (kubectl fence status)\n", o.node)
+		return nil
+	}
 	fmt.Fprintf(out, "fencingrequest/%s released (spec.released=true): nothing new is fenced for it; the node stays quarantined until the node agent has cleaned each volume recorded in it (%d not cleaned yet), then the request is Complete and kept as the record (kubectl fence status)\n",
 		o.node, pending)
 	return nil

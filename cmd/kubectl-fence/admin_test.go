@@ -270,7 +270,7 @@ func TestRelease(t *testing.T) {
 		{name: "with a record: released, kept", request: request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced, cleaned),
 			wantOut: "fencingrequest/node-a released (spec.released=true): nothing new is fenced for it; the node stays quarantined until the node agent has cleaned each volume recorded in it (1 not cleaned yet)", wantUpdates: 1, wantReleased: true},
 		{name: "nothing recorded: released, kept", request: request(t, "node-a", "", nil),
-			wantOut: "(0 not cleaned yet), then the request is Complete and kept as the record", wantUpdates: 1, wantReleased: true},
+			wantOut: "nothing recorded in it is left to clean: the failover lifts the quarantine, and the request is Complete and kept as the record", wantUpdates: 1, wantReleased: true},
 		{name: "the failover's record is refused", request: request(t, "node-a", fencingv1alpha1.OriginAutomatic, []string{contract.RecordFinalizer}, fenced),
 			wantErr: "fencingrequest/node-a is the failover's automatic record (origin Automatic, Fenced), not an admin's request: nothing changed; the controller releases the node itself once every volume recorded there is cleaned"},
 		{name: "no request", wantErr: `node "node-a" has no FencingRequest: nothing to release`},
