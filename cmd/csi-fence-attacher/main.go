@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -123,13 +124,26 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	}
 	mode := sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps)
 	access := sidecar.Access{}
+	machine := false
 	if mode.CSIHandler {
 		served, err := sidecar.FencingRequestsServed(env.client.Discovery())
 		if err != nil {
 			return err
 		}
-		access = sidecar.CheckAccess(ctx, env.client, sidecar.StormGuardNamespace(failoverOpts.StormGuardNamespace), served)
+		// One preflight of the RBAC for every feature; a feature the
+		// flags enable that lacks a rule is left out with a warning and
+		// an Event, and the others run.
+		stormGuardNamespace := sidecar.StormGuardNamespace(failoverOpts.StormGuardNamespace)
+		wanted := sidecar.WantedFeatures(fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)), failoverOpts)
+		var checks []sidecar.FeatureCheck
+		access, checks = sidecar.Preflight(ctx, env.client, stormGuardNamespace, served, wanted)
 		access.Report(klog.FromContext(ctx), served)
+		var events record.EventRecorder
+		if access.Events {
+			events = sidecar.NewStartupRecorder(ctx, env.client, env.driverName)
+		}
+		sidecar.ReportFeatures(klog.FromContext(ctx), events, access, env.driverName, checks)
+		machine = sidecar.FeatureRuns(checks, sidecar.FeatureMachineFencing)
 	}
 	// One informer factory for the controller role: the attacher and the
 	// failover watch and cache each kind once.
@@ -153,7 +167,7 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	run := runAttacher
 	if access.Failover {
 		power := access.Power && sidecar.FenceAgentConfigsServed(ctx, env.client.Discovery())
-		runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory, power)
+		runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory, power, machine)
 		if err != nil {
 			return err
 		}
@@ -196,7 +210,7 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 // force-deletes never wait behind the attacher's requests, nor the attaches
 // of the replacements behind a burst of fences.
 func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherMode, opts *sidecar.Options,
-	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory, power bool) (func(context.Context), error) {
+	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory, power, machine bool) (func(context.Context), error) {
 	failoverClient, err := kubernetes.NewForConfig(env.restConfig)
 	if err != nil {
 		return nil, err
@@ -221,6 +235,7 @@ func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherM
 		Informers:      factory,
 		CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
 		Power:          power,
+		Machine:        machine,
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/fenceview"
 )
 
@@ -101,6 +102,9 @@ func describe(fr *fencingv1alpha1.FencingRequest) string {
 		phase = "no phase yet"
 	}
 	s := fmt.Sprintf("origin %s, %s", origin, phase)
+	if fr.Spec.Released {
+		s += ", released"
+	}
 	if fr.DeletionTimestamp != nil {
 		s += fmt.Sprintf(", withdrawn at %s and kept by its finalizer %s until its volumes are cleaned", fr.DeletionTimestamp.UTC().Format(time.RFC3339), contract.RecordFinalizer)
 	}
@@ -111,7 +115,8 @@ func describe(fr *fencingv1alpha1.FencingRequest) string {
 // spec.nodeName the node (the CRD's rule), origin Manual. It refuses when
 // the node has a FencingRequest already, whatever its origin: there is one
 // per node, and the existing one is either the admin's or the failover's
-// record, which must not be replaced.
+// record, which must not be replaced while it has work to do. An admin's
+// request released and Complete has none: the new one replaces it.
 func runFence(ctx context.Context, o *adminOptions, kube kubernetes.Interface, dyn dynamic.Interface, out io.Writer) error {
 	node, err := kube.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -123,16 +128,27 @@ func runFence(ctx context.Context, o *adminOptions, kube kubernetes.Interface, d
 	frs := fencingv1alpha1.NewClient(dyn)
 	refuse := func(fr *fencingv1alpha1.FencingRequest) error {
 		hint := "`kubectl fence release " + o.node + "` withdraws it"
-		if fr.Spec.Origin == fencingv1alpha1.OriginAutomatic {
+		switch {
+		case fr.Spec.Origin == fencingv1alpha1.OriginAutomatic:
 			hint = "it is the failover's record of the node, released by the controller once every volume recorded there is cleaned"
-		}
-		if fr.DeletionTimestamp != nil {
+		case fr.DeletionTimestamp != nil:
 			hint = "a new request can be created once it is gone"
+		case fr.Spec.Released:
+			hint = "it was released and waits for its volumes to be cleaned; a new request can be created once it is Complete"
 		}
 		return fmt.Errorf("fence: fencingrequest/%s already exists (%s): nothing created; %s (kubectl fence status, timeline %s)", o.node, describe(fr), hint, o.node)
 	}
 	existing, err := frs.Get(ctx, o.node)
 	switch {
+	case err == nil && finished(existing):
+		// A released request whose work is done is only a record now: the
+		// new request takes its place (only that one, by UID).
+		uid := existing.UID
+		err := dyn.Resource(fencingv1alpha1.Resource).Delete(ctx, o.node, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("fence: replacing the completed fencingrequest/%s: %w", o.node, err)
+		}
+		fmt.Fprintf(out, "fencingrequest/%s of an earlier fence was released and Complete: replaced\n", o.node)
 	case err == nil:
 		return refuse(existing)
 	case !apierrors.IsNotFound(err):
@@ -166,6 +182,13 @@ func runFence(ctx context.Context, o *adminOptions, kube kubernetes.Interface, d
 	return nil
 }
 
+// finished reports whether fr is an admin's request that was released and
+// whose work is done: Complete, nothing left to clean, no finalizer.
+func finished(fr *fencingv1alpha1.FencingRequest) bool {
+	return fr.Spec.Origin != fencingv1alpha1.OriginAutomatic && fr.Spec.Released && fr.DeletionTimestamp == nil &&
+		fr.Status.Phase == fencingv1alpha1.PhaseComplete && len(fr.Finalizers) == 0 && !fencerecord.Pending(fr)
+}
+
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -175,11 +198,14 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// runRelease withdraws the admin's FencingRequest for the node by deleting
-// it (only the one it read, by UID). Its finalizer keeps it, and the node
-// quarantined, until the node agent has cleaned every volume recorded in
-// it. The failover's automatic record is refused: the controller releases
-// that node itself once it is clean.
+// runRelease withdraws the admin's FencingRequest for the node through its
+// spec: spec.released=true, by an update of the object it read (a conflict
+// means someone wrote it meanwhile: nothing changed, run it again). Nothing
+// new is fenced for it from then on; the failover lifts the quarantine once
+// the node agent has cleaned every volume recorded in it, and marks it
+// Complete. The request is never deleted: it stays as the record of what
+// was done. The failover's automatic record is refused: the controller
+// releases that node itself once it is clean.
 func runRelease(ctx context.Context, o *adminOptions, _ kubernetes.Interface, dyn dynamic.Interface, out io.Writer) error {
 	frs := fencingv1alpha1.NewClient(dyn)
 	fr, err := frs.Get(ctx, o.node)
@@ -190,37 +216,32 @@ func runRelease(ctx context.Context, o *adminOptions, _ kubernetes.Interface, dy
 		return fmt.Errorf("release: reading fencingrequest/%s: %w", o.node, err)
 	}
 	if fr.Spec.Origin == fencingv1alpha1.OriginAutomatic {
-		return fmt.Errorf("release: fencingrequest/%s is the failover's automatic record (%s), not an admin's request: nothing deleted; the controller releases the node itself once every volume recorded there is cleaned (kubectl fence timeline %s)", o.node, describe(fr), o.node)
+		return fmt.Errorf("release: fencingrequest/%s is the failover's automatic record (%s), not an admin's request: nothing changed; the controller releases the node itself once every volume recorded there is cleaned (kubectl fence timeline %s)", o.node, describe(fr), o.node)
 	}
-	if fr.DeletionTimestamp != nil {
+	if fr.Withdrawn() {
 		fmt.Fprintf(out, "fencingrequest/%s already withdrawn (%s)\n", o.node, describe(fr))
 		return nil
 	}
-	uid := fr.UID
-	err = dyn.Resource(fencingv1alpha1.Resource).Delete(ctx, o.node, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if apierrors.IsNotFound(err) {
-		fmt.Fprintf(out, "fencingrequest/%s already gone\n", o.node)
-		return nil
+	fr.Spec.Released = true
+	updated, err := frs.Update(ctx, fr)
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("release: fencingrequest/%s changed since it was read: nothing changed; run it again", o.node)
 	}
 	if err != nil {
-		return fmt.Errorf("release: deleting fencingrequest/%s: %w", o.node, err)
-	}
-	after, err := frs.Get(ctx, o.node)
-	if apierrors.IsNotFound(err) || (err == nil && after.UID != uid) {
-		fmt.Fprintf(out, "fencingrequest/%s deleted: nothing was recorded on it\n", o.node)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("release: fencingrequest/%s deleted; reading it back: %w", o.node, err)
+		return fmt.Errorf("release: setting spec.released on fencingrequest/%s: %w", o.node, err)
 	}
 	pending := 0
-	for _, v := range after.Status.Volumes {
+	for _, v := range updated.Status.Volumes {
 		if v.CleanedTime == nil {
 			pending++
 		}
 	}
-	fmt.Fprintf(out, "fencingrequest/%s withdrawn: nothing new is fenced for it; its finalizer %s keeps it until the node agent has cleaned each volume recorded in it (%d not cleaned yet), and the node stays quarantined until then (kubectl fence status)\n",
-		o.node, contract.RecordFinalizer, pending)
+	if pending == 0 {
+		fmt.Fprintf(out, "fencingrequest/%s released (spec.released=true): nothing new is fenced for it; nothing recorded in it is left to clean: the failover lifts the quarantine, and the request is Complete and kept as the record (kubectl fence status)\n", o.node)
+		return nil
+	}
+	fmt.Fprintf(out, "fencingrequest/%s released (spec.released=true): nothing new is fenced for it; the node stays quarantined until the node agent has cleaned each volume recorded in it (%d not cleaned yet), then the request is Complete and kept as the record (kubectl fence status)\n",
+		o.node, pending)
 	return nil
 }
 

@@ -84,6 +84,19 @@ func request(t *testing.T, name string, origin fencingv1alpha1.Origin, finalizer
 	return u
 }
 
+// released sets spec.released and the phase of a request.
+func released(t *testing.T, obj runtime.Object, phase fencingv1alpha1.Phase) runtime.Object {
+	t.Helper()
+	u := obj.(*unstructured.Unstructured)
+	if err := unstructured.SetNestedField(u.Object, true, "spec", "released"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, string(phase), "status", "phase"); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 // fakeDynamic is the dynamic fake with FencingRequests, deleting as the
 // apiserver does: an object with finalizers only gets its
 // deletionTimestamp.
@@ -180,6 +193,12 @@ func TestFence(t *testing.T) {
 		{name: "the failover's record exists", nodes: []runtime.Object{node("node-a", corev1.ConditionFalse)},
 			requests: []runtime.Object{request(t, "node-a", fencingv1alpha1.OriginAutomatic, []string{contract.RecordFinalizer})},
 			wantErr:  "already exists (origin Automatic, Fenced): nothing created; it is the failover's record"},
+		{name: "the admin's request, released, waiting for its cleanup", nodes: []runtime.Object{node("node-a", corev1.ConditionTrue)},
+			requests: []runtime.Object{released(t, request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}), fencingv1alpha1.PhaseFenced)},
+			wantErr:  "already exists (origin Manual, Fenced, released): nothing created; it was released and waits for its volumes to be cleaned"},
+		{name: "the admin's request, released and Complete: replaced", nodes: []runtime.Object{node("node-a", corev1.ConditionFalse)},
+			requests: []runtime.Object{released(t, request(t, "node-a", fencingv1alpha1.OriginManual, nil), fencingv1alpha1.PhaseComplete)},
+			wantOut:  []string{"fencingrequest/node-a of an earlier fence was released and Complete: replaced", "fencingrequest/node-a created (origin Manual)"}},
 		{name: "no such node", nodes: nil, wantErr: `node "node-a" not found: nothing created`},
 	}
 	for _, tc := range tests {
@@ -233,27 +252,27 @@ func TestFence(t *testing.T) {
 	}
 }
 
-// release deletes the admin's request (the finalizer keeping it while
-// anything recorded is not cleaned, and the output saying so), and refuses
-// the failover's record, deleting nothing.
+// release withdraws the admin's request through its spec (spec.released,
+// by an update; never a delete), the output saying what stays pending, and
+// refuses the failover's record, changing nothing.
 func TestRelease(t *testing.T) {
 	t0 := metav1.NewTime(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
 	fenced := fencingv1alpha1.FencedVolume{Driver: "d", VolumeHandle: "v1", FencedTime: &t0}
 	cleaned := fencingv1alpha1.FencedVolume{Driver: "d", VolumeHandle: "v2", FencedTime: &t0, CleanedTime: &t0}
 	tests := []struct {
-		name        string
-		request     runtime.Object
-		wantErr     string
-		wantOut     string
-		wantDeletes int
-		wantGone    bool
+		name         string
+		request      runtime.Object
+		wantErr      string
+		wantOut      string
+		wantUpdates  int
+		wantReleased bool
 	}{
-		{name: "with a record: kept by the finalizer", request: request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced, cleaned),
-			wantOut: "fencingrequest/node-a withdrawn: nothing new is fenced for it; its finalizer csi-fence.io/fence-record keeps it until the node agent has cleaned each volume recorded in it (1 not cleaned yet)", wantDeletes: 1},
-		{name: "nothing recorded: gone", request: request(t, "node-a", "", nil),
-			wantOut: "fencingrequest/node-a deleted: nothing was recorded on it", wantDeletes: 1, wantGone: true},
+		{name: "with a record: released, kept", request: request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced, cleaned),
+			wantOut: "fencingrequest/node-a released (spec.released=true): nothing new is fenced for it; the node stays quarantined until the node agent has cleaned each volume recorded in it (1 not cleaned yet)", wantUpdates: 1, wantReleased: true},
+		{name: "nothing recorded: released, kept", request: request(t, "node-a", "", nil),
+			wantOut: "nothing recorded in it is left to clean: the failover lifts the quarantine, and the request is Complete and kept as the record", wantUpdates: 1, wantReleased: true},
 		{name: "the failover's record is refused", request: request(t, "node-a", fencingv1alpha1.OriginAutomatic, []string{contract.RecordFinalizer}, fenced),
-			wantErr: "fencingrequest/node-a is the failover's automatic record (origin Automatic, Fenced), not an admin's request: nothing deleted; the controller releases the node itself once every volume recorded there is cleaned"},
+			wantErr: "fencingrequest/node-a is the failover's automatic record (origin Automatic, Fenced), not an admin's request: nothing changed; the controller releases the node itself once every volume recorded there is cleaned"},
 		{name: "no request", wantErr: `node "node-a" has no FencingRequest: nothing to release`},
 	}
 	for _, tc := range tests {
@@ -265,14 +284,12 @@ func TestRelease(t *testing.T) {
 			dyn := fakeDynamic(objs...)
 			var out strings.Builder
 			err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out)
-			deletes := 0
+			writes := map[string]int{}
 			for _, a := range dyn.Actions() {
-				if a.GetVerb() == "delete" {
-					deletes++
-				}
+				writes[a.GetVerb()]++
 			}
-			if deletes != tc.wantDeletes {
-				t.Errorf("%d deletes, want %d", deletes, tc.wantDeletes)
+			if writes["delete"] != 0 || writes["update"] != tc.wantUpdates {
+				t.Errorf("%d deletes, %d updates; want none, %d", writes["delete"], writes["update"], tc.wantUpdates)
 			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -286,18 +303,43 @@ func TestRelease(t *testing.T) {
 			if !strings.Contains(out.String(), tc.wantOut) {
 				t.Errorf("output:\n%s\nwant %q", out.String(), tc.wantOut)
 			}
-			_, err = dyn.Tracker().Get(fencingv1alpha1.Resource, "", "node-a")
-			if gone := err != nil; gone != tc.wantGone {
-				t.Errorf("gone %v, want %v", gone, tc.wantGone)
+			obj, err := dyn.Tracker().Get(fencingv1alpha1.Resource, "", "node-a")
+			if err != nil {
+				t.Fatalf("the request is gone: %v", err)
+			}
+			fr, err := fencingv1alpha1.FromUnstructured(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fr.Spec.Released != tc.wantReleased || fr.ManualActive() || fr.DeletionTimestamp != nil {
+				t.Errorf("spec %+v, active %v, deleted %v: want released, not active, not deleted", fr.Spec, fr.ManualActive(), fr.DeletionTimestamp)
 			}
 		})
 	}
-	// A second release of a withdrawn request deletes nothing more.
-	dyn := fakeDynamic(request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced))
-	for i, want := range []string{"withdrawn", "already withdrawn"} {
-		var out strings.Builder
-		if err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out); err != nil || !strings.Contains(out.String(), want) {
-			t.Errorf("release #%d: %v, output %q, want %q", i+1, err, out.String(), want)
+	// A second release writes nothing more; nor does one of a request an
+	// older plugin withdrew by deleting it.
+	deleted := request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced).(*unstructured.Unstructured)
+	now := metav1.Now()
+	deleted.SetDeletionTimestamp(&now)
+	for _, start := range []runtime.Object{request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced), deleted} {
+		dyn := fakeDynamic(start)
+		for i := range 2 {
+			var out strings.Builder
+			if err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out); err != nil {
+				t.Fatal(err)
+			}
+			if i == 1 && !strings.Contains(out.String(), "already withdrawn") {
+				t.Errorf("release #2: output %q, want already withdrawn", out.String())
+			}
+		}
+		updates := 0
+		for _, a := range dyn.Actions() {
+			if a.GetVerb() == "update" {
+				updates++
+			}
+		}
+		if want := map[bool]int{true: 0, false: 1}[start == deleted]; updates != want {
+			t.Errorf("%d updates over two releases, want %d", updates, want)
 		}
 	}
 }

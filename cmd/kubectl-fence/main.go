@@ -20,7 +20,8 @@
 // (pkg/fenceview): which nodes are fenced or quarantined and how far each
 // got, and one node's failover step by step.
 //
-// fence and release create and withdraw an admin's FencingRequest; pause
+// fence and release create and withdraw (spec.released) an admin's
+// FencingRequest; pause
 // and resume set and remove the storm guard's pause switch.
 package main
 
@@ -54,7 +55,7 @@ var commands = map[string]command{
 	"status":          {"status [-o table|json|yaml] [--storm-guard-namespace=NS]: nodes fenced or quarantined, their records, volumes and the storm guard", status},
 	"timeline":        {"timeline NODE [-o table|json|yaml]: the steps of a node's failover, from its record, conditions, taints and Events", timeline},
 	"fence":           {"fence NODE [--reason=REASON]: create the admin's FencingRequest for the node (fences its storage even when it is Ready)", adminVerb("fence", runFence)},
-	"release":         {"release NODE: withdraw the admin's FencingRequest (deleted; its finalizer keeps it until the node is cleaned)", adminVerb("release", runRelease)},
+	"release":         {"release NODE: withdraw the admin's FencingRequest (spec.released; the node leaves quarantine once its volumes are cleaned, the request stays as the record)", adminVerb("release", runRelease)},
 	"pause":           {"pause --reason=REASON [--storm-guard-namespace=NS]: stop all new fencing (the storm guard's pause switch)", adminVerb("pause", runPause)},
 	"resume":          {"resume [--storm-guard-namespace=NS]: remove the pause switch", adminVerb("resume", runResume)},
 	"completion":      {"completion bash|zsh: print a shell completion script", completion},

@@ -45,6 +45,9 @@ func TestDecideFence(t *testing.T) {
 		{name: "manual FencingRequest without an origin (the default) on a Ready node", node: node("node-1"), fr: fencingRequest("node-1", "", ""), wantReason: FenceReasonFencingRequest},
 		{name: "S4: automatic FencingRequest on a Ready node (the failover's record of an earlier failure): graceful", node: node("node-1"), fr: automatic},
 		{name: "S4: manual FencingRequest being deleted (withdrawn): graceful", node: node("node-1"), fr: withdrawn(active)},
+		{name: "S4: manual FencingRequest released through its spec: graceful", node: node("node-1"), fr: releasedFR(active)},
+		{name: "released manual request still holding an uncleaned entry of the volume: sticky (S8)", node: node("node-1"),
+			fr: releasedFR(withEntry(active, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}})), wantReason: FenceReasonQuarantined},
 		{name: "FencingRequest on a NotReady node: the node's state is the reason", node: node("node-1", notReady), fr: active, wantReason: FenceReasonNodeNotReady},
 		{name: "healthy, completed request still holding an uncleaned entry of the volume: sticky (S8)", node: node("node-1"),
 			fr: withEntry(complete, fencingv1alpha1.FencedVolume{Driver: "drv", VolumeHandle: "h", StartedTime: &metav1.Time{}}), wantReason: FenceReasonQuarantined},
@@ -155,6 +158,14 @@ func withdrawn(fr *fencingv1alpha1.FencingRequest) *fencingv1alpha1.FencingReque
 	out := fr.DeepCopy()
 	now := metav1.Now()
 	out.DeletionTimestamp = &now
+	return out
+}
+
+// releasedFR returns a copy of fr released through its spec (kubectl fence
+// release).
+func releasedFR(fr *fencingv1alpha1.FencingRequest) *fencingv1alpha1.FencingRequest {
+	out := fr.DeepCopy()
+	out.Spec.Released = true
 	return out
 }
 

@@ -97,7 +97,8 @@ func AdmissionStale(node *v1.Node, fr *fencingv1alpha1.FencingRequest) bool {
 // Release decides whether a node that is Ready again may leave quarantine:
 // every volume recorded on it (all drivers, fenced or only intended) is
 // cleaned, and no VolumeAttachment of those volumes remains on it unless the
-// request was withdrawn (deleted, kept by its finalizer until now). A
+// request was withdrawn (spec.released, or deleted and kept by its finalizer
+// until now). A
 // quarantined node with no record is not released: a quarantine taint never
 // means "nothing to clean". It never decides by time.
 func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storagev1.VolumeAttachment, pvHandle func(pv string) (driver, handle string)) (bool, string) {
@@ -116,9 +117,9 @@ func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storag
 			return false, msg
 		}
 	}
-	if fr.DeletionTimestamp != nil {
-		// Withdrawn by an admin, everything cleaned: whatever stays
-		// attached there may be published again.
+	if fr.Withdrawn() {
+		// Withdrawn by an admin (released or deleted), everything
+		// cleaned: whatever stays attached there may be published again.
 		return true, ""
 	}
 	for _, va := range vas {

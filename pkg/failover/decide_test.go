@@ -50,6 +50,10 @@ func TestRelease(t *testing.T) {
 		fr.DeletionTimestamp = &now
 		return fr
 	}
+	released := func(fr *fencingv1alpha1.FencingRequest) *fencingv1alpha1.FencingRequest {
+		fr.Spec.Released = true
+		return fr
+	}
 	tests := []struct {
 		name        string
 		fr          *fencingv1alpha1.FencingRequest
@@ -69,6 +73,10 @@ func TestRelease(t *testing.T) {
 			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true},
 		{"withdrawn, not cleaned: deleting a record never skips the cleanup",
 			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false},
+		{"released through its spec, cleaned, its VA still there (kubectl fence release)",
+			released(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true},
+		{"released through its spec, not cleaned: releasing never skips the cleanup",
+			released(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false},
 	}
 	for _, tc := range tests {
 		got, why := Release(tc.fr, tc.quarantined, tc.vas, handle)

@@ -666,6 +666,7 @@ func TestRecordChangeMatters(t *testing.T) {
 			fr.Status.Volumes = append(fr.Status.Volumes, fencingv1alpha1.FencedVolume{Driver: "other", VolumeHandle: "h2"})
 		}, true},
 		{"withdrawn by an admin", func(fr *fencingv1alpha1.FencingRequest) { fr.DeletionTimestamp = &now }, true},
+		{"released by an admin through its spec", func(fr *fencingv1alpha1.FencingRequest) { fr.Spec.Released = true }, true},
 		{"spec changed", func(fr *fencingv1alpha1.FencingRequest) { fr.Spec.Origin = fencingv1alpha1.OriginManual }, true},
 	}
 	for _, tc := range tests {

@@ -36,6 +36,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/csi-fence/fence-attacher/pkg/fence"
 )
 
 // IOTarget names a volume as a workload on a node sees it.
@@ -181,20 +183,7 @@ func CheckEndpoints(ctx context.Context, sc sanity.TestConfig, cfg Config, timeo
 }
 
 func probe(ctx context.Context, addr string, opts []grpc.DialOption, timeout time.Duration) error {
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost")}
-	}
-	// The address forms csi-test's utils.Connect accepts: unix:///path,
-	// /path, or a host:port.
-	if u, err := url.Parse(addr); err == nil && (!u.IsAbs() || u.Scheme == "unix") {
-		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", u.Path)
-		}))
-		if u.Scheme != "unix" {
-			addr = "unix:" + addr
-		}
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := dial(addr, opts)
 	if err != nil {
 		return err
 	}
@@ -209,4 +198,60 @@ func probe(ctx context.Context, addr string, opts []grpc.DialOption, timeout tim
 		return err
 	}
 	return nil
+}
+
+// dial connects to a CSI endpoint in the address forms csi-test accepts.
+func dial(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost")}
+	}
+	// The address forms csi-test's utils.Connect accepts: unix:///path,
+	// /path, or a host:port.
+	if u, err := url.Parse(addr); err == nil && (!u.IsAbs() || u.Scheme == "unix") {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", u.Path)
+		}))
+		if u.Scheme != "unix" {
+			addr = "unix:" + addr
+		}
+	}
+	return grpc.NewClient(addr, opts...)
+}
+
+// NoFenceSpecRan is the start of the one line csi-fence-sanity prints when
+// the driver under test lacks the extension: no fence spec ran, and why.
+const NoFenceSpecRan = "no fence spec ran: "
+
+// FenceSpecsApply asks the driver's controller service (the node endpoint
+// when the run has no controller endpoint) whether the fence specs can run
+// against it: "" when they can, otherwise why not (NoPublishMessage or
+// NoFenceMessage, what each skipped spec would say). Probe the endpoints
+// first (CheckEndpoints): this call does not wait for a driver to start.
+func FenceSpecsApply(ctx context.Context, sc sanity.TestConfig, timeout time.Duration) (string, error) {
+	addr, opts := sc.ControllerAddress, sc.ControllerDialOptions
+	if addr == "" {
+		addr, opts = sc.Address, sc.DialOptions
+	}
+	conn, err := dial(addr, opts)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rsp, err := csi.NewControllerClient(conn).ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		return "", fmt.Errorf("ControllerGetCapabilities at %s: %w", addr, err)
+	}
+	caps := map[csi.ControllerServiceCapability_RPC_Type]bool{}
+	for _, c := range rsp.GetCapabilities() {
+		caps[c.GetRpc().GetType()] = true
+	}
+	switch {
+	case !caps[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME]:
+		return NoPublishMessage, nil
+	case !caps[fence.ControllerUnpublishFence]:
+		return NoFenceMessage, nil
+	}
+	return "", nil
 }

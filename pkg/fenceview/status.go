@@ -64,6 +64,8 @@ type NodeStatus struct {
 	Origin string `json:"origin,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Released: an admin withdrew the request (spec.released).
+	Released bool `json:"released,omitempty"`
 	// Backends that fenced (or are fencing) the node: storage when volumes
 	// are recorded, the node-level backend when one acted.
 	Backends []string `json:"backends,omitempty"`
@@ -153,6 +155,7 @@ func GetStatus(ctx context.Context, kube kubernetes.Interface, frs *fencingv1alp
 			ns.Origin = string(fencingv1alpha1.OriginManual)
 		}
 		ns.Reason = fr.Spec.Reason
+		ns.Released = fr.Spec.Released
 		ns.Error = fr.Status.ErrorReason
 		ns.StartTime = fr.Status.StartTime
 		for _, v := range fr.Status.Volumes {

@@ -104,6 +104,14 @@ var FullAccess = Access{Nodes: true, Record: true, Events: true, Failover: true,
 // webhook) everything is assumed granted, as before this check existed: a
 // missing verb then shows as caches that do not sync (SyncHealth).
 func CheckAccess(ctx context.Context, client kubernetes.Interface, namespace string, recordServed bool) Access {
+	a, _ := Preflight(ctx, client, namespace, recordServed, Wanted{})
+	return a
+}
+
+// Preflight is CheckAccess, and what each feature lacks (Access.Checks)
+// from the same review: the features w says the flags enable are those
+// whose lacks ReportFeatures reports as warnings.
+func Preflight(ctx context.Context, client kubernetes.Interface, namespace string, recordServed bool, w Wanted) (Access, []FeatureCheck) {
 	logger := klog.FromContext(ctx)
 	review, err := client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
 		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
@@ -119,9 +127,12 @@ func CheckAccess(ctx context.Context, client kubernetes.Interface, namespace str
 		a := FullAccess
 		a.Record = recordServed
 		a.Failover = recordServed
-		return a
+		a.Power = recordServed
+		return a, a.checks(nil, false, w, namespace)
 	}
-	return accessFrom(grantedRules(review.Status.ResourceRules), recordServed)
+	granted := grantedRules(review.Status.ResourceRules)
+	a := accessFrom(granted, recordServed)
+	return a, a.checks(granted, true, w, namespace)
 }
 
 // accessFrom decides Access from the rules granted.

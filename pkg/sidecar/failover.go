@@ -38,6 +38,9 @@ type FailoverOptions struct {
 	FailoverOptIn        bool
 	// Backends is --fencing-backends, in order.
 	Backends []string
+	// BackendsSet: --fencing-backends was given (the admin chose the
+	// backends; otherwise they are the defaults).
+	BackendsSet bool
 	// FenceAgents is --fence-agents: the only fence agents that may run.
 	FenceAgents []string
 	// MachineRemediation is --machine-remediation (machine.go).
@@ -53,7 +56,7 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
 	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
 	fs.Func("fencing-backends", "Comma-separated fencing backends, in the order they are tried for a dead node: storage (ControllerUnpublishVolume with fence=true, per volume, when the driver advertises UNPUBLISH_FENCE), power (power the node off through the fence agent of the FenceAgentConfig listing it, when storage fencing cannot free its pods) out-of-service (add the out-of-service taint when every attachment on the node is of a driver whose CSIDriver is annotated "+contract.FencesOnOutOfServiceAnnotation+"=true, or that fences storage) and machine (delete the node's Cluster API Machine, when storage fencing cannot free its pods; fenced once the infrastructure provider reports the instance gone). Default: storage,power,out-of-service.", func(v string) error {
-		o.Backends = splitList(v)
+		o.Backends, o.BackendsSet = splitList(v), true
 		return nil
 	})
 	fs.Func("fence-agents", "Comma-separated fence agents (fence_*) that power fencing may run; empty: any fence_* executable in PATH, /usr/sbin or /sbin.", func(v string) error {
@@ -123,6 +126,9 @@ type FailoverDeps struct {
 	// Power: the sidecar may power-fence (Access.Power and the
 	// FenceAgentConfig API served).
 	Power bool
+	// Machine: the sidecar may fence through Cluster API Machines
+	// (MachineRules granted: FeatureRuns of FeatureMachineFencing).
+	Machine bool
 }
 
 // NewFailover builds the failover controller and returns the function that
@@ -164,7 +170,7 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	if power != nil {
 		opts.Power = power
 	}
-	machine, machines := newMachineFencer(ctx, d.Client, d.Dynamic, dfactory, d.Failover, StormGuardNamespace(d.Failover.StormGuardNamespace))
+	machine, machines := newMachineFencer(ctx, d.Client, d.Dynamic, dfactory, d.Failover, d.Machine)
 	if machine != nil {
 		opts.Machine = machine
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/component-helpers/auth/rbac/validation"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -54,10 +52,10 @@ func (o *FailoverOptions) validateMachine() error {
 
 // newMachineFencer builds the machine backend when --fencing-backends
 // lists it, Cluster API's Machines are served and the sidecar may read and
-// delete them; otherwise it says once why the backend is off and returns
+// delete them (granted: MachineRules, as the start-up preflight found); otherwise it says once why the backend is off and returns
 // nil. It also watches the Machines, so that a fence waiting for an
 // instance's deletion looks again as soon as its Machine changes.
-func newMachineFencer(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, f dynamicinformer.DynamicSharedInformerFactory, opts *FailoverOptions, namespace string) (*machinefence.Backend, cache.SharedIndexInformer) {
+func newMachineFencer(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, f dynamicinformer.DynamicSharedInformerFactory, opts *FailoverOptions, granted bool) (*machinefence.Backend, cache.SharedIndexInformer) {
 	if !slices.Contains(opts.Backends, fencingv1alpha1.BackendMachine) {
 		return nil, nil
 	}
@@ -66,9 +64,9 @@ func newMachineFencer(ctx context.Context, client kubernetes.Interface, dyn dyna
 		logger.Info("Machine fencing is off: Cluster API's Machine API (" + machinefence.MachineResource.GroupVersion().String() + ") is not served")
 		return nil, nil
 	}
-	if missing := missingMachineRules(ctx, client, namespace); len(missing) > 0 {
-		logger.Info("Machine fencing is off: the ServiceAccount may not read or delete Machines", "missingPermissions", missing,
-			"grant", "deploy/kubernetes/machine-fencing")
+	if !granted {
+		// Which rules are missing was said at start (ReportFeatures).
+		logger.Info("Machine fencing is off: the ServiceAccount may not read or delete Machines", "grant", "deploy/kubernetes/machine-fencing")
 		return nil, nil
 	}
 	b := &machinefence.Backend{
@@ -103,26 +101,4 @@ func machinesServed(d discovery.DiscoveryInterface) bool {
 		return false
 	}
 	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == machinefence.MachineResource.Resource })
-}
-
-// missingMachineRules lists the verbs of MachineRules the sidecar lacks; a
-// server that cannot tell is assumed to grant them (a missing verb then
-// shows as a failed request, in the record).
-func missingMachineRules(ctx context.Context, client kubernetes.Interface, namespace string) []string {
-	review, err := client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
-		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
-	}, metav1.CreateOptions{})
-	if err != nil || review.Status.Incomplete {
-		return nil
-	}
-	_, uncovered := validation.Covers(grantedRules(review.Status.ResourceRules), MachineRules)
-	var out []string
-	for _, r := range uncovered {
-		for _, v := range r.Verbs {
-			for _, res := range r.Resources {
-				out = append(out, v+" "+res+"."+machinefence.Group)
-			}
-		}
-	}
-	return out
 }

@@ -41,11 +41,20 @@ const (
 )
 
 // ManualActive reports whether fr is an admin's request (Manual, the
-// default) that is neither done nor withdrawn (being deleted): the only
-// thing that may fence a node that is Ready (S4). fr may be nil.
+// default) that is neither done nor withdrawn: the only thing that may
+// fence a node that is Ready (S4). fr may be nil.
 func (fr *FencingRequest) ManualActive() bool {
 	return fr != nil && fr.Spec.Origin != OriginAutomatic &&
-		fr.Status.Phase != PhaseComplete && fr.DeletionTimestamp == nil
+		fr.Status.Phase != PhaseComplete && !fr.Withdrawn()
+}
+
+// Withdrawn reports whether the request was withdrawn: released through
+// its spec (spec.released, what `kubectl fence release` sets) or being
+// deleted (kept by its finalizer until its volumes are cleaned). Either
+// way nothing new is fenced for it, and the node leaves quarantine once
+// every volume recorded in it is cleaned. fr may be nil.
+func (fr *FencingRequest) Withdrawn() bool {
+	return fr != nil && (fr.Spec.Released || fr.DeletionTimestamp != nil)
 }
 
 // FencingRequestSpec is what is asked.
@@ -56,6 +65,14 @@ type FencingRequestSpec struct {
 	Origin Origin `json:"origin,omitempty"`
 	// Reason is a short, human-readable reason for the request.
 	Reason string `json:"reason,omitempty"`
+	// Released withdraws an admin's request (Manual): nothing new is
+	// fenced for it, and the node leaves quarantine once the node agent has
+	// cleaned every volume recorded in it; then the request is Complete and
+	// stays as the record of what was done. Once set it cannot be unset
+	// (the CRD's rule): fencing the node again is a new request. An
+	// automatic request is released by the failover itself: setting it
+	// there is refused by the CRD too.
+	Released bool `json:"released,omitempty"`
 }
 
 // Phase is a summary of a request's progress.

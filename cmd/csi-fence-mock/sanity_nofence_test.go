@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/csi-fence/fence-attacher/pkg/fencesanity"
+)
+
+// TestSanitySaysNoFenceSpecRan: against a driver without UNPUBLISH_FENCE,
+// csi-fence-sanity passes and says so in exactly one line, naming the
+// capability, without listing the skipped specs; against a driver with it,
+// no such line.
+func TestSanitySaysNoFenceSpecRan(t *testing.T) {
+	linesSaying := func(out, s string) []string {
+		var found []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, s) {
+				found = append(found, l)
+			}
+		}
+		return found
+	}
+	without := newEnv(t, "--refuse-unsafe", "--disable-fence", "--disable-force")
+	out, err := without.sanity("--ginkgo.focus=Fence")
+	if err != nil || !strings.Contains(out, "SUCCESS!") {
+		t.Fatalf("csi-fence-sanity against --disable-fence: %v\n%s", err, out)
+	}
+	lines := linesSaying(out, fencesanity.NoFenceSpecRan)
+	if len(lines) != 1 {
+		t.Fatalf("%d lines say %q, want one:\n%s", len(lines), fencesanity.NoFenceSpecRan, out)
+	}
+	if want := "csi-fence-sanity: " + fencesanity.NoFenceSpecRan + fencesanity.NoFenceMessage; lines[0] != want {
+		t.Errorf("the line is %q, want %q", lines[0], want)
+	}
+	// Only that line gives the reason: the skipped specs are not listed.
+	if n := len(linesSaying(out, "UNPUBLISH_FENCE")); n != 1 {
+		t.Errorf("%d lines name UNPUBLISH_FENCE, want only the summary:\n%s", n, out)
+	}
+
+	with := newEnv(t, "--refuse-unsafe")
+	out, err = with.sanity("--ginkgo.focus=Fence")
+	if err != nil || !strings.Contains(out, "SUCCESS!") {
+		t.Fatalf("csi-fence-sanity against the full mock: %v\n%s", err, out)
+	}
+	if lines := linesSaying(out, fencesanity.NoFenceSpecRan); len(lines) != 0 {
+		t.Errorf("the fence specs ran, yet the output says %q", lines)
+	}
+}
