@@ -192,3 +192,15 @@ resources:
 {{- define "csi-fence.nodeAgent.podLabels" -}}
 csi-fence.io/node-agent: "true"
 {{- end -}}
+
+{{/*
+The tolerations the node agent's pod needs, for the driver's node DaemonSet
+to include beside its own: the agent cleans a node under fencing up when it
+comes back, and the node is released only then. The out-of-service taint
+would evict it for good, the quarantine taint keep it off. `kubectl fence
+check-manifests` fails a build without them.
+*/}}
+{{- define "csi-fence.nodeAgent.tolerations" -}}
+- {key: csi-fence.io/quarantine, operator: Exists}
+- {key: node.kubernetes.io/out-of-service, operator: Exists}
+{{- end -}}
