@@ -23,6 +23,8 @@ func TestChartMatchesKustomize(t *testing.T) {
 		{"fenced detach only", nil, nil, nil},
 		{"failover", []any{"features.failover", true}, []string{"failover"}, nil},
 		{"failover and power fencing", []any{"features.failover", true, "features.powerFencing", true}, []string{"failover", "power-fencing"}, nil},
+		{"failover and machine fencing", []any{"features.failover", true, "features.machineFencing", true, "controller.fencingBackends", []any{"storage", "machine"}},
+			[]string{"failover", "machine-fencing"}, nil},
 		{"prestop webhook", []any{"features.prestopWebhook", true}, nil, []string{"prestop"}},
 		{"everything", []any{"features.failover", true, "features.powerFencing", true, "features.prestopWebhook", true},
 			[]string{"failover", "power-fencing"}, []string{"prestop"}},

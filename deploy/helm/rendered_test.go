@@ -26,7 +26,8 @@ func TestRenderedChart(t *testing.T) {
 		vals map[string]any
 	}{
 		{"default.yaml", nil},
-		{"all-features.yaml", values("features.failover", true, "features.powerFencing", true, "features.prestopWebhook", true)},
+		{"all-features.yaml", values("features.failover", true, "features.powerFencing", true, "features.machineFencing", true,
+			"controller.fencingBackends", []any{"storage", "power", "out-of-service", "machine"}, "features.prestopWebhook", true)},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			_, manifest, err := render(ch, RenderedNamespace, tc.vals)

@@ -148,6 +148,14 @@ func TestChartValues(t *testing.T) {
 		vals:    values("features.powerFencing", true),
 		wantErr: "features.powerFencing needs features.failover",
 	}, {
+		name:    "machine fencing without the failover",
+		vals:    values("features.machineFencing", true, "controller.fencingBackends", []any{"machine"}),
+		wantErr: "features.machineFencing needs features.failover",
+	}, {
+		name:    "machine fencing without the backend named",
+		vals:    values("features.failover", true, "features.machineFencing", true),
+		wantErr: "features.machineFencing needs controller.fencingBackends to name machine",
+	}, {
 		name:    "the driver's ServiceAccount unnamed",
 		vals:    values("controller.serviceAccount.create", false, "controller.serviceAccount.name", ""),
 		wantErr: "controller.serviceAccount.name: the driver's controller ServiceAccount",

@@ -57,6 +57,12 @@ imagePullPolicy: {{ . }}
 {{- if and .Values.features.powerFencing (not .Values.features.failover) -}}
 {{- fail "features.powerFencing needs features.failover: power fencing is one of the failover's backends" -}}
 {{- end -}}
+{{- if and .Values.features.machineFencing (not .Values.features.failover) -}}
+{{- fail "features.machineFencing needs features.failover: machine fencing is one of the failover's backends" -}}
+{{- end -}}
+{{- if and .Values.features.machineFencing (not (has "machine" (.Values.controller.fencingBackends | default list))) -}}
+{{- fail "features.machineFencing needs controller.fencingBackends to name machine (e.g. [storage, power, out-of-service, machine]): the backend is not on by default" -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
