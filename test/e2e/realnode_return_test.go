@@ -83,10 +83,10 @@ func TestRealNodesReturn(t *testing.T) {
 // writer and tries to unpublish the volume without force, which the driver
 // refuses while the volume is quarantined there; the node agent's forced
 // NodeUnpublish/NodeUnstage at the kubelet's paths unmount it. The same
-// order and end state are checked. (The old writer's data path is the
-// mock's FUSE file system, which the fence closed: the few writes it tries
-// after resuming, before its kubelet stops it, fail; TestRealNodesDataPath
-// is where that is asserted.)
+// order and end state are checked. The node plugin serves its volumes with
+// bind mounts here (--data-path=bind): a FUSE mount whose server is frozen
+// blocks whoever looks into it, this test's look at the leftovers included;
+// the fence of the FUSE data path is TestRealNodesDataPath's.
 func TestRealNodesReturnHung(t *testing.T) {
 	testRealNodeReturn(t, returnHung)
 }
@@ -103,6 +103,10 @@ func testRealNodeReturn(t *testing.T, mode returnMode) {
 	ctx, c, nodes := startRealNodes(t, framework.RealNodeOptions{ProductImages: true})
 	off, on := nodes[0], nodes[1]
 	deployOpts := framework.RealDeployOptions{ControllerNode: on.Name}
+	if mode == returnHung {
+		// A frozen FUSE server blocks every look into its mounts.
+		deployOpts.DataPath = "bind"
+	}
 	switch negative := os.Getenv(returnNegativeEnv); negative {
 	case "":
 	case "no-node-agent":
