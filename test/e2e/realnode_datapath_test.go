@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/mock-driver/fusefs"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -66,34 +64,12 @@ func TestRealNodesDataPath(t *testing.T) {
 
 	const (
 		volume = "vol-datapath-0"
-		sts    = "writer"
-		ns     = "default"
+		sts    = realSet // runRealWriter's
+		ns     = realNS
 		class  = "fence-datapath"
 		logRel = "writes.log"
 	)
-	claim := "data-" + sts + "-0"
-	if err := c.StaticVolume(ctx, dep, volume, ns, claim, class); err != nil {
-		t.Fatal(err)
-	}
-	if err := setUnschedulable(ctx, c, on.Name, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, writerSet(sts, class), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	first, err := waitWriterRunning(ctx, c, ns, sts+"-0", "", 3*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first.Spec.NodeName != cut.Name {
-		t.Fatalf("the writer runs on %s, want %s", first.Spec.NodeName, cut.Name)
-	}
-	if err := setUnschedulable(ctx, c, on.Name, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitLog(ctx, c, ns, first.Name, "write 5 to /data/"+logRel+" ok", 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	first := runRealWriter(ctx, t, c, dep, volume, class, cut, on)
 
 	// The data path is the node plugin's FUSE mount, and the writes go
 	// through the array.

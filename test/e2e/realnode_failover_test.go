@@ -70,35 +70,11 @@ func TestRealNodesFailover(t *testing.T) {
 
 	const (
 		volume = "vol-real-0"
-		sts    = "writer"
-		ns     = "default"
+		sts    = realSet // runRealWriter's
+		ns     = realNS
 		class  = "fence-real"
 	)
-	claim := "data-" + sts + "-0"
-	if err := c.StaticVolume(ctx, dep, volume, ns, claim, class); err != nil {
-		t.Fatal(err)
-	}
-	// The first pod goes to `off`: `on` is cordoned until it runs there
-	// (the example's pods are already running; a DaemonSet's tolerate it).
-	if err := setUnschedulable(ctx, c, on.Name, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, writerSet(sts, class), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	first, err := waitWriterRunning(ctx, c, ns, sts+"-0", "", 3*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first.Spec.NodeName != off.Name {
-		t.Fatalf("the writer runs on %s, want %s", first.Spec.NodeName, off.Name)
-	}
-	if err := setUnschedulable(ctx, c, on.Name, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitLog(ctx, c, ns, first.Name, "write 5 to /data/writes.log ok", 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	first := runRealWriter(ctx, t, c, dep, volume, class, off, on)
 
 	// The kubelet of `off` staged and published the volume through the
 	// node plugin: real mounts under its root, and the writes are on the

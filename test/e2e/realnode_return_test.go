@@ -119,7 +119,7 @@ func testRealNodeReturn(t *testing.T, mode returnMode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := runRealWriter(ctx, t, c, dep, off, on)
+	first := runRealWriter(ctx, t, c, dep, realVolume, realClass, off, on)
 
 	// The kubelet's paths: where it staged and published the volume on
 	// `off`, as the node plugin got them (the array records them).
@@ -220,17 +220,18 @@ func testRealNodeReturn(t *testing.T, mode returnMode) {
 	})
 }
 
-// runRealWriter creates the writer StatefulSet's volume and runs its pod on
-// off (on is cordoned until it runs there), and waits for its first writes.
-func runRealWriter(ctx context.Context, t *testing.T, c *framework.Cluster, dep *framework.RealDeployment, off, on *framework.RealNode) *corev1.Pod {
+// runRealWriter creates the writer StatefulSet (realSet in realNS) with its
+// volume of the class, runs its pod on off (on is cordoned until it runs
+// there), and waits for its first writes.
+func runRealWriter(ctx context.Context, t *testing.T, c *framework.Cluster, dep *framework.RealDeployment, volume, class string, off, on *framework.RealNode) *corev1.Pod {
 	t.Helper()
-	if err := c.StaticVolume(ctx, dep, realVolume, realNS, "data-"+realSet+"-0", realClass); err != nil {
+	if err := c.StaticVolume(ctx, dep, volume, realNS, "data-"+realSet+"-0", class); err != nil {
 		t.Fatal(err)
 	}
 	if err := setUnschedulable(ctx, c, on.Name, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.AppsV1().StatefulSets(realNS).Create(ctx, writerSet(realSet, realClass), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().StatefulSets(realNS).Create(ctx, writerSet(realSet, class), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	first, err := waitWriterRunning(ctx, c, realNS, realSet+"-0", "", 3*time.Minute)
