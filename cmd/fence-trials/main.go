@@ -100,6 +100,17 @@ func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int
 			if ctx.Err() != nil {
 				return failed, ctx.Err()
 			}
+			// A trial that could not run to its end may have left the
+			// control plane down (an apiserver restart that never got
+			// ready): every later trial would fail against it and say
+			// nothing of the product. Stop the run instead, with the
+			// table of what ran.
+			if r.Err != nil {
+				if err := c.APIReady(ctx, controlPlaneGrace); err != nil {
+					printTable(schedules, results)
+					return failed, fmt.Errorf("the control plane is not usable after trial seed=%d (%v): the run's %d other trials were not run", r.Seed, err, n*len(schedules)-len(results))
+				}
+			}
 		}
 	}
 	printTable(schedules, results)
@@ -108,6 +119,10 @@ func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int
 	}
 	return failed, nil
 }
+
+// controlPlaneGrace is how long a run waits for kube-apiserver to answer
+// again after a trial that failed before it goes on.
+const controlPlaneGrace = 3 * time.Minute
 
 func printResult(r trials.Result) {
 	verdict := "ok"

@@ -409,6 +409,9 @@ func (d *Driver) RestartAttacher(ctx context.Context, extra ...string) error {
 // KillAttacher kills csi-fence-attacher (controller role) with SIGKILL: it
 // writes nothing more, releases nothing, wherever it is.
 func (d *Driver) KillAttacher() {
+	if d.Attacher == nil { // its last start failed: nothing runs
+		return
+	}
 	d.Attacher.Kill()
 }
 
