@@ -2,7 +2,9 @@ package attacher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,8 +12,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -232,5 +236,59 @@ func TestDetachTakesTheVolumeFromThePreviousNodeIDToo(t *testing.T) {
 				t.Errorf("no %s event says the volume is taken from the previous node ID", EventReasonNodeIDChanged)
 			}
 		})
+	}
+}
+
+// The previous node ID is recorded only on the VolumeAttachment it was read
+// from: a cache behind the API must not overwrite the record of another ID.
+// Here the cache still shows the VolumeAttachment before its first change
+// of node ID (node-1-old-id), while the API shows it after a second one:
+// node-1-mid-id, published once node-1-old-id was unpublished, is recorded
+// as the previous ID of node-1-id, which external-attacher wrote and the
+// process crashed. Recording node-1-old-id over it would lose node-1-mid-id
+// (S1). The write is refused as the apiserver refuses a patch whose
+// resourceVersion is not the object's, and the sync waits for the cache.
+func TestHandlerRecordsThePreviousNodeIDOnlyOnWhatItRead(t *testing.T) {
+	stale := va("va1", "pv1", "node-1", withFinalizer, withNodeIDAnnotation("node-1-old-id"), func(v *storagev1.VolumeAttachment) { v.ResourceVersion = "1" })
+	live := va("va1", "pv1", "node-1", withFinalizer, withNodeIDAnnotation("node-1-id"), func(v *storagev1.VolumeAttachment) {
+		v.ResourceVersion = "5"
+		v.Annotations[contract.PreviousNodeIDAnnotation] = "node-1-mid-id"
+	})
+	common := []runtime.Object{node("node-1"), csiNode("node-1"), pv("pv1", "vol-1")}
+	e := newEnv(t, envConfig{objects: append(slices.Clone(common), live), cache: append(slices.Clone(common), stale)})
+	e.client.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		p := a.(clienttesting.PatchAction)
+		var body struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if p.GetPatchType() != types.MergePatchType || json.Unmarshal(p.GetPatch(), &body) != nil || body.Metadata.ResourceVersion == "" {
+			return false, nil, nil
+		}
+		obj, err := e.client.Tracker().Get(p.GetResource(), "", p.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if rv := obj.(*storagev1.VolumeAttachment).ResourceVersion; rv != body.Metadata.ResourceVersion {
+			return true, nil, apierrors.NewConflict(p.GetResource().GroupResource(), p.GetName(),
+				fmt.Errorf("the object has been modified: resourceVersion %s, patch %s", rv, body.Metadata.ResourceVersion))
+		}
+		return false, nil, nil
+	})
+	h, queue := e.handler()
+	e.syncFromCache(h)
+	got, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := got.Annotations[contract.PreviousNodeIDAnnotation]; id != "node-1-mid-id" {
+		t.Errorf("previous node ID %q recorded, want node-1-mid-id kept", id)
+	}
+	if sent := e.sentInOrder(); len(sent) != 0 {
+		t.Errorf("the driver received %q, want nothing", sent)
+	}
+	if queue.NumRequeues("va1") != 1 {
+		t.Errorf("requeues %d, want 1 (backoff)", queue.NumRequeues("va1"))
 	}
 }
