@@ -18,10 +18,12 @@
 //     a burst of fences does not starve the attaches (external-attacher
 //     issue #761).
 //   - Handler decorates its controller.Handler: it gives Attacher the
-//     VolumeAttachment being synced (through the context) and requeues a
-//     node's VolumeAttachments when the node's health or FencingRequest
-//     changes, so that a detach waiting in backoff is fenced at once, or
-//     when its kubelet stops using a volume, which a detach may wait for.
+//     VolumeAttachment being synced (through the context), has it record
+//     the node ID an attach's sync is about to replace before that sync
+//     runs (RecordPreviousNodeID), and requeues a node's VolumeAttachments
+//     when the node's health or FencingRequest changes, so that a detach
+//     waiting in backoff is fenced at once, or when its kubelet stops
+//     using a volume, which a detach may wait for.
 package attacher
 
 import (
@@ -174,7 +176,9 @@ func (a *Attacher) Attach(ctx context.Context, volumeID string, readOnly bool, n
 // external-attacher wrote over it since were not published, since a publish
 // waits for the record's removal. The write is conditional on va's
 // resourceVersion: va comes from the cache, and a record decided on an
-// older VolumeAttachment could name the wrong ID. It returns the
+// older VolumeAttachment could name the wrong ID. An attached
+// VolumeAttachment is recorded too: external-attacher publishes it again
+// when its ListVolumes reconciliation finds it missing. It returns the
 // VolumeAttachment to sync: va, or va as written.
 func (a *Attacher) RecordPreviousNodeID(ctx context.Context, va *storagev1.VolumeAttachment) (*storagev1.VolumeAttachment, error) {
 	previous := va.Annotations[contract.NodeIDAnnotation]
@@ -657,8 +661,8 @@ func (a *Attacher) publishedNodeID(logger klog.Logger, va *storagev1.VolumeAttac
 }
 
 // previousNodeID returns the node ID va still records as the previous one
-// (contract.PreviousNodeIDAnnotation, see RecordPreviousNodeID) when it is
-// not published, the ID the detach goes to anyway: the volume may still be
+// (contract.PreviousNodeIDAnnotation, see RecordPreviousNodeID), unless it
+// is published, which the detach goes to anyway: the volume may still be
 // published under it (its unpublish failed, or the process crashed before
 // it), out of reach of an unpublish or a fence of any other ID (S1). ""
 // when there is none.
