@@ -289,11 +289,22 @@ func (a *Attacher) unpublishPreviousNodeID(ctx context.Context, volumeID, nodeID
 // recordPreviousNodeIDLate records previous, the node ID external-attacher
 // has just written over, on a live read of the VolumeAttachment: the cache
 // may not show external-attacher's write yet, nor a record of another ID,
-// which must not be overwritten (the sync is then retried).
+// which must not be overwritten (the sync is then retried). The read is a
+// list by name: external-attacher's role, which the sidecar's extends,
+// lists VolumeAttachments but does not get them.
 func (a *Attacher) recordPreviousNodeIDLate(ctx context.Context, vaName, previous string) error {
-	live, err := a.VolumeAttachments.Get(ctx, vaName, metav1.GetOptions{})
+	list, err := a.VolumeAttachments.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", vaName).String()})
 	if err != nil {
 		return fmt.Errorf("reading VolumeAttachment %s to record its previous node ID %q: %w", vaName, previous, err)
+	}
+	var live *storagev1.VolumeAttachment
+	for i := range list.Items {
+		if list.Items[i].Name == vaName {
+			live = &list.Items[i]
+		}
+	}
+	if live == nil {
+		return fmt.Errorf("VolumeAttachment %s is gone: its previous node ID %q is not recorded", vaName, previous)
 	}
 	if other := live.Annotations[contract.PreviousNodeIDAnnotation]; other != "" && other != previous {
 		return fmt.Errorf("VolumeAttachment %s records the previous node ID %q, which the cache does not show yet: retrying", vaName, other)
