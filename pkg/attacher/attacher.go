@@ -18,10 +18,12 @@
 //     a burst of fences does not starve the attaches (external-attacher
 //     issue #761).
 //   - Handler decorates its controller.Handler: it gives Attacher the
-//     VolumeAttachment being synced (through the context) and requeues a
-//     node's VolumeAttachments when the node's health or FencingRequest
-//     changes, so that a detach waiting in backoff is fenced at once, or
-//     when its kubelet stops using a volume, which a detach may wait for.
+//     VolumeAttachment being synced (through the context), has it record
+//     the node ID an attach's sync is about to replace before that sync
+//     runs (RecordPreviousNodeID), and requeues a node's VolumeAttachments
+//     when the node's health or FencingRequest changes, so that a detach
+//     waiting in backoff is fenced at once, or when its kubelet stops
+//     using a volume, which a detach may wait for.
 package attacher
 
 import (
@@ -29,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -41,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
@@ -76,6 +80,10 @@ type Config struct {
 	// PVs and VAs serve the single-node check of Attach.
 	PVs corelisters.PersistentVolumeLister
 	VAs storagelisters.VolumeAttachmentLister
+	// VolumeAttachments writes and removes the record of a previous node
+	// ID (contract.PreviousNodeIDAnnotation), with the verb
+	// external-attacher patches VolumeAttachments with.
+	VolumeAttachments storagev1client.VolumeAttachmentInterface
 
 	// Nodes and Client (live reads of Nodes) are nil when the sidecar may
 	// not read Nodes: nothing can then be told graceful or not, so nothing
@@ -118,8 +126,8 @@ func NewAttacher(cfg Config) (*Attacher, error) {
 	switch {
 	case cfg.DriverName == "" || cfg.CSI == nil || cfg.FenceCSI == nil || cfg.Recorder == nil:
 		return nil, errors.New("fencing attacher: driver name, CSI clients and event recorder are required")
-	case cfg.NodeIDs == nil || cfg.PVs == nil || cfg.VAs == nil:
-		return nil, errors.New("fencing attacher: node IDs, PV and VolumeAttachment listers are required")
+	case cfg.NodeIDs == nil || cfg.PVs == nil || cfg.VAs == nil || cfg.VolumeAttachments == nil:
+		return nil, errors.New("fencing attacher: node IDs, PV and VolumeAttachment listers and the VolumeAttachment client are required")
 	case (cfg.Nodes == nil) != (cfg.Client == nil):
 		return nil, errors.New("fencing attacher: the Node lister and the client for live reads go together")
 	case (cfg.FencingRequests == nil) != (cfg.FenceRecord == nil):
@@ -150,58 +158,158 @@ func (a *Attacher) Attach(ctx context.Context, volumeID string, readOnly bool, n
 	return a.CSI.Attach(ctx, volumeID, readOnly, nodeID, caps, attributes, secrets)
 }
 
+// RecordPreviousNodeID is the write-ahead of unpublishPreviousNodeID:
+// Handler calls it before external-attacher syncs the attach of va, and
+// does not run that sync when it fails. external-attacher writes the ID of
+// the node's CSINode on the VolumeAttachment (contract.NodeIDAnnotation)
+// right before each publish, replacing the one before, which is the only
+// name of the ID the volume was last published, or being published, to.
+// When the two differ (the node plugin registered again under another ID:
+// an initiator- or NQN-derived ID, a VM re-created under the same name), the
+// old one is first recorded in an annotation of this project
+// (contract.PreviousNodeIDAnnotation), which only the unpublish from it
+// removes: a crash anywhere between external-attacher's write and that
+// unpublish leaves the ID named, for the next sync to unpublish and for a
+// detach to take the volume away from (S1).
+//
+// A VolumeAttachment that records a previous ID already keeps it: the IDs
+// external-attacher wrote over it since were not published, since a publish
+// waits for the record's removal. The write is conditional on va's
+// resourceVersion: va comes from the cache, and a record decided on an
+// older VolumeAttachment could name the wrong ID. An attached
+// VolumeAttachment is recorded too: external-attacher publishes it again
+// when its ListVolumes reconciliation finds it missing. It returns the
+// VolumeAttachment to sync: va, or va as written.
+func (a *Attacher) RecordPreviousNodeID(ctx context.Context, va *storagev1.VolumeAttachment) (*storagev1.VolumeAttachment, error) {
+	previous := va.Annotations[contract.NodeIDAnnotation]
+	if va.Spec.Attacher != a.DriverName || va.DeletionTimestamp != nil || previous == "" || va.Annotations[contract.PreviousNodeIDAnnotation] != "" {
+		return va, nil
+	}
+	current, ok := a.NodeIDs.NodeID(va.Spec.NodeName)
+	if !ok || current == previous {
+		// Without a CSINode entry external-attacher publishes nothing.
+		return va, nil
+	}
+	klog.FromContext(ctx).Info("The node's CSINode names another node ID than the VolumeAttachment: recording the previous one before it is replaced",
+		"node", va.Spec.NodeName, "previousNodeID", previous, "nodeID", current)
+	return a.writePreviousNodeID(ctx, va, previous)
+}
+
+// writePreviousNodeID records previous on va, unless va changed since it
+// was read.
+func (a *Attacher) writePreviousNodeID(ctx context.Context, va *storagev1.VolumeAttachment, previous string) (*storagev1.VolumeAttachment, error) {
+	meta := map[string]any{"annotations": map[string]string{contract.PreviousNodeIDAnnotation: previous}}
+	if va.ResourceVersion != "" {
+		meta["resourceVersion"] = va.ResourceVersion
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return va, err
+	}
+	written, err := a.VolumeAttachments.Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return va, fmt.Errorf("recording the previous node ID %q of VolumeAttachment %s: %w", previous, va.Name, err)
+	}
+	return written, nil
+}
+
+// forgetPreviousNodeID removes the record of previous from the
+// VolumeAttachment once the volume is unpublished from it, and only if it
+// still names previous (the cache va was read from may be behind).
+func (a *Attacher) forgetPreviousNodeID(ctx context.Context, vaName, previous string) error {
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(contract.PreviousNodeIDAnnotation, "~", "~0"), "/", "~1")
+	patch, err := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": previous}, {"op": "remove", "path": path}})
+	if err != nil {
+		return err
+	}
+	_, err = a.VolumeAttachments.Patch(ctx, vaName, types.JSONPatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
 // unpublishPreviousNodeID unpublishes the volume from the node ID an earlier
 // publish of the same VolumeAttachment went to, when external-attacher is
-// about to publish it under another one. external-attacher writes the ID
-// of the node's CSINode on the VolumeAttachment (contract.NodeIDAnnotation)
-// right before each publish, replacing the one before: when the node plugin
-// registered again under another ID (an initiator- or NQN-derived ID, a VM
-// re-created under the same name) between a publish that failed, or that
-// the driver reported gone, and its retry, the volume may still be published
-// under the old ID, which neither the detach nor a fence of the new one
-// would ever take away (S1), and whose name would be lost with the
-// annotation. So the old ID is unpublished first, plainly: the attachment
-// is being attached, not used, and an unpublish only takes access away.
+// about to publish it under another one (see RecordPreviousNodeID): the
+// volume may still be published under the old ID (a publish that failed or
+// timed out, one the driver reported gone, then retried), which neither the
+// detach nor a fence of the new one would ever take away (S1). The old ID is
+// unpublished first, plainly: the attachment is being attached, not used,
+// and an unpublish only takes access away. Its record is removed only then,
+// and the publish goes ahead only once it is: a failure at any step leaves
+// the record for the retry.
 //
-// If the unpublish fails, the annotation is put back to the old ID so that
-// the retry unpublishes it again rather than forget it (a crash between
-// external-attacher's write and the unpublish still loses it; a fence of
-// that node then names only the new ID). If another node registers the old
-// ID now, unpublishing it could cut that node off: the publish is refused
-// and an Event says why, for an admin to decide.
+// The old ID is the one recorded (contract.PreviousNodeIDAnnotation), else
+// the one on the VolumeAttachment as synced, before external-attacher's
+// write: Handler did not record it (the CSINode changed between its read
+// and external-attacher's, which read the same cache a moment apart; or
+// the Attacher was called without Handler), and it is recorded now, on a
+// live read, before anything is sent. (A crash between external-attacher's
+// write and this one, in that race alone, still loses it.)
+//
+// If another node registers the old ID now, unpublishing it could cut that
+// node off: the publish is refused, and an Event says why, for an admin to
+// unpublish it and remove the record.
 func (a *Attacher) unpublishPreviousNodeID(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
 	va := volumeAttachmentFrom(ctx) // as synced: before external-attacher's write
 	if va == nil {
 		return nil
 	}
-	previous := va.Annotations[contract.NodeIDAnnotation]
+	previous, recorded := va.Annotations[contract.PreviousNodeIDAnnotation], true
+	if previous == "" {
+		previous, recorded = va.Annotations[contract.NodeIDAnnotation], false
+	}
 	if previous == "" || previous == nodeID {
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", volumeID, "node", va.Spec.NodeName, "previousNodeID", previous, "nodeID", nodeID)
+	if !recorded {
+		if err := a.recordPreviousNodeIDLate(ctx, va.Name, previous); err != nil {
+			return err
+		}
+	}
 	if other, ok := a.NodeIDs.NodeName(previous); ok && other != va.Spec.NodeName {
 		a.event(va, v1.EventTypeWarning, EventReasonNodeIDChanged,
-			"Volume %s may still be published to node %s as node ID %q, which node %s registers now: not unpublished from it (that could cut %s off), and not published as %q until an admin unpublishes it",
-			volumeID, va.Spec.NodeName, previous, other, other, nodeID)
+			"Volume %s may still be published to node %s as node ID %q, which node %s registers now: not unpublished from it (that could cut %s off), and not published as %q until an admin unpublishes it and removes the annotation %s",
+			volumeID, va.Spec.NodeName, previous, other, other, nodeID, contract.PreviousNodeIDAnnotation)
 		return fmt.Errorf("volume %s may still be published as node ID %q, which node %s registers now: refusing to publish it as %q", volumeID, previous, other, nodeID)
 	}
 	logger.Info("Publishing under a new node ID: unpublishing the previous one first")
 	a.event(va, v1.EventTypeWarning, EventReasonNodeIDChanged,
 		"Volume %s is published to node %s as node ID %q now, which its CSINode names instead of %q: unpublished from %q first",
 		volumeID, va.Spec.NodeName, nodeID, previous, previous)
-	err := a.CSI.Detach(ctx, volumeID, previous, secrets)
-	if err == nil {
-		return nil
+	if err := a.CSI.Detach(ctx, volumeID, previous, secrets); err != nil {
+		return fmt.Errorf("unpublishing volume %s from its previous node ID %q: %w", volumeID, previous, err)
 	}
-	err = fmt.Errorf("unpublishing volume %s from its previous node ID %q: %w", volumeID, previous, err)
-	if a.Client == nil {
-		return err
+	if err := a.forgetPreviousNodeID(ctx, va.Name, previous); err != nil {
+		return fmt.Errorf("volume %s is unpublished from its previous node ID %q, but the record of that ID could not be removed (the retry unpublishes it again): %w",
+			volumeID, previous, err)
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.NodeIDAnnotation: previous}}})
-	if _, perr := a.Client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}); perr != nil {
-		logger.Error(perr, "Cannot put the previous node ID back on the VolumeAttachment: a retry will not unpublish it")
-		return errors.Join(err, perr)
+	return nil
+}
+
+// recordPreviousNodeIDLate records previous, the node ID external-attacher
+// has just written over, on a live read of the VolumeAttachment: the cache
+// may not show external-attacher's write yet, nor a record of another ID,
+// which must not be overwritten (the sync is then retried). The read is a
+// list by name: external-attacher's role, which the sidecar's extends,
+// lists VolumeAttachments but does not get them.
+func (a *Attacher) recordPreviousNodeIDLate(ctx context.Context, vaName, previous string) error {
+	list, err := a.VolumeAttachments.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", vaName).String()})
+	if err != nil {
+		return fmt.Errorf("reading VolumeAttachment %s to record its previous node ID %q: %w", vaName, previous, err)
 	}
+	var live *storagev1.VolumeAttachment
+	for i := range list.Items {
+		if list.Items[i].Name == vaName {
+			live = &list.Items[i]
+		}
+	}
+	if live == nil {
+		return fmt.Errorf("VolumeAttachment %s is gone: its previous node ID %q is not recorded", vaName, previous)
+	}
+	if other := live.Annotations[contract.PreviousNodeIDAnnotation]; other != "" && other != previous {
+		return fmt.Errorf("VolumeAttachment %s records the previous node ID %q, which the cache does not show yet: retrying", vaName, other)
+	}
+	_, err = a.writePreviousNodeID(ctx, live, previous)
 	return err
 }
 
@@ -276,13 +384,19 @@ func (a *Attacher) accessModes(va *storagev1.VolumeAttachment) ([]v1.PersistentV
 //
 // Every unpublish, plain or fenced, goes to the node ID the volume was
 // published to (publishedNodeID), which is not always the one
-// external-attacher passes.
+// external-attacher passes, and first to the previous one the
+// VolumeAttachment still records, if any (previousNodeID): the volume may
+// be published under both. A fenced detach fences both: the publication
+// under the previous ID is the failed node's as much as the other, and a
+// plain unpublish does not promise that the node can no longer write.
 func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
 	logger := klog.FromContext(ctx)
 	va := volumeAttachmentFrom(ctx)
 	nodeID = a.publishedNodeID(logger, va, volumeID, nodeID)
+	previous := a.previousNodeID(logger, va, volumeID, nodeID)
+	unpublish := func() error { return a.unpublish(ctx, volumeID, previous, nodeID, secrets) }
 	if a.Nodes == nil {
-		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+		return unpublish()
 	}
 	nodeName, err := a.nodeName(nodeID, va)
 	if err != nil {
@@ -294,7 +408,7 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	}
 	switch {
 	case reason == "":
-		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+		return unpublish()
 	case reason == FenceReasonVolumeInUse && (!fence || a.FenceRecord == nil):
 		// A plain unpublish would pull the volume from under the
 		// kubelet's mount: the detach waits, with external-attacher's
@@ -314,11 +428,11 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 		// its plain unpublish is the fence, recorded write-ahead as any
 		// other, so that the volume is not published there again until
 		// the node agent cleaned it (S2, S8).
-		return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets, fr)
+		return a.submitFence(logger, va, volumeID, previous, nodeID, nodeName, reason, secrets, fr)
 	case !fence:
 		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
 			"volume", volumeID, "node", nodeName, "reason", reason)
-		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+		return unpublish()
 	case a.FenceRecord == nil:
 		// A fence that cannot be recorded would quarantine the volume with
 		// nothing to lift it (S8): detach as external-attacher does.
@@ -327,7 +441,7 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		a.event(va, v1.EventTypeWarning, EventReasonFenceFailed,
 			"Volume %s detached from node %s (%s) without a fence: the FencingRequest record is unavailable", volumeID, nodeName, reason)
-		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+		return unpublish()
 	case fencerecord.IsFenced(fr, a.DriverName, volumeID):
 		// The node can no longer access the volume: a fence of it was
 		// confirmed and recorded (by the failover, or by an earlier detach
@@ -337,15 +451,26 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		return nil
 	}
-	return a.submitFence(logger, va, volumeID, nodeID, nodeName, reason, secrets, fr)
+	return a.submitFence(logger, va, volumeID, previous, nodeID, nodeName, reason, secrets, fr)
+}
+
+// unpublish unpublishes the volume plainly from previous (unless "") and
+// then from nodeID.
+func (a *Attacher) unpublish(ctx context.Context, volumeID, previous, nodeID string, secrets map[string]string) error {
+	if previous != "" {
+		if err := a.CSI.Detach(ctx, volumeID, previous, secrets); err != nil {
+			return fmt.Errorf("unpublishing volume %s from its previous node ID %q: %w", volumeID, previous, err)
+		}
+	}
+	return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
 }
 
 // submitFence hands the fence over: one of external-attacher's workers must
 // not wait for it (#761). The pool requeues the VolumeAttachment when it is
 // over; the next Detach then finds it recorded fenced.
-func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, nodeID, nodeName, reason string, secrets map[string]string, fr *fencingv1alpha1.FencingRequest) error {
+func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, previous, nodeID, nodeName, reason string, secrets map[string]string, fr *fencingv1alpha1.FencingRequest) error {
 	j := &fenceJob{
-		key: fenceKey{volumeID: volumeID, nodeID: nodeID}, va: va, nodeName: nodeName, reason: reason, secrets: secrets,
+		key: fenceKey{volumeID: volumeID, nodeID: nodeID}, previousNodeID: previous, va: va, nodeName: nodeName, reason: reason, secrets: secrets,
 		logger: klog.LoggerWithValues(logger, "volume", volumeID, "node", nodeName),
 	}
 	if e := fencerecord.Find(fr, a.DriverName, volumeID); e != nil && e.FencedTime != nil {
@@ -465,11 +590,15 @@ func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
 	case fencerecord.IsFenced(fr, a.DriverName, j.key.volumeID):
 	case fence:
 		return a.fence(ctx, j, reason, func(ctx context.Context) error {
-			return a.FenceCSI.Detach(ctx, j.key.volumeID, j.key.nodeID, j.secrets, true)
+			return j.eachNodeID(func(nodeID string) error {
+				return a.FenceCSI.Detach(ctx, j.key.volumeID, nodeID, j.secrets, true)
+			})
 		})
 	case reason == FenceReasonOutOfService && a.FencesOnOutOfService:
 		return a.fence(ctx, j, reason, func(ctx context.Context) error {
-			return a.CSI.Detach(ctx, j.key.volumeID, j.key.nodeID, j.secrets)
+			return j.eachNodeID(func(nodeID string) error {
+				return a.CSI.Detach(ctx, j.key.volumeID, nodeID, j.secrets)
+			})
 		})
 	}
 	klog.FromContext(ctx).V(2).Info("The fence is no longer needed: not sent", "reason", reason)
@@ -478,7 +607,10 @@ func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
 
 // fence sends the unpublish that fences (send), write-ahead: the recorder
 // records the intent before the call and the outcome after it, and only a
-// recorded success returns nil. It runs in a fence worker.
+// recorded success returns nil. It runs in a fence worker. The record names
+// the node ID on the VolumeAttachment, not a previous one send fences too:
+// the node agent cleans only a volume fenced from the ID its node plugin
+// registers, and that one is what external-attacher wrote last.
 func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	va, volumeID, nodeID, nodeName := j.va, j.key.volumeID, j.key.nodeID, j.nodeName
@@ -506,7 +638,7 @@ func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send f
 	fencedUnpublishes.WithLabelValues(a.DriverName, reason).Inc()
 	forcedDetaches.WithLabelValues(a.DriverName, reason).Inc()
 	logger.V(2).Info("Fenced unpublish: the node can no longer access the volume",
-		"volume", volumeID, "node", nodeName, "nodeID", nodeID, "reason", reason)
+		"volume", volumeID, "node", nodeName, "nodeID", nodeID, "previousNodeID", j.previousNodeID, "reason", reason)
 	a.event(va, v1.EventTypeNormal, EventReasonFencedUnpublish,
 		"Volume %s was fenced from node %s (%s): the node can no longer access it until it is cleaned up", volumeID, nodeName, reason)
 	return nil
@@ -537,6 +669,28 @@ func (a *Attacher) publishedNodeID(logger klog.Logger, va *storagev1.VolumeAttac
 		"Volume %s was published to node %s as node ID %q, which its CSINode now names %q: the volume is unpublished from %q",
 		volumeID, va.Spec.NodeName, published, nodeID, published)
 	return published
+}
+
+// previousNodeID returns the node ID va still records as the previous one
+// (contract.PreviousNodeIDAnnotation, see RecordPreviousNodeID), unless it
+// is published, which the detach goes to anyway: the volume may still be
+// published under it (its unpublish failed, or the process crashed before
+// it), out of reach of an unpublish or a fence of any other ID (S1). ""
+// when there is none.
+func (a *Attacher) previousNodeID(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, published string) string {
+	if va == nil {
+		return ""
+	}
+	previous := va.Annotations[contract.PreviousNodeIDAnnotation]
+	if previous == "" || previous == published {
+		return ""
+	}
+	logger.Info("The volume may still be published under the previous node ID the VolumeAttachment records: unpublishing it from there too",
+		"volume", volumeID, "node", va.Spec.NodeName, "previousNodeID", previous, "nodeID", published)
+	a.event(va, v1.EventTypeWarning, EventReasonNodeIDChanged,
+		"Volume %s may still be published to node %s as its previous node ID %q too: the volume is unpublished from %q and %q",
+		volumeID, va.Spec.NodeName, previous, previous, published)
+	return previous
 }
 
 // nodeName returns the Node of the driver's node ID: the VolumeAttachment's

@@ -469,10 +469,13 @@ func checkMetrics(t *testing.T, before, after, want map[string]float64) {
 // before each publish. An attachment published (or half published) under
 // the node's old ID and published again after the node plugin registered a
 // new one would stay published under the old ID, out of reach of the detach
-// and of any fence: the old ID is unpublished first. Its unpublish failing
-// puts the old ID back, so that the retry does not forget it; an old ID
-// that another node registers now is not unpublished (it could cut that
-// node off) and the publish waits.
+// and of any fence: the old ID is unpublished first. Here the Attacher is
+// called as if Handler had not recorded the old ID (the CSINode changed
+// between its read and external-attacher's): it records it itself, before
+// anything is sent, and removes the record only once the old ID is
+// unpublished. Its unpublish failing keeps the record for the retry; an old
+// ID that another node registers now is not unpublished (it could cut that
+// node off), the publish waits, and the record stays for the admin.
 func TestAttachUnpublishesThePreviousNodeID(t *testing.T) {
 	synced := va("va1", "pv1", "node-1", withNodeIDAnnotation("node-1-old-id"))
 	// What external-attacher wrote a moment before it called Attach.
@@ -480,26 +483,34 @@ func TestAttachUnpublishesThePreviousNodeID(t *testing.T) {
 	otherNode := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "node-2"},
 		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: drv, NodeID: "node-1-old-id"}}}}
 	tests := []struct {
-		name           string
-		objects        []runtime.Object
-		unpublish      func(context.Context, *csi.ControllerUnpublishVolumeRequest) error
-		wantErr        string
-		wantSent       []string
-		wantAnnotation string
+		name      string
+		objects   []runtime.Object
+		unpublish func(context.Context, *csi.ControllerUnpublishVolumeRequest) error
+		// liveRecorded is a previous node ID the API shows and the
+		// synced VolumeAttachment does not (the cache is behind).
+		liveRecorded string
+		wantErr      string
+		wantSent     []string
+		wantRecorded string
 	}{
-		{name: "unpublished from the previous ID, then published", wantSent: []string{"unpublish vol-1 node-1-old-id", "publish vol-1 node-1-id"},
-			wantAnnotation: "node-1-id"},
-		{name: "the unpublish fails: nothing published, the previous ID put back",
+		{name: "unpublished from the previous ID, then published", wantSent: []string{"unpublish vol-1 node-1-old-id", "publish vol-1 node-1-id"}},
+		{name: "the unpublish fails: nothing published, the previous ID recorded",
 			unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
 				return status.Error(codes.Unavailable, "array busy")
 			},
-			wantErr: "previous node ID", wantSent: []string{"unpublish vol-1 node-1-old-id"}, wantAnnotation: "node-1-old-id"},
-		{name: "another node registers the previous ID now: refused, nothing sent", objects: []runtime.Object{otherNode},
-			wantErr: "which node node-2 registers now", wantAnnotation: "node-1-id"},
+			wantErr: "previous node ID", wantSent: []string{"unpublish vol-1 node-1-old-id"}, wantRecorded: "node-1-old-id"},
+		{name: "another node registers the previous ID now: refused, nothing sent, the previous ID recorded", objects: []runtime.Object{otherNode},
+			wantErr: "which node node-2 registers now", wantRecorded: "node-1-old-id"},
+		{name: "the API records another previous ID the cache does not show: kept, nothing sent", liveRecorded: "node-1-mid-id",
+			wantErr: `records the previous node ID "node-1-mid-id"`, wantRecorded: "node-1-mid-id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := append([]runtime.Object{node("node-1"), csiNode("node-1"), pv("pv1", "vol-1"), written}, tc.objects...)
+			live := written.DeepCopy()
+			if tc.liveRecorded != "" {
+				live.Annotations[contract.PreviousNodeIDAnnotation] = tc.liveRecorded
+			}
+			objs := append([]runtime.Object{node("node-1"), csiNode("node-1"), pv("pv1", "vol-1"), live}, tc.objects...)
 			e := newEnv(t, envConfig{objects: objs, unpublish: tc.unpublish})
 			ctx, cancel := context.WithTimeout(withVolumeAttachment(e.ctx, synced), 5*time.Second)
 			defer cancel()
@@ -514,10 +525,13 @@ func TestAttachUnpublishesThePreviousNodeID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if id := got.Annotations[contract.NodeIDAnnotation]; id != tc.wantAnnotation {
-				t.Errorf("node ID annotation %q, want %q", id, tc.wantAnnotation)
+			if id := got.Annotations[contract.NodeIDAnnotation]; id != "node-1-id" {
+				t.Errorf("node ID annotation %q, want external-attacher's node-1-id", id)
 			}
-			if !slices.ContainsFunc(e.events(), func(ev string) bool { return strings.HasPrefix(ev, "Warning "+EventReasonNodeIDChanged) }) {
+			if id := got.Annotations[contract.PreviousNodeIDAnnotation]; id != tc.wantRecorded {
+				t.Errorf("previous node ID annotation %q, want %q", id, tc.wantRecorded)
+			}
+			if tc.liveRecorded == "" && !slices.ContainsFunc(e.events(), func(ev string) bool { return strings.HasPrefix(ev, "Warning "+EventReasonNodeIDChanged) }) {
 				t.Errorf("no %s event: %v", EventReasonNodeIDChanged, e.events())
 			}
 		})

@@ -93,7 +93,10 @@ const giveWayPoll = 50 * time.Millisecond
 type fenceKey struct{ volumeID, nodeID string }
 
 type fenceJob struct {
-	key              fenceKey
+	key fenceKey
+	// previousNodeID, when not "", is a node ID the volume may be
+	// published under too (Attacher.previousNodeID), fenced first.
+	previousNodeID   string
 	va               *storagev1.VolumeAttachment // nil when Detach was not called through Handler
 	nodeName, reason string
 	secrets          map[string]string
@@ -103,6 +106,17 @@ type fenceJob struct {
 	// only if the record confirms that very fence, not an older one and
 	// not one restarted since (a new failure of the node).
 	fencedTime *time.Time
+}
+
+// eachNodeID calls send with the job's previous node ID, if any, then with
+// its node ID, and stops at the first error.
+func (j *fenceJob) eachNodeID(send func(nodeID string) error) error {
+	if j.previousNodeID != "" {
+		if err := send(j.previousNodeID); err != nil {
+			return fmt.Errorf("node ID %q: %w", j.previousNodeID, err)
+		}
+	}
+	return send(j.key.nodeID)
 }
 
 type fenceFailure struct {

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -199,9 +201,19 @@ type env struct {
 	// fenceDone receives the VolumeAttachment of each fence that is over.
 	fenceDone chan string
 
+	// conn is the connection to the driver, whose calls go to *driver.
+	conn *grpc.ClientConn
+	*driverLog
+}
+
+// driverLog is what the driver received. It outlives an env that crashed
+// (envConfig.restart), as the storage outlives the sidecar.
+type driverLog struct {
 	mu          sync.Mutex
 	publishes   []*csi.ControllerPublishVolumeRequest
 	unpublishes []*csi.ControllerUnpublishVolumeRequest
+	// calls are both, in the order received, as sent() spells them.
+	calls []string
 }
 
 type envConfig struct {
@@ -229,6 +241,11 @@ type envConfig struct {
 	timeout time.Duration
 	// fenceWorkers: 0 is 2, so that fences may run at once.
 	fenceWorkers int
+	// restart is an env whose process crashed: the new one starts over
+	// on its API and its driver, with caches filled from what the API
+	// holds now (objects, cache, frs, frCache, frReactors, publish and
+	// unpublish are ignored).
+	restart *env
 }
 
 type reactor struct {
@@ -240,11 +257,18 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, recorder: record.NewFakeRecorder(100), fenceDone: make(chan string, 100)}
-	e.client = fake.NewSimpleClientset(cfg.objects...)
-	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, unstructured(t, cfg.frs)...)
-	for _, r := range cfg.frReactors {
-		e.dyn.PrependReactor(r.verb, r.resource, r.fn)
+	if old := cfg.restart; old != nil {
+		e.client, e.dyn, e.conn, e.driverLog = old.client, old.dyn, old.conn, old.driverLog
+		cfg.objects, cfg.cache, cfg.frs, cfg.frCache = e.apiObjects(), nil, e.apiFencingRequests(), nil
+	} else {
+		e.client = fake.NewSimpleClientset(cfg.objects...)
+		e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, unstructured(t, cfg.frs)...)
+		for _, r := range cfg.frReactors {
+			e.dyn.PrependReactor(r.verb, r.resource, r.fn)
+		}
+		e.driverLog = &driverLog{}
+		e.conn = e.startDriver(cfg.publish, cfg.unpublish)
 	}
 	e.factory = informers.NewSharedInformerFactory(e.client, 0)
 	csiNodes := e.factory.Storage().V1().CSINodes().Informer()
@@ -258,16 +282,16 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	e.fillCaches(cached)
 
-	conn := e.startDriver(cfg.publish, cfg.unpublish)
 	c := Config{
 		DriverName:           drv,
 		CanFence:             !cfg.cannotFence,
 		FencesOnOutOfService: cfg.fencesOnOutOfService,
-		CSI:                  upstream.NewAttacher(conn),
-		FenceCSI:             csiclient.New(conn, 0),
+		CSI:                  upstream.NewAttacher(e.conn),
+		FenceCSI:             csiclient.New(e.conn, 0),
 		NodeIDs:              nodeIDs,
 		PVs:                  e.factory.Core().V1().PersistentVolumes().Lister(),
 		VAs:                  e.factory.Storage().V1().VolumeAttachments().Lister(),
+		VolumeAttachments:    e.client.StorageV1().VolumeAttachments(),
 		Recorder:             e.recorder,
 
 		FenceWorkers: cmp.Or(cfg.fenceWorkers, 2),
@@ -365,12 +389,14 @@ func (e *env) startDriver(publish func(context.Context, *csi.ControllerPublishVo
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.publishes = append(e.publishes, proto.Clone(req).(*csi.ControllerPublishVolumeRequest))
+			e.calls = append(e.calls, publishString(req))
 			return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{"lun": "1"}}, nil
 		}).AnyTimes()
 	srv.EXPECT().ControllerUnpublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
 		func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 			e.mu.Lock()
 			e.unpublishes = append(e.unpublishes, proto.Clone(req).(*csi.ControllerUnpublishVolumeRequest))
+			e.calls = append(e.calls, unpublishString(req))
 			e.mu.Unlock()
 			if unpublish != nil {
 				if err := unpublish(ctx, req); err != nil {
@@ -401,18 +427,78 @@ func (e *env) sent() []string {
 	defer e.mu.Unlock()
 	var out []string
 	for _, r := range e.publishes {
-		out = append(out, "publish "+r.GetVolumeId()+" "+r.GetNodeId())
+		out = append(out, publishString(r))
 	}
 	for _, r := range e.unpublishes {
-		s := "unpublish " + r.GetVolumeId() + " " + r.GetNodeId()
-		switch u := r.ProtoReflect().GetUnknown(); string(u) {
-		case "":
-		case "\x20\x01":
-			s += " fence"
-		default:
-			s += " unknown fields " + string(u)
+		out = append(out, unpublishString(r))
+	}
+	return out
+}
+
+// sentInOrder is what sent returns, in the order the driver received it.
+func (e *env) sentInOrder() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.calls)
+}
+
+func publishString(r *csi.ControllerPublishVolumeRequest) string {
+	return "publish " + r.GetVolumeId() + " " + r.GetNodeId()
+}
+
+func unpublishString(r *csi.ControllerUnpublishVolumeRequest) string {
+	s := "unpublish " + r.GetVolumeId() + " " + r.GetNodeId()
+	switch u := r.ProtoReflect().GetUnknown(); string(u) {
+	case "":
+	case "\x20\x01":
+		s += " fence"
+	default:
+		s += " unknown fields " + string(u)
+	}
+	return s
+}
+
+// apiObjects returns what the API holds of the kinds the caches hold.
+func (e *env) apiObjects() []runtime.Object {
+	e.t.Helper()
+	var out []runtime.Object
+	for res, kind := range map[schema.GroupVersionResource]schema.GroupVersionKind{
+		v1.SchemeGroupVersion.WithResource("nodes"):                    v1.SchemeGroupVersion.WithKind("Node"),
+		v1.SchemeGroupVersion.WithResource("persistentvolumes"):        v1.SchemeGroupVersion.WithKind("PersistentVolume"),
+		storagev1.SchemeGroupVersion.WithResource("csinodes"):          storagev1.SchemeGroupVersion.WithKind("CSINode"),
+		storagev1.SchemeGroupVersion.WithResource("volumeattachments"): storagev1.SchemeGroupVersion.WithKind("VolumeAttachment"),
+	} {
+		list, err := e.client.Tracker().List(res, kind, "")
+		if err != nil {
+			e.t.Fatal(err)
 		}
-		out = append(out, s)
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, items...)
+	}
+	return out
+}
+
+// apiFencingRequests returns the FencingRequests the API holds.
+func (e *env) apiFencingRequests() []*fencingv1alpha1.FencingRequest {
+	e.t.Helper()
+	list, err := e.dyn.Tracker().List(fencingv1alpha1.Resource, fencingv1alpha1.Resource.GroupVersion().WithKind(contract.FencingKind), "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*fencingv1alpha1.FencingRequest
+	for _, o := range items {
+		fr, err := fencingv1alpha1.FromUnstructured(o)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, fr)
 	}
 	return out
 }

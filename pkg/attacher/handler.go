@@ -55,7 +55,12 @@ const detachRetryDelay = 100 * time.Millisecond
 //
 //   - each sync's context carries the VolumeAttachment being synced, from
 //     which Attacher takes the Node of a deleted node's attachment, the PV of
-//     its single-node check and the object its Events are about;
+//     its single-node check, the node IDs the volume was published to and
+//     the object its Events are about;
+//   - the node ID an attach's sync is about to replace is recorded on the
+//     VolumeAttachment before external-attacher's sync runs
+//     (Attacher.RecordPreviousNodeID), and that sync does not run until it
+//     is;
 //   - a change of a node's health (Ready, quarantine or out-of-service
 //     taint) or of its FencingRequest requeues the node's VolumeAttachments
 //     at once, so that a detach in backoff is fenced, and a publish refused
@@ -68,7 +73,7 @@ const detachRetryDelay = 100 * time.Millisecond
 //     is not synced: its detach could only say so again, with a write of
 //     its detachError and live reads each time its backoff expires, which
 //     a burst of fences would multiply. The end of the fence requeues it
-//     (FencesFrom);
+//     (Connect);
 //   - attaches go before detaches (external-attacher issue #761): a
 //     detach's sync does not take a worker while an attach of this driver
 //     waits for one, see deferDetach.
@@ -82,7 +87,10 @@ type Handler struct {
 	vaQueue    workqueue.TypedRateLimitingInterface[string]
 	// fencing reports a fence under way (Attacher.Fencing); nil: none.
 	fencing func(vaName string) bool
-	clock   clock.PassiveClock
+	// recordPreviousNodeID is Attacher.RecordPreviousNodeID; nil: nothing
+	// is recorded.
+	recordPreviousNodeID func(context.Context, *storagev1.VolumeAttachment) (*storagev1.VolumeAttachment, error)
+	clock                clock.PassiveClock
 
 	mu sync.Mutex
 	// attaching counts the syncs of each attach under way in a worker.
@@ -115,11 +123,15 @@ func (h *Handler) Init(vaQueue, pvQueue workqueue.TypedRateLimitingInterface[str
 	h.Handler.Init(vaQueue, pvQueue)
 }
 
-// FencesFrom connects the handler to a's fence pool: the VolumeAttachment
-// of a fence that is over is synced at once, none is synced while its
-// fence is under way, and the fence workers give way to attaches waiting
-// for a worker (fencePool.giveWay). Call it before the controller runs.
-func (h *Handler) FencesFrom(a *Attacher) {
+// Connect connects the handler to a, the Attacher of its inner handler:
+// the previous node ID of an attach is recorded before its sync
+// (Attacher.RecordPreviousNodeID); and to a's fence pool: the
+// VolumeAttachment of a fence that is over is synced at once, none is
+// synced while its fence is under way, and the fence workers give way to
+// attaches waiting for a worker (fencePool.giveWay). Call it before the
+// controller runs.
+func (h *Handler) Connect(a *Attacher) {
+	h.recordPreviousNodeID = a.RecordPreviousNodeID
 	h.fencing = a.Fencing
 	a.OnFenceDone(h.Requeue)
 	if a.fences != nil {
@@ -148,16 +160,30 @@ func (h *Handler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *stor
 			return
 		}
 	} else {
+		name := va.Name
 		h.mu.Lock()
-		h.attaching[va.Name]++
+		h.attaching[name]++
 		h.mu.Unlock()
 		defer func() {
 			h.mu.Lock()
-			if h.attaching[va.Name]--; h.attaching[va.Name] <= 0 {
-				delete(h.attaching, va.Name)
+			if h.attaching[name]--; h.attaching[name] <= 0 {
+				delete(h.attaching, name)
 			}
 			h.mu.Unlock()
 		}()
+		if h.recordPreviousNodeID != nil {
+			var err error
+			if va, err = h.recordPreviousNodeID(ctx, va); err != nil {
+				// external-attacher's sync would write the new node ID
+				// over the only name of the old one: it waits, with the
+				// backoff of its own failures.
+				klog.FromContext(ctx).V(2).Info("Error processing", "err", err)
+				if h.vaQueue != nil {
+					h.vaQueue.AddRateLimited(name)
+				}
+				return
+			}
+		}
 	}
 	h.Handler.SyncNewOrUpdatedVolumeAttachment(withVolumeAttachment(ctx, va), va)
 }

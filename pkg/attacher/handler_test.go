@@ -45,7 +45,7 @@ func (e *env) handler() (*Handler, workqueue.TypedRateLimitingInterface[string])
 	pvQueue := workqueue.NewTypedRateLimitingQueue(rl())
 	e.t.Cleanup(func() { vaQueue.ShutDown(); pvQueue.ShutDown() })
 	h.Init(vaQueue, pvQueue)
-	h.FencesFrom(e.a)
+	h.Connect(e.a)
 	return h, vaQueue
 }
 

@@ -17,7 +17,8 @@ import (
 // set up in advance, and increase() sees the first fence.
 func TestCountersAtZeroBeforeTheFirstFence(t *testing.T) {
 	const driver = "fresh.csi.example.com" // no other test fences for it
-	factory := informers.NewSharedInformerFactory(fake.NewSimpleClientset(), 0)
+	client := fake.NewSimpleClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeIDs, err := NewNodeIDs(driver, factory.Storage().V1().CSINodes().Informer())
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +26,7 @@ func TestCountersAtZeroBeforeTheFirstFence(t *testing.T) {
 	if _, err := NewAttacher(Config{
 		DriverName: driver, CSI: upstream.NewAttacher(nil), FenceCSI: csiclient.New(nil, 0), Recorder: record.NewFakeRecorder(1),
 		NodeIDs: nodeIDs, PVs: factory.Core().V1().PersistentVolumes().Lister(), VAs: factory.Storage().V1().VolumeAttachments().Lister(),
+		VolumeAttachments: client.StorageV1().VolumeAttachments(),
 	}); err != nil {
 		t.Fatal(err)
 	}

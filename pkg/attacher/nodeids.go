@@ -14,6 +14,7 @@ const csiNodeByNodeIDIndex = "csi-fence-attacher/csinode-by-node-id"
 // ControllerUnpublishVolume name) back to Kubernetes Nodes, through the
 // CSINode objects on which the node plugin registered them.
 type NodeIDs struct {
+	driver  string
 	indexer cache.Indexer
 }
 
@@ -35,7 +36,7 @@ func NewNodeIDs(driver string, csiNodeInformer cache.SharedIndexInformer) (*Node
 	if err != nil {
 		return nil, fmt.Errorf("indexing CSINodes by node ID: %w", err)
 	}
-	return &NodeIDs{indexer: csiNodeInformer.GetIndexer()}, nil
+	return &NodeIDs{driver: driver, indexer: csiNodeInformer.GetIndexer()}, nil
 }
 
 // NodeName returns the Node on which the driver registered nodeID. It
@@ -51,4 +52,24 @@ func (n *NodeIDs) NodeName(nodeID string) (string, bool) {
 		return "", false
 	}
 	return csiNode.Name, true
+}
+
+// NodeID returns the node ID the driver registers on the Node's CSINode now:
+// the one external-attacher publishes to (it reads the same cache). It
+// reports false when the CSINode or its entry for the driver is missing.
+func (n *NodeIDs) NodeID(nodeName string) (string, bool) {
+	obj, ok, err := n.indexer.GetByKey(nodeName)
+	if err != nil || !ok {
+		return "", false
+	}
+	csiNode, ok := obj.(*storagev1.CSINode)
+	if !ok {
+		return "", false
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == n.driver && d.NodeID != "" {
+			return d.NodeID, true
+		}
+	}
+	return "", false
 }

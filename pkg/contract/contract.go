@@ -111,6 +111,17 @@ const (
 // writes with the CSI node ID, used when the Node or CSINode is gone.
 const NodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
 
+// PreviousNodeIDAnnotation on a VolumeAttachment names a CSI node ID the
+// volume may still be published under although NodeIDAnnotation names
+// another: the attacher writes it, with the NodeIDAnnotation it read, before
+// external-attacher replaces that one with the node's new CSINode ID (a node
+// plugin that registered again under another ID), and removes it only once
+// the volume is unpublished from it. It is the write-ahead record of that
+// unpublish (S1): a crash between external-attacher's write and the
+// unpublish leaves the old ID named, for the retried publish to unpublish
+// first and for a detach or fence to take the volume away from.
+const PreviousNodeIDAnnotation = Prefix + "/previous-node-id"
+
 // RecordFinalizer keeps a FencingRequest while any volume it records is not
 // cleaned up on its node: deleting the record, or the Node, must never skip
 // the cleanup (invariant S6).

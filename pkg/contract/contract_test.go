@@ -1,6 +1,11 @@
 package contract
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
 
 func TestAttacherFinalizer(t *testing.T) {
 	tests := []struct{ driver, want string }{
@@ -16,5 +21,26 @@ func TestAttacherFinalizer(t *testing.T) {
 	}
 	if got := AttacherLeaseName("a.b"); got != "external-attacher-leader-a-b" {
 		t.Errorf("lease = %q", got)
+	}
+}
+
+// The keys this system writes on objects of others (annotations, labels,
+// taints, finalizers) are valid keys, carry its prefix and are distinct.
+func TestOwnKeys(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range []string{
+		SafeDetachAnnotation, QuarantineTaintKey, FencesOnOutOfServiceAnnotation, OutOfServiceProvenanceAnnotation,
+		FailoverLabel, FenceAgentCredentialsLabel, TerminationReasonAnnotation, RecordFinalizer, PreviousNodeIDAnnotation,
+	} {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			t.Errorf("%q: %v", k, errs)
+		}
+		if !strings.HasPrefix(k, Prefix+"/") {
+			t.Errorf("%q lacks the prefix %s/", k, Prefix)
+		}
+		if seen[k] {
+			t.Errorf("%q named twice", k)
+		}
+		seen[k] = true
 	}
 }

@@ -62,6 +62,9 @@ type fakeCSI struct {
 	calls   int
 	fences  map[string]int
 	nodeIDs map[string]string // volume -> CSI node ID of its last fence
+	// fencedIDs are the "volume nodeID" of the fences that succeeded, in
+	// order.
+	fencedIDs []string
 }
 
 // fenced returns how many fences of volumeID succeeded.
@@ -91,6 +94,7 @@ func (f *fakeCSI) Detach(_ context.Context, volumeID, nodeID string, _ map[strin
 			f.nodeIDs = map[string]string{}
 		}
 		f.nodeIDs[volumeID] = nodeID
+		f.fencedIDs = append(f.fencedIDs, volumeID+" "+nodeID)
 	}
 	f.mu.Unlock()
 	if !fence {

@@ -14,6 +14,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -684,17 +685,24 @@ func TestRecordChangeMatters(t *testing.T) {
 
 // Hole 11: the fence goes to the CSI node ID the volume was published to
 // (the VolumeAttachment's annotation, else the driver's CSINode entry),
-// never to a guess such as the node's name.
+// never to a guess such as the node's name; and first to the previous node
+// ID the attacher still records on the VolumeAttachment (its unpublish
+// failed, or the attacher crashed before it): the volume may still be
+// published under it (S1).
 func TestFenceUsesPublishedNodeID(t *testing.T) {
 	tests := []struct {
 		name       string
 		annotation string
+		previous   string
 		csiNodeID  string
-		want       string // "": no fence
+		want       string   // "": no fence
+		wantFenced []string // every fence, in order; nil: one of want
 	}{
-		{"the attacher's annotation", "n1-id", "csinode-id", "n1-id"},
-		{"the CSINode entry", "", "csinode-id", "csinode-id"},
-		{"neither: no fence", "", "", ""},
+		{name: "the attacher's annotation", annotation: "n1-id", csiNodeID: "csinode-id", want: "n1-id"},
+		{name: "the CSINode entry", csiNodeID: "csinode-id", want: "csinode-id"},
+		{name: "neither: no fence"},
+		{name: "a previous node ID recorded: fenced first", annotation: "n1-id", previous: "n1-old-id", csiNodeID: "n1-id", want: "n1-id",
+			wantFenced: []string{"h1 n1-old-id", "h1 n1-id"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -705,6 +713,9 @@ func TestFenceUsesPublishedNodeID(t *testing.T) {
 					if tc.annotation != "" {
 						va.Annotations[contract.NodeIDAnnotation] = tc.annotation
 					}
+					if tc.previous != "" {
+						va.Annotations[contract.PreviousNodeIDAnnotation] = tc.previous
+					}
 				}
 			}
 			if tc.csiNodeID != "" {
@@ -714,10 +725,13 @@ func TestFenceUsesPublishedNodeID(t *testing.T) {
 			e := newEnv(t, objs, true)
 			err := e.sync(t)
 			e.csi.mu.Lock()
-			got := e.csi.nodeIDs["h1"]
+			got, fenced := e.csi.nodeIDs["h1"], slices.Clone(e.csi.fencedIDs)
 			e.csi.mu.Unlock()
 			if got != tc.want {
 				t.Errorf("fenced node ID %q, want %q", got, tc.want)
+			}
+			if want := tc.wantFenced; want != nil && !slices.Equal(fenced, want) {
+				t.Errorf("fenced %q, want %q", fenced, want)
 			}
 			if tc.want == "" && (err == nil || e.steps.index("delete db-0") >= 0) {
 				t.Errorf("no node ID: want an error and no pod deleted; err %v, steps %v", err, e.steps.log)

@@ -244,7 +244,7 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 			defer cancel()
 			backendAttempts.WithLabelValues(fencingv1alpha1.BackendStorage).Inc()
 			start := time.Now()
-			err = c.csi.Detach(cctx, v.VolumeHandle, v.NodeID, secrets, true)
+			err = c.fenceVolume(cctx, v, vaOf[v.VolumeHandle], secrets)
 			backendDuration.WithLabelValues(fencingv1alpha1.BackendStorage).Observe(time.Since(start).Seconds())
 			if err != nil {
 				backendFailures.WithLabelValues(fencingv1alpha1.BackendStorage).Inc()
@@ -278,6 +278,20 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 		return fr, err
 	}
 	return fr, firstErr
+}
+
+// fenceVolume fences v from its node ID and, first, from the previous one
+// its VolumeAttachment still records (contract.PreviousNodeIDAnnotation):
+// the attacher's unpublish of that one failed or never came (a crash), and
+// the volume may still be published under it, out of reach of a fence of
+// any other ID (S1). The record names v.NodeID, as the attacher's does.
+func (c *Controller) fenceVolume(ctx context.Context, v fencingv1alpha1.FencedVolume, va *storagev1.VolumeAttachment, secrets map[string]string) error {
+	if previous := va.Annotations[contract.PreviousNodeIDAnnotation]; previous != "" && previous != v.NodeID {
+		if err := c.csi.Detach(ctx, v.VolumeHandle, previous, secrets, true); err != nil {
+			return fmt.Errorf("fencing from the previous node ID %q: %w", previous, err)
+		}
+	}
+	return c.csi.Detach(ctx, v.VolumeHandle, v.NodeID, secrets, true)
 }
 
 // nodeID is the CSI node ID the volume was published to: the one the

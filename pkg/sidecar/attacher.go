@@ -162,7 +162,10 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			NodeIDs:    nodeIDs,
 			PVs:        pvInformer.Lister(),
 			VAs:        vaInformer.Lister(),
-			Recorder:   broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}),
+			// external-attacher's client and verb (patch): the record
+			// of a previous node ID.
+			VolumeAttachments: d.Client.StorageV1().VolumeAttachments(),
+			Recorder:          broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}),
 			// As many fences at once as external-attacher's workers would
 			// have sent, in workers of their own.
 			FenceWorkers: int(o.WorkerThreads),
@@ -192,7 +195,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		if err != nil {
 			return nil, err
 		}
-		h.FencesFrom(fencing)
+		h.Connect(fencing)
 		if d.Access.Nodes {
 			if err := h.WatchNodes(factory.Core().V1().Nodes().Informer()); err != nil {
 				return nil, err
