@@ -74,9 +74,9 @@ type machineOptions struct {
 	// (prefix-new-*) launched by the provider for its replacements.
 	// Otherwise each node gets a stand-alone Machine.
 	managed bool
-	// checks, with managed, are those of a MachineHealthCheck over the
-	// MachineSet's Machines (none: no MachineHealthCheck).
-	checks []framework.UnhealthyNodeCondition
+	// mhc, with managed, is a MachineHealthCheck over the MachineSet's
+	// Machines (nil: none).
+	mhc *framework.HealthCheck
 }
 
 // setupMachines sets up a machineSetup on nodes named prefix-node-*.
@@ -159,8 +159,8 @@ func setupMachines(ctx context.Context, t *testing.T, prefix string, opts machin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(opts.checks) > 0 {
-		if err := capi.CreateWorkerHealthCheck(ctx, s.wc, opts.checks); err != nil {
+	if opts.mhc != nil {
+		if err := capi.CreateWorkerHealthCheck(ctx, s.wc, *opts.mhc); err != nil {
 			t.Fatal(err)
 		}
 	}

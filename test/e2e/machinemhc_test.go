@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/machinefence"
@@ -334,7 +335,7 @@ func TestMachineFenceAsksMachineHealthCheck(t *testing.T) {
 	buildClusterAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	s := setupMachines(ctx, t, "mh", machineOptions{shutdown: 5 * time.Second, remediation: machinefence.ModeMHC, managed: true, checks: mhcChecksWithUnknown})
+	s := setupMachines(ctx, t, "mh", machineOptions{shutdown: 5 * time.Second, remediation: machinefence.ModeMHC, managed: true, mhc: &framework.HealthCheck{Checks: mhcChecksWithUnknown}})
 	mw := watchMachines(t, s.wc.Namespace)
 	rec := watchTimeline(t, s.env, s.victim, s.vol2)
 	since := time.Now()
@@ -370,7 +371,7 @@ func TestMachineFenceDeletesBesideMachineHealthCheck(t *testing.T) {
 	buildClusterAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	s := setupMachines(ctx, t, "md", machineOptions{shutdown: 5 * time.Second, managed: true, checks: mhcChecks})
+	s := setupMachines(ctx, t, "md", machineOptions{shutdown: 5 * time.Second, managed: true, mhc: &framework.HealthCheck{Checks: mhcChecks}})
 	mw := watchMachines(t, s.wc.Namespace)
 	rec := watchTimeline(t, s.env, s.victim, s.vol2)
 	since := time.Now()
@@ -392,4 +393,106 @@ func TestMachineFenceDeletesBesideMachineHealthCheck(t *testing.T) {
 	}
 	expectEvent(ctx, t, s.victim, "MachineDeleted")
 	s.expectFailedOverThroughCAPI(ctx, t, rec, mw, down, newNode, machinefence.StartedByUs)
+}
+
+// A node back before MachineHealthCheck acted (S6): with
+// --machine-remediation=mhc the failover asks MHC to remediate the
+// partitioned node's Machine, but MHC's limit (remediate nothing while
+// more than 0 Machines are unhealthy) holds it back; the record says the
+// fence waits and nothing moves. The node comes back: this system
+// withdraws its request (the remediate-machine annotation and its own mark,
+// nothing else) and releases the node. Once the limit is lifted, MHC finds
+// the Machine healthy: no Machine is deleted, none created, and the node
+// keeps its instance.
+func TestMachineFenceWithdrawsItsRequestWhenTheNodeIsBack(t *testing.T) {
+	buildClusterAPI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s := setupMachines(ctx, t, "mw", machineOptions{remediation: machinefence.ModeMHC, managed: true,
+		mhc: &framework.HealthCheck{Checks: mhcChecksWithUnknown, Limit: ptr.To(0)}})
+	mw := watchMachines(t, s.wc.Namespace)
+	machine := s.wc.Machines[s.victim]
+	machines := cluster.Dynamic.Resource(machinefence.MachineResource).Namespace(s.wc.Namespace)
+	down, _, _ := s.partition(ctx, t)
+
+	// Asked, and held back by MHC's limit: the fence waits, nothing moves.
+	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+	if err := framework.WaitFor(ctx, 120*time.Second, "Machine "+machine+" annotated for MHC, MHC holding it back, the record waiting", func(ctx context.Context) (bool, error) {
+		m, err := machines.Get(ctx, machine, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if _, ok := m.GetAnnotations()[machinefence.RemediateMachineAnnotation]; !ok {
+			return false, nil
+		}
+		if c := framework.Condition(m, capiHealthCheckSucceeded); c == nil || c["reason"] != capiHasRemediateAnnotation {
+			return false, nil
+		}
+		mhc, err := s.capi.WorkerHealthCheck(ctx, s.wc)
+		if err != nil || framework.ConditionStatus(mhc, "RemediationAllowed") != "False" {
+			return false, err
+		}
+		fr, err := frs.Get(ctx, s.victim)
+		if err != nil || fr.Status.NodeFence == nil || fr.Status.NodeFence.Machine == nil {
+			return false, nil
+		}
+		return fr.Status.NodeFence.Machine.DeletionStartedBy == machinefence.StartedByMHC && strings.Contains(fr.Status.NodeFence.Output, "is not being deleted"), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if moved := s.moved(ctx); len(moved) > 0 {
+		t.Fatalf("moved while MHC holds the remediation back: %q", moved)
+	}
+	t.Logf("%.1fs after the partition: asked, MHC holds it back", time.Since(down).Seconds())
+
+	// The node comes back before MHC acted.
+	if err := s.env.PowerOn(ctx, s.victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 60*time.Second, "this system's request withdrawn from Machine "+machine, func(ctx context.Context) (bool, error) {
+		m, err := machines.Get(ctx, machine, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, requested := m.GetAnnotations()[machinefence.RemediateMachineAnnotation]
+		_, ours := m.GetAnnotations()[machinefence.RemediationRequestedAnnotation]
+		return !requested && !ours, nil
+	}); err != nil {
+		t.Error(err)
+	}
+	expectEvent(ctx, t, s.victim, "MachineRemediationWithdrawn")
+	expectReleased(ctx, t, s.victim, fencedVolume{s.d1, s.vol1})
+	if fr, err := frs.Get(ctx, s.victim); err != nil || !strings.Contains(fr.Status.NodeFence.Output, "withdrawn") {
+		t.Errorf("the record does not say the request was withdrawn: %v %+v", err, fr.Status.NodeFence)
+	}
+
+	// MHC's limit lifted: MHC judges the Machine again, healthy now.
+	gen, err := s.capi.LiftHealthCheckLimit(ctx, s.wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 60*time.Second, "MHC, its limit lifted, finding Machine "+machine+" healthy", func(ctx context.Context) (bool, error) {
+		m, err := machines.Get(ctx, machine, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if m.GetDeletionTimestamp() != nil || framework.Condition(m, capiOwnerRemediated) != nil {
+			return false, fmt.Errorf("MHC remediates Machine %s of the healthy node: %v", machine, framework.Condition(m, capiHealthCheckSucceeded))
+		}
+		mhc, err := s.capi.WorkerHealthCheck(ctx, s.wc)
+		if err != nil {
+			return false, err
+		}
+		observed, _, _ := unstructured.NestedInt64(mhc.Object, "status", "observedGeneration")
+		return observed >= gen && framework.ConditionStatus(mhc, "RemediationAllowed") == "True" && framework.ConditionStatus(m, capiHealthCheckSucceeded) == "True", nil
+	}); err != nil {
+		t.Error(err)
+	}
+	if deleted, created := mw.remediations(down); len(deleted) > 0 || len(created) > 0 {
+		t.Errorf("a remediation after the node was back: Machines deleted %v, created %v", deleted, created)
+	}
+	if _, ok := s.infra.Released(s.victim); ok {
+		t.Errorf("the instance of %s, back, was deleted", s.victim)
+	}
+	expectNoViolations(t)
 }

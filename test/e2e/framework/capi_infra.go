@@ -720,22 +720,53 @@ type UnhealthyNodeCondition struct {
 	Timeout      time.Duration
 }
 
+// HealthCheck is a MachineHealthCheck over the workers.
+type HealthCheck struct {
+	Checks []UnhealthyNodeCondition
+	// Limit, when set, is its spec.remediation.triggerIf
+	// .unhealthyLessThanOrEqualTo: MHC remediates nothing while more
+	// Machines are unhealthy (0: nothing at all). Unset: no limit.
+	Limit *int
+}
+
 // CreateWorkerHealthCheck creates the MachineHealthCheck wc.Name-workers
-// over the MachineSet's Machines with these checks, remediating whatever
-// the number of unhealthy Machines.
-func (a *ClusterAPI) CreateWorkerHealthCheck(ctx context.Context, wc *WorkloadCluster, checks []UnhealthyNodeCondition) error {
+// over the MachineSet's Machines.
+func (a *ClusterAPI) CreateWorkerHealthCheck(ctx context.Context, wc *WorkloadCluster, hc HealthCheck) error {
 	var conds []interface{}
-	for _, ch := range checks {
+	for _, ch := range hc.Checks {
 		conds = append(conds, map[string]interface{}{"type": ch.Type, "status": ch.Status, "timeoutSeconds": int64(ch.Timeout / time.Second)})
 	}
+	spec := map[string]interface{}{
+		"clusterName": wc.Name,
+		"selector":    map[string]interface{}{"matchLabels": map[string]interface{}{WorkerPoolLabel: "workers"}},
+		"checks":      map[string]interface{}{"unhealthyNodeConditions": conds},
+	}
+	if hc.Limit != nil {
+		spec["remediation"] = map[string]interface{}{"triggerIf": map[string]interface{}{"unhealthyLessThanOrEqualTo": int64(*hc.Limit)}}
+	}
 	mhc := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
-		"metadata": map[string]interface{}{"name": wc.Name + "-workers", "namespace": wc.Namespace, "labels": wc.labels(nil)},
-		"spec": map[string]interface{}{
-			"clusterName": wc.Name,
-			"selector":    map[string]interface{}{"matchLabels": map[string]interface{}{WorkerPoolLabel: "workers"}},
-			"checks":      map[string]interface{}{"unhealthyNodeConditions": conds},
-		}}}
+		"metadata": map[string]interface{}{"name": wc.HealthCheck(), "namespace": wc.Namespace, "labels": wc.labels(nil)},
+		"spec":     spec}}
 	return a.c.createObjects(ctx, []*unstructured.Unstructured{mhc}, ApplyOptions{})
+}
+
+// HealthCheck names the workers' MachineHealthCheck.
+func (wc *WorkloadCluster) HealthCheck() string { return wc.Name + "-workers" }
+
+// LiftHealthCheckLimit removes the limit of the workers' MachineHealthCheck
+// and returns its new generation.
+func (a *ClusterAPI) LiftHealthCheckLimit(ctx context.Context, wc *WorkloadCluster) (int64, error) {
+	mhc, err := a.c.Dynamic.Resource(machineHealthCheckResource).Namespace(wc.Namespace).Patch(ctx, wc.HealthCheck(), types.MergePatchType,
+		[]byte(`{"spec":{"remediation":null}}`), metav1.PatchOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return mhc.GetGeneration(), nil
+}
+
+// WorkerHealthCheck reads the workers' MachineHealthCheck.
+func (a *ClusterAPI) WorkerHealthCheck(ctx context.Context, wc *WorkloadCluster) (*unstructured.Unstructured, error) {
+	return a.c.Dynamic.Resource(machineHealthCheckResource).Namespace(wc.Namespace).Get(ctx, wc.HealthCheck(), metav1.GetOptions{})
 }
 
 // ConditionStatus returns the status of the condition typ in a Cluster
