@@ -44,6 +44,8 @@ const (
 	// capiHasRemediateAnnotation is MHC's reason for a Machine annotated
 	// cluster.x-k8s.io/remediate-machine.
 	capiHasRemediateAnnotation = "HasRemediateAnnotation"
+	// capiNodeDeleted is MHC's reason for a Machine whose Node is gone.
+	capiNodeDeleted = "NodeDeleted"
 	// capiMachineDeleting is the MachineSet's OwnerRemediated reason once
 	// it deletes the Machine to remediate it.
 	capiMachineDeleting = "MachineDeleting"
@@ -71,9 +73,10 @@ type machineSeen struct {
 	ownerKind string
 	// annotated: the remediate-machine annotation.
 	annotated time.Time
-	// unhealthy: MHC's HealthCheckSucceeded False, with its reason.
-	unhealthy       time.Time
-	unhealthyReason string
+	// unhealthy: MHC's HealthCheckSucceeded False, with its reasons in
+	// the order seen.
+	unhealthy        time.Time
+	unhealthyReasons []string
 	// ownerRemediated: an OwnerRemediated condition, with its reasons in
 	// the order seen.
 	ownerRemediated        time.Time
@@ -135,18 +138,27 @@ func (w *machineWatch) observe(o interface{}) {
 	if _, ok := m.GetAnnotations()[machinefence.RemediateMachineAnnotation]; ok && s.annotated.IsZero() {
 		s.annotated = now
 	}
-	if c := framework.Condition(m, capiHealthCheckSucceeded); c != nil && c["status"] == "False" && s.unhealthy.IsZero() {
-		s.unhealthy = now
-		s.unhealthyReason, _ = c["reason"].(string)
+	if c := framework.Condition(m, capiHealthCheckSucceeded); c != nil && c["status"] == "False" {
+		if s.unhealthy.IsZero() {
+			s.unhealthy = now
+		}
+		s.unhealthyReasons = appendNew(s.unhealthyReasons, c["reason"])
 	}
 	if c := framework.Condition(m, capiOwnerRemediated); c != nil {
 		if s.ownerRemediated.IsZero() {
 			s.ownerRemediated = now
 		}
-		if r, _ := c["reason"].(string); len(s.ownerRemediatedReasons) == 0 || s.ownerRemediatedReasons[len(s.ownerRemediatedReasons)-1] != r {
-			s.ownerRemediatedReasons = append(s.ownerRemediatedReasons, r)
-		}
+		s.ownerRemediatedReasons = appendNew(s.ownerRemediatedReasons, c["reason"])
 	}
+}
+
+// appendNew appends reason to reasons unless it is the last one.
+func appendNew(reasons []string, reason interface{}) []string {
+	r, _ := reason.(string)
+	if len(reasons) > 0 && reasons[len(reasons)-1] == r {
+		return reasons
+	}
+	return append(reasons, r)
 }
 
 // get returns a copy of what was seen of Machine name.
@@ -159,6 +171,7 @@ func (w *machineWatch) get(name string) (machineSeen, bool) {
 	}
 	c := *s
 	c.ownerRemediatedReasons = slices.Clone(s.ownerRemediatedReasons)
+	c.unhealthyReasons = slices.Clone(s.unhealthyReasons)
 	return c, true
 }
 
@@ -345,7 +358,7 @@ func TestMachineFenceAsksMachineHealthCheck(t *testing.T) {
 	m, _ := mw.get(machine)
 	// MHC took the annotation for the reason, and the MachineSet deleted
 	// the Machine to remediate it.
-	if m.annotated.IsZero() || m.deleting.IsZero() || m.deleting.Before(m.annotated) || m.unhealthyReason != capiHasRemediateAnnotation ||
+	if m.annotated.IsZero() || m.deleting.IsZero() || m.deleting.Before(m.annotated) || len(m.unhealthyReasons) == 0 || m.unhealthyReasons[0] != capiHasRemediateAnnotation ||
 		!slices.Contains(m.ownerRemediatedReasons, capiMachineDeleting) {
 		t.Errorf("Machine %s was not remediated by MHC on this system's annotation: %+v", machine, m)
 	}
@@ -379,9 +392,15 @@ func TestMachineFenceDeletesBesideMachineHealthCheck(t *testing.T) {
 
 	machine := s.wc.Machines[s.victim]
 	m, _ := mw.get(machine)
-	if m.deleting.IsZero() || !m.annotated.IsZero() || !m.ownerRemediated.IsZero() || (!m.unhealthy.IsZero() && m.unhealthy.Before(m.deleting)) {
+	// MHC made no decision of its own on the unreachable node: it never
+	// found the Machine unhealthy but for its Node deleted by Cluster API
+	// after the instance (a Machine being deleted, which it leaves
+	// alone), and never asked its owner to remediate it.
+	if m.deleting.IsZero() || !m.annotated.IsZero() || !m.ownerRemediated.IsZero() ||
+		slices.ContainsFunc(m.unhealthyReasons, func(r string) bool { return r != capiNodeDeleted }) || (!m.unhealthy.IsZero() && m.unhealthy.Before(m.deleting)) {
 		t.Errorf("MHC raced this system's deletion of Machine %s: %+v", machine, m)
 	}
+	t.Logf("MHC on Machine %s: HealthCheckSucceeded False for %v, OwnerRemediated %v", machine, m.unhealthyReasons, m.ownerRemediatedReasons)
 	var deletes []framework.AuditEvent
 	for _, e := range machineRequests(t, s.wc.Namespace, since) {
 		if e.Verb == "delete" {
