@@ -37,6 +37,9 @@ type MachineFencer interface {
 	Remediate(ctx context.Context, t fencingv1alpha1.MachineTarget) (string, error)
 	// Check reads whether the infrastructure reports the instance gone.
 	Check(ctx context.Context, t fencingv1alpha1.MachineTarget) (machinefence.Progress, error)
+	// Withdraw removes this system's request to MachineHealthCheck from
+	// the Machine, if MHC has not acted on it, and reports whether it did.
+	Withdraw(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error)
 }
 
 // machineConfigured reports whether the node can be fenced through a
@@ -185,6 +188,35 @@ func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencing
 	logger.Info("Node fenced: its instance is deleted", "machine", klog.KRef(t.Namespace, t.Name), "infrastructure", t.Infrastructure.Kind+"/"+t.Infrastructure.Name)
 	c.recorder.Eventf(node, v1.EventTypeWarning, "NodeInstanceDeleted", "Node %s fenced: Machine %s/%s deleted and %s %s gone, the infrastructure provider's report that the instance is deleted", node.Name, t.Namespace, t.Name, t.Infrastructure.Kind, t.Infrastructure.Name)
 	return fr, c.addOutOfServiceTaint(ctx, node)
+}
+
+// withdrawRemediation is the release's step for a node that is back while
+// its record holds a machine fence this system asked MachineHealthCheck
+// for and nothing confirmed: the request (cluster.x-k8s.io/remediate-
+// machine) is removed from the Machine if MHC has not acted on it yet, or
+// MHC would remediate the healthy node later, whenever its limits let it
+// (S6). Only this system's own request goes (machinefence.Withdraw); one
+// MHC acted on already (the Machine being deleted) is followed no more
+// here: the node is back, and its instance's deletion is Cluster API's.
+func (c *Controller) withdrawRemediation(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
+	t := fencerecord.MachineIntentRecorded(fr)
+	if t == nil || t.DeletionStartedBy != machinefence.StartedByMHC || fr.Status.NodeFence.ConfirmedTime != nil || c.machine == nil {
+		return nil
+	}
+	withdrawn, err := c.machine.Withdraw(ctx, *t)
+	if err != nil {
+		return fmt.Errorf("node %s is back: %w", node.Name, err)
+	}
+	if !withdrawn {
+		return nil
+	}
+	msg := fmt.Sprintf("node back before MachineHealthCheck acted: the request to remediate Machine %s/%s (%s) withdrawn", t.Namespace, t.Name, machinefence.RemediateMachineAnnotation)
+	if err := fencerecord.RecordMachineProgress(ctx, c.frClient, node.Name, "", msg); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Node back: withdrew the request to MachineHealthCheck", "machine", klog.KRef(t.Namespace, t.Name))
+	c.recorder.Eventf(node, v1.EventTypeNormal, "MachineRemediationWithdrawn", "Node %s is back before MachineHealthCheck remediated Machine %s/%s: this system's request (%s) removed", node.Name, t.Namespace, t.Name, machinefence.RemediateMachineAnnotation)
+	return nil
 }
 
 // machineFenced reports whether fr records a confirmed machine fence: the

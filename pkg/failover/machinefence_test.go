@@ -41,6 +41,7 @@ type fakeMachines struct {
 	remediations int
 	noIntent     bool
 	confirmed    bool
+	withdrawals  int
 }
 
 func (f *fakeMachines) target() fencingv1alpha1.MachineTarget {
@@ -82,6 +83,14 @@ func (f *fakeMachines) Check(ctx context.Context, t fencingv1alpha1.MachineTarge
 		return machinefence.Progress{Confirmed: true}, nil
 	}
 	return machinefence.Progress{Waiting: "waiting: TestMachine m1 being deleted (Ready DeletionRefused: quota exceeded)"}, nil
+}
+
+func (f *fakeMachines) Withdraw(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.withdrawals++
+	f.e.steps.add("withdraw m1")
+	return true, nil
 }
 
 func (f *fakeMachines) confirm() {
@@ -339,6 +348,75 @@ func TestDeletedInstanceReleasesAttachments(t *testing.T) {
 			}
 			if _, err := e.fr.Get(context.Background(), "n1"); !apierrors.IsNotFound(err) {
 				t.Errorf("the record of a released deleted instance stays: %v", err)
+			}
+		})
+	}
+}
+
+// A node that comes back before MachineHealthCheck acted on this system's
+// request (--machine-remediation=mhc) gets the request withdrawn as it is
+// released, before its record completes: a healthy node must not be
+// remediated later on a request nobody means any more (S6). A deletion
+// this system or someone else started, or a fence confirmed, has no
+// request to withdraw.
+func TestMachineRemediationWithdrawnWhenTheNodeIsBack(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		startedBy     string
+		confirmed     bool
+		wantWithdrawn bool
+	}{
+		{name: "MachineHealthCheck asked, not acted: withdrawn", startedBy: machinefence.StartedByMHC, wantWithdrawn: true},
+		{name: "the Machine deleted by this system", startedBy: machinefence.StartedByUs},
+		{name: "a deletion someone else started", startedBy: machinefence.StartedByOther},
+		{name: "a fence through MachineHealthCheck confirmed", startedBy: machinefence.StartedByMHC, confirmed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(v1.ConditionTrue, false)
+			n := objs[0].(*v1.Node)
+			n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
+			n.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
+			machines := &fakeMachines{}
+			e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
+			started := metav1.NewTime(time.Now().Add(-time.Minute))
+			target := machines.target()
+			target.DeletionStartedBy = tc.startedBy
+			nf := &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendMachine, StartedTime: &started, Attempts: 1, Machine: &target}
+			if tc.confirmed {
+				nf.ConfirmedTime = &started
+			}
+			fr := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{contract.RecordFinalizer}},
+				Spec:   fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
+				Status: fencingv1alpha1.FencingRequestStatus{Phase: fencingv1alpha1.PhaseFencing, NodeFence: nf}}
+			if _, err := e.fr.Create(context.Background(), fr); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.fr.UpdateStatus(context.Background(), fr); err != nil {
+				t.Fatal(err)
+			}
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			machines.mu.Lock()
+			withdrawals := machines.withdrawals
+			machines.mu.Unlock()
+			want := 0
+			if tc.wantWithdrawn {
+				want = 1
+			}
+			if withdrawals != want {
+				t.Fatalf("requests withdrawn = %d, want %d (%v)", withdrawals, want, e.steps.log)
+			}
+			got, err := e.fr.Get(context.Background(), "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase != fencingv1alpha1.PhaseComplete {
+				t.Errorf("the node back is not released: %+v", got.Status)
+			}
+			if tc.wantWithdrawn && (!hasEvent(events(e.c), "MachineRemediationWithdrawn") || !strings.Contains(got.Status.NodeFence.Output, "withdrawn")) {
+				t.Errorf("the withdrawal is not said in an Event and the record: %+v", got.Status.NodeFence)
 			}
 		})
 	}

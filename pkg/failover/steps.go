@@ -488,6 +488,11 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		podgc.Taint(node, contract.FencingTriagedTaintKey) == nil && podgc.Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
 	}
+	// A remediation asked of MachineHealthCheck and not acted on goes
+	// first, whatever the cleanup still waits for: the node is back.
+	if err := c.withdrawRemediation(ctx, node, fr); err != nil {
+		return err
+	}
 	if fencerecord.Pending(fr) && !quarantined {
 		// A node that re-registered (deleted and back) while its volumes
 		// may still be quarantined: nothing is scheduled there until

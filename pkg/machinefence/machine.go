@@ -28,6 +28,10 @@ const (
 	// RemediateMachineAnnotation on a Machine asks MachineHealthCheck to
 	// take it as unhealthy and remediate it (ModeMHC).
 	RemediateMachineAnnotation = "cluster.x-k8s.io/remediate-machine"
+	// RemediationRequestedAnnotation on a Machine says that this system
+	// added its RemediateMachineAnnotation (the value: when), so that it
+	// withdraws only its own request (Withdraw).
+	RemediationRequestedAnnotation = "csi-fence.io/remediation-requested"
 	// Group is Cluster API's core API group.
 	Group = "cluster.x-k8s.io"
 )
@@ -186,6 +190,9 @@ func (b *Backend) Remediate(ctx context.Context, t fencingv1alpha1.MachineTarget
 			ann = map[string]string{}
 		}
 		ann[RemediateMachineAnnotation] = ""
+		// Ours: the request is withdrawn if the node comes back before
+		// MHC acts, and only ours is.
+		ann[RemediationRequestedAnnotation] = time.Now().UTC().Format(time.RFC3339)
 		m.SetAnnotations(ann)
 		// An update, with the resourceVersion read: the Machine as checked.
 		if _, err := machines.Update(ctx, m, metav1.UpdateOptions{}); err != nil {
@@ -203,6 +210,39 @@ func (b *Backend) Remediate(ctx context.Context, t fencingv1alpha1.MachineTarget
 		return "", fmt.Errorf("deleting Machine %s/%s: %w", t.Namespace, t.Name, err)
 	}
 	return StartedByUs, nil
+}
+
+// Withdraw removes this system's request to MachineHealthCheck from the
+// Machine t names (ModeMHC): a node that is back before MHC acted must not
+// be remediated later, healthy, on a request nobody means any more (S6).
+// Only a request marked ours (RemediationRequestedAnnotation) is removed,
+// with the mark, by an update carrying the resourceVersion read; someone
+// else's request is theirs. A Machine gone, replaced or being deleted has
+// nothing to withdraw: MHC acted, or someone else did. It reports whether
+// a request was withdrawn.
+func (b *Backend) Withdraw(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error) {
+	machines := b.Dynamic.Resource(MachineResource).Namespace(t.Namespace)
+	m, err := machines.Get(ctx, t.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading Machine %s/%s: %w", t.Namespace, t.Name, err)
+	case m.GetUID() != t.UID || m.GetDeletionTimestamp() != nil:
+		return false, nil
+	}
+	ann := m.GetAnnotations()
+	if _, ours := ann[RemediationRequestedAnnotation]; !ours {
+		return false, nil
+	}
+	_, requested := ann[RemediateMachineAnnotation]
+	delete(ann, RemediateMachineAnnotation)
+	delete(ann, RemediationRequestedAnnotation)
+	m.SetAnnotations(ann)
+	if _, err := machines.Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		return false, fmt.Errorf("withdrawing the request to MachineHealthCheck to remediate Machine %s/%s: %w", t.Namespace, t.Name, err)
+	}
+	return requested, nil
 }
 
 // Progress is where a Machine fence is.

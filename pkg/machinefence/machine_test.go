@@ -145,6 +145,7 @@ func TestRemediate(t *testing.T) {
 		wantDeleted bool   // the fake's Machine m1 is gone
 		wantUID     string // the Machine m1 left, if not deleted
 		wantAnn     bool
+		wantOurs    bool // the request carries RemediationRequestedAnnotation
 	}{
 		{name: "deletes the Machine", mode: ModeDelete, objs: []runtime.Object{machine("m1", "u1", "n1", "", false)}, want: StartedByUs, wantDeleted: true},
 		{name: "a Machine already being deleted is followed, not deleted again", mode: ModeDelete,
@@ -152,8 +153,10 @@ func TestRemediate(t *testing.T) {
 		{name: "a Machine replaced under the same name is not deleted", mode: ModeDelete,
 			objs: []runtime.Object{machine("m1", "u2", "n9", "", false)}, want: StartedByOther, wantUID: "u2"},
 		{name: "a Machine gone is someone else's deletion", mode: ModeDelete, want: StartedByOther, wantDeleted: true},
-		{name: "MachineHealthCheck is asked to remediate", mode: ModeMHC,
-			objs: []runtime.Object{machine("m1", "u1", "n1", "", false)}, want: StartedByMHC, wantUID: "u1", wantAnn: true},
+		{name: "MachineHealthCheck is asked to remediate, the request marked ours", mode: ModeMHC,
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", false)}, want: StartedByMHC, wantUID: "u1", wantAnn: true, wantOurs: true},
+		{name: "someone else's request to MachineHealthCheck is not marked ours", mode: ModeMHC,
+			objs: []runtime.Object{annotated(machine("m1", "u1", "n1", "", false), RemediateMachineAnnotation)}, want: StartedByMHC, wantUID: "u1", wantAnn: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, client := newBackend(tc.mode, tc.objs...)
@@ -179,6 +182,76 @@ func TestRemediate(t *testing.T) {
 			}
 			if _, ok := m.GetAnnotations()[RemediateMachineAnnotation]; ok != tc.wantAnn {
 				t.Errorf("remediate-machine annotation %v, want %v", ok, tc.wantAnn)
+			}
+			if _, ok := m.GetAnnotations()[RemediationRequestedAnnotation]; ok != tc.wantOurs {
+				t.Errorf("%s %v, want %v", RemediationRequestedAnnotation, ok, tc.wantOurs)
+			}
+		})
+	}
+}
+
+// annotated returns m with the annotations keys (empty values).
+func annotated(m *unstructured.Unstructured, keys ...string) *unstructured.Unstructured {
+	ann := m.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	for _, k := range keys {
+		ann[k] = ""
+	}
+	m.SetAnnotations(ann)
+	return m
+}
+
+func TestWithdraw(t *testing.T) {
+	target := fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1", DeletionStartedBy: StartedByMHC,
+		Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: infraAPIVersion, Kind: "TestMachine", Name: "m1", UID: "i1"}}
+	for _, tc := range []struct {
+		name string
+		objs []runtime.Object
+		// want: the request was withdrawn; wantAnn: what Machine m1 keeps.
+		want    bool
+		wantAnn []string
+	}{
+		{name: "our request, MachineHealthCheck not acted yet: withdrawn",
+			objs: []runtime.Object{annotated(machine("m1", "u1", "n1", "", false), RemediateMachineAnnotation, RemediationRequestedAnnotation)}, want: true},
+		{name: "someone else's request is theirs: kept",
+			objs:    []runtime.Object{annotated(machine("m1", "u1", "n1", "", false), RemediateMachineAnnotation)},
+			wantAnn: []string{RemediateMachineAnnotation}},
+		{name: "a Machine MachineHealthCheck has had deleted already: nothing to withdraw",
+			objs:    []runtime.Object{annotated(machine("m1", "u1", "n1", "", true), RemediateMachineAnnotation, RemediationRequestedAnnotation)},
+			wantAnn: []string{RemediateMachineAnnotation, RemediationRequestedAnnotation}},
+		{name: "a Machine replaced under the same name is not ours to touch",
+			objs:    []runtime.Object{annotated(machine("m1", "u2", "n9", "", false), RemediateMachineAnnotation, RemediationRequestedAnnotation)},
+			wantAnn: []string{RemediateMachineAnnotation, RemediationRequestedAnnotation}},
+		{name: "our mark without the request (removed by an admin): the mark goes",
+			objs: []runtime.Object{annotated(machine("m1", "u1", "n1", "", false), RemediationRequestedAnnotation)}},
+		{name: "a Machine gone: nothing to withdraw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, client := newBackend(ModeMHC, tc.objs...)
+			got, err := b.Withdraw(context.Background(), target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("withdrawn %v, want %v", got, tc.want)
+			}
+			m, err := client.Resource(MachineResource).Namespace("ns").Get(context.Background(), "m1", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kept []string
+			for _, k := range []string{RemediateMachineAnnotation, RemediationRequestedAnnotation} {
+				if _, ok := m.GetAnnotations()[k]; ok {
+					kept = append(kept, k)
+				}
+			}
+			if strings.Join(kept, ",") != strings.Join(tc.wantAnn, ",") {
+				t.Errorf("Machine m1 keeps %v, want %v", kept, tc.wantAnn)
 			}
 		})
 	}

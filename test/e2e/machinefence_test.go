@@ -52,9 +52,35 @@ type machineSetup struct {
 	looked int
 }
 
-// setupMachineFencing sets up a machineSetup on nodes named prefix-node-*;
-// shutdown is how long an instance takes to stop once deleted.
+// setupMachineFencing sets up a machineSetup on nodes named prefix-node-*,
+// each with a stand-alone Machine; shutdown is how long an instance takes
+// to stop once deleted.
 func setupMachineFencing(ctx context.Context, t *testing.T, prefix string, shutdown time.Duration) *machineSetup {
+	t.Helper()
+	return setupMachines(ctx, t, prefix, machineOptions{shutdown: shutdown})
+}
+
+// machineOptions say how setupMachines builds the workload cluster.
+type machineOptions struct {
+	// shutdown is how long an instance takes to stop once deleted.
+	shutdown time.Duration
+	// remediation is the sidecars' --machine-remediation (delete when
+	// empty).
+	remediation machinefence.Mode
+	// managed builds the workload cluster as Cluster API builds one
+	// without a control-plane provider (CreateManagedWorkloadCluster): a
+	// control-plane Machine on a node of its own (prefix-cp), the test
+	// nodes the instances of a MachineSet's Machines, and new nodes
+	// (prefix-new-*) launched by the provider for its replacements.
+	// Otherwise each node gets a stand-alone Machine.
+	managed bool
+	// mhc, with managed, is a MachineHealthCheck over the MachineSet's
+	// Machines (nil: none).
+	mhc *framework.HealthCheck
+}
+
+// setupMachines sets up a machineSetup on nodes named prefix-node-*.
+func setupMachines(ctx context.Context, t *testing.T, prefix string, opts machineOptions) *machineSetup {
 	t.Helper()
 	s := &machineSetup{}
 	capi, err := cluster.StartClusterAPI(ctx)
@@ -62,6 +88,7 @@ func setupMachineFencing(ctx context.Context, t *testing.T, prefix string, shutd
 		t.Fatal(err)
 	}
 	s.capi = capi
+	t.Cleanup(capi.Stop)
 	// The backend's RBAC as shipped, plus get on the test provider's
 	// InfraMachines, the kind a cluster adds for its own provider.
 	if err := cluster.ApplyManifest(ctx, "deploy/kubernetes/machine-fencing/rbac-machine.yaml", ""); err != nil {
@@ -70,7 +97,11 @@ func setupMachineFencing(ctx context.Context, t *testing.T, prefix string, shutd
 	grantInfraMachines(ctx, t)
 	// The owner of node-level state fences through Machines: the first
 	// driver's sidecar and the second's alike, whichever leads.
-	if err := product.RestartAttacher(ctx, machineBackends); err != nil {
+	flags := []string{machineBackends}
+	if opts.remediation != "" {
+		flags = append(flags, "--machine-remediation="+string(opts.remediation))
+	}
+	if err := product.RestartAttacher(ctx, flags...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -78,21 +109,35 @@ func setupMachineFencing(ctx context.Context, t *testing.T, prefix string, shutd
 			t.Errorf("restoring csi-fence-attacher's flags: %v", err)
 		}
 	})
-	s.infra, err = cluster.StartInfraProvider(ctx, framework.InfraOptions{
+	s.twoDriverPod = setupTwoDriverPod(ctx, t, framework.DriverOptions{Name: machineDriver,
+		MockArgs: []string{"--disable-fence", "--sigterm-is-power-loss"}, AttacherArgs: flags}, prefix, 2, nil)
+	infraOpts := framework.InfraOptions{
 		StopInstance:  product.StopInstance,
-		ShutdownTime:  shutdown,
+		ShutdownTime:  opts.shutdown,
 		BeforeRelease: s.lookBeforeRelease,
-	})
+	}
+	cpNode := prefix + "-cp"
+	if opts.managed {
+		infraOpts.Pool, infraOpts.LaunchPrefix = s.env.Nodes, prefix+"-new"
+		// The control plane's instance: a node no test pod selects.
+		if err := cluster.CreateNode(ctx, cpNode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.infra, err = cluster.StartInfraProvider(ctx, infraOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := func() { s.infra.Stop(); capi.Stop() }
 	t.Cleanup(stop)
-	s.twoDriverPod = setupTwoDriverPod(ctx, t, framework.DriverOptions{Name: machineDriver,
-		MockArgs: []string{"--disable-fence", "--sigterm-is-power-loss"}, AttacherArgs: []string{machineBackends}}, prefix, 2, nil)
-	s.wc, err = capi.CreateWorkloadCluster(ctx, prefix+"-capi", prefix, s.env.Nodes)
-	if err != nil {
-		t.Fatal(err)
+	if opts.managed {
+		s.wc, err = capi.CreateManagedWorkloadCluster(ctx, framework.ManagedClusterOptions{Namespace: prefix, Name: prefix + "-capi",
+			ControlPlaneNode: cpNode, Workers: len(s.env.Nodes)})
+	} else {
+		s.wc, err = capi.CreateWorkloadCluster(ctx, prefix, prefix+"-capi", s.env.Nodes)
+	}
+	if s.wc == nil {
+		s.wc = &framework.WorkloadCluster{Namespace: prefix, Name: prefix + "-capi"}
 	}
 	t.Cleanup(func() {
 		// The manager and the provider stop before their objects are
@@ -101,7 +146,24 @@ func setupMachineFencing(ctx context.Context, t *testing.T, prefix string, shutd
 		if err := capi.RemoveWorkloadCluster(context.Background(), s.wc); err != nil {
 			t.Errorf("removing the workload cluster: %v", err)
 		}
+		if !opts.managed {
+			return
+		}
+		// The nodes that were only instances of the workload cluster.
+		for _, n := range append(s.infra.Launched(), cpNode) {
+			if err := cluster.Client.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting node %s: %v", n, err)
+			}
+		}
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.mhc != nil {
+		if err := capi.CreateWorkerHealthCheck(ctx, s.wc, *opts.mhc); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return s
 }
 

@@ -85,7 +85,7 @@ func (c *Cluster) StartClusterAPI(ctx context.Context) (*ClusterAPI, error) {
 	if err := c.waitServed(ctx, "cluster.x-k8s.io/v1beta2", "clusters", "machines", "machinesets", "machinehealthchecks"); err != nil {
 		return nil, err
 	}
-	if err := c.waitServed(ctx, InfraGroupVersion, InfraClusterResource.Resource, InfraMachineResource.Resource); err != nil {
+	if err := c.waitServed(ctx, InfraGroupVersion, InfraClusterResource.Resource, InfraMachineResource.Resource, InfraMachineTemplateResource.Resource); err != nil {
 		return nil, err
 	}
 	// Its webhook server must start for the manager to be ready.

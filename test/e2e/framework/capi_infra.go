@@ -36,12 +36,18 @@ import (
 // finalizer, the contract's report that the instance is gone. An
 // InfraMachine annotated RefuseDeletionAnnotation keeps its instance and its
 // finalizer, and says why in its Ready condition, as a provider whose cloud
-// refuses the deletion does.
+// refuses the deletion does. An InfraMachine that names no node (one a
+// MachineSet cloned from a FenceTestMachineTemplate) is given one: the next
+// free node of InfraOptions.Pool, else a new KWOK node the provider creates
+// (InfraOptions.LaunchPrefix), as a cloud launches a VM for it.
 const (
 	InfraGroup        = "infrastructure.fence-e2e.csi-fence.io"
 	InfraGroupVersion = InfraGroup + "/v1alpha1"
 	InfraClusterKind  = "FenceTestCluster"
 	InfraMachineKind  = "FenceTestMachine"
+	// InfraMachineTemplateKind is what a MachineSet clones its
+	// InfraMachines from.
+	InfraMachineTemplateKind = "FenceTestMachineTemplate"
 	// InfraFinalizer on an InfraMachine: its instance may still run.
 	InfraFinalizer = InfraGroup + "/instance"
 	// RefuseDeletionAnnotation on an InfraMachine makes the provider refuse
@@ -55,8 +61,12 @@ const (
 var (
 	InfraClusterResource = schema.GroupVersionResource{Group: InfraGroup, Version: "v1alpha1", Resource: "fencetestclusters"}
 	InfraMachineResource = schema.GroupVersionResource{Group: InfraGroup, Version: "v1alpha1", Resource: "fencetestmachines"}
-	machineResource      = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
-	capiClusterResource  = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+	// InfraMachineTemplateResource holds FenceTestMachineTemplates.
+	InfraMachineTemplateResource = schema.GroupVersionResource{Group: InfraGroup, Version: "v1alpha1", Resource: "fencetestmachinetemplates"}
+	machineResource              = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+	capiClusterResource          = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "clusters"}
+	machineSetResource           = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinesets"}
+	machineHealthCheckResource   = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machinehealthchecks"}
 )
 
 // infraCRDs are the test provider's CRDs, labelled with the Cluster API
@@ -81,7 +91,8 @@ func infraCRDs() []*unstructured.Unstructured {
 			},
 		}}
 	}
-	return []*unstructured.Unstructured{crd(InfraClusterKind, InfraClusterResource.Resource), crd(InfraMachineKind, InfraMachineResource.Resource)}
+	return []*unstructured.Unstructured{crd(InfraClusterKind, InfraClusterResource.Resource), crd(InfraMachineKind, InfraMachineResource.Resource),
+		crd(InfraMachineTemplateKind, InfraMachineTemplateResource.Resource)}
 }
 
 // InfraOptions tune the test provider.
@@ -96,6 +107,13 @@ type InfraOptions struct {
 	// before the provider removes the InfraMachine's finalizer: the last
 	// moment before anything may take the instance for deleted.
 	BeforeRelease func(ctx context.Context, node string)
+	// Pool are the nodes, in order, given to the InfraMachines that name
+	// none (a MachineSet's).
+	Pool []string
+	// LaunchPrefix: once the pool is used up, the next such InfraMachine
+	// gets a new KWOK node named LaunchPrefix-<n>, created by the provider
+	// (Launched lists them); with none, it waits for an instance.
+	LaunchPrefix string
 }
 
 // InfraProvider is the test provider's controller, in the test process.
@@ -111,6 +129,8 @@ type InfraProvider struct {
 	mu       sync.Mutex
 	deleting map[string]time.Time // InfraMachine key -> its deletion first seen
 	released map[string]time.Time // node -> just before its finalizer went
+	given    map[string]string    // InfraMachine ns/name -> the node given to it
+	launched []string             // the nodes the provider created
 }
 
 // StartInfraProvider starts the test provider's controller (its CRDs are
@@ -125,7 +145,7 @@ func (c *Cluster) StartInfraProvider(ctx context.Context, opts InfraOptions) (*I
 	}
 	p := &InfraProvider{c: c, opts: opts, logFile: f, done: make(chan struct{}),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Second)),
-		deleting: map[string]time.Time{}, released: map[string]time.Time{}}
+		deleting: map[string]time.Time{}, released: map[string]time.Time{}, given: map[string]string{}}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(c.Dynamic, 30*time.Second)
 	for _, r := range []schema.GroupVersionResource{InfraClusterResource, InfraMachineResource} {
 		add := func(o interface{}) {
@@ -213,13 +233,73 @@ func (p *InfraProvider) sync(ctx context.Context, key string) error {
 		return err
 	}
 	node, _, _ := unstructured.NestedString(m.Object, "spec", "nodeName")
-	if node == "" {
-		return fmt.Errorf("%s %s/%s names no spec.nodeName", InfraMachineKind, ns, name)
+	if node == "" && m.GetDeletionTimestamp() == nil {
+		if m, node, err = p.give(ctx, res, m); err != nil {
+			return err
+		}
 	}
 	if m.GetDeletionTimestamp() == nil {
 		return p.provision(ctx, res, m, node)
 	}
+	if node == "" {
+		// Deleted before it had an instance: nothing runs to stop.
+		return p.release(ctx, res, m, key, "")
+	}
 	return p.deleteInstance(ctx, res, m, key, node)
+}
+
+// give gives an InfraMachine that names no node one: the next node of the
+// pool no InfraMachine has had, else a new one (LaunchPrefix), and records
+// it in spec.nodeName. A node is given once, even to an InfraMachine
+// deleted since: a deleted instance is not handed out again.
+func (p *InfraProvider) give(ctx context.Context, res dynamic.ResourceInterface, m *unstructured.Unstructured) (*unstructured.Unstructured, string, error) {
+	key := m.GetNamespace() + "/" + m.GetName()
+	p.mu.Lock()
+	node, ok := p.given[key]
+	if !ok {
+		taken := map[string]bool{}
+		for _, n := range p.given {
+			taken[n] = true
+		}
+		for _, n := range p.opts.Pool {
+			if !taken[n] {
+				node = n
+				break
+			}
+		}
+		if node == "" && p.opts.LaunchPrefix != "" {
+			node = fmt.Sprintf("%s-%d", p.opts.LaunchPrefix, len(p.launched))
+			p.launched = append(p.launched, node)
+		}
+		if node != "" {
+			p.given[key] = node
+		}
+	}
+	launched := slices.Contains(p.launched, node)
+	p.mu.Unlock()
+	if node == "" {
+		return m, "", fmt.Errorf("no instance for %s: the pool is used up", key)
+	}
+	if launched {
+		// A new VM: a node that registers itself (KWOK's heartbeat).
+		if err := p.c.CreateNode(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+			return m, "", fmt.Errorf("launching instance %s for %s: %w", node, key, err)
+		}
+	}
+	_ = unstructured.SetNestedField(m.Object, node, "spec", "nodeName")
+	m, err := res.Update(ctx, m, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	p.logf("%s: instance %s given (launched: %v)", key, node, launched)
+	return m, node, nil
+}
+
+// Launched returns the nodes the provider created for InfraMachines.
+func (p *InfraProvider) Launched() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.launched)
 }
 
 // syncCluster reports an InfraCluster provisioned: the control plane is
@@ -309,16 +389,27 @@ func (p *InfraProvider) deleteInstance(ctx context.Context, res dynamic.Resource
 	if p.opts.BeforeRelease != nil {
 		p.opts.BeforeRelease(ctx, node)
 	}
+	return p.release(ctx, res, m, key, node)
+}
+
+// release removes the InfraMachine's finalizer: the report that its
+// instance (of node, if it had one) is deleted.
+func (p *InfraProvider) release(ctx context.Context, res dynamic.ResourceInterface, m *unstructured.Unstructured, key, node string) error {
+	if !slices.Contains(m.GetFinalizers(), InfraFinalizer) {
+		return nil
+	}
 	m.SetFinalizers(slices.DeleteFunc(m.GetFinalizers(), func(f string) bool { return f == InfraFinalizer }))
 	before := time.Now()
 	if _, err := res.Update(ctx, m, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	p.mu.Lock()
-	p.released[node] = before
+	if node != "" {
+		p.released[node] = before
+	}
 	delete(p.deleting, key)
 	p.mu.Unlock()
-	p.logf("%s: instance of node %s deleted, finalizer removed", key, node)
+	p.logf("%s: instance of node %q deleted, finalizer removed", key, node)
 	return nil
 }
 
@@ -381,12 +472,14 @@ func (p *Product) StopInstance(ctx context.Context, node string) error {
 	return nil
 }
 
-// WorkloadCluster is a Cluster API Cluster (CreateWorkloadCluster) whose
-// Machines are KWOK nodes.
+// WorkloadCluster is a Cluster API Cluster (CreateWorkloadCluster,
+// CreateManagedWorkloadCluster) whose Machines are KWOK nodes.
 type WorkloadCluster struct {
 	Namespace, Name string
-	// Machines names each node's Machine.
+	// Machines names each node's Machine, as they were created.
 	Machines map[string]string
+	// MachineSet is the name of the MachineSet of the workers, if any.
+	MachineSet string
 }
 
 // CreateWorkloadCluster creates, in a namespace of its own, a Cluster of
@@ -394,10 +487,37 @@ type WorkloadCluster struct {
 // waits until Cluster API's Machine controller has found each node by its
 // providerID: the Machine's status.nodeRef names it and the node carries
 // Cluster API's annotations. The Cluster's kubeconfig Secret points back at
-// this control plane. Remove it with RemoveWorkloadCluster.
+// this control plane. The Cluster has no control-plane Machine: its control
+// plane never counts as initialized, and Cluster API deletes no Node. Remove
+// it with RemoveWorkloadCluster.
 func (a *ClusterAPI) CreateWorkloadCluster(ctx context.Context, namespace, name string, nodes []string) (*WorkloadCluster, error) {
-	c := a.c
 	wc := &WorkloadCluster{Namespace: namespace, Name: name, Machines: map[string]string{}}
+	objs, err := a.clusterBase(ctx, wc)
+	if err != nil {
+		return nil, err
+	}
+	for _, node := range nodes {
+		machine := "machine-" + node
+		wc.Machines[node] = machine
+		objs = append(objs, wc.standAloneMachine(node, machine, nil)...)
+	}
+	if err := a.c.createObjects(ctx, objs, ApplyOptions{}); err != nil {
+		return nil, err
+	}
+	for _, node := range nodes {
+		if err := a.waitMachineFound(ctx, wc, wc.Machines[node], node); err != nil {
+			return nil, err
+		}
+	}
+	a.c.log.Logf("Cluster API Cluster %s/%s: Machines %v found their nodes", namespace, name, wc.Machines)
+	return wc, nil
+}
+
+// clusterBase creates the workload cluster's namespace and Secrets, and
+// returns its InfraCluster and Cluster to create.
+func (a *ClusterAPI) clusterBase(ctx context.Context, wc *WorkloadCluster) ([]*unstructured.Unstructured, error) {
+	c := a.c
+	namespace, name := wc.Namespace, wc.Name
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
@@ -418,55 +538,257 @@ func (a *ClusterAPI) CreateWorkloadCluster(ctx context.Context, namespace, name 
 			return nil, err
 		}
 	}
-	labels := map[string]interface{}{"cluster.x-k8s.io/cluster-name": name}
-	objs := []*unstructured.Unstructured{
+	return []*unstructured.Unstructured{
 		{Object: map[string]interface{}{"apiVersion": InfraGroupVersion, "kind": InfraClusterKind,
-			"metadata": map[string]interface{}{"name": name, "namespace": namespace, "labels": labels},
+			"metadata": map[string]interface{}{"name": name, "namespace": namespace, "labels": wc.labels(nil)},
 			"spec":     map[string]interface{}{}}},
 		{Object: map[string]interface{}{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
 			"metadata": map[string]interface{}{"name": name, "namespace": namespace},
 			"spec": map[string]interface{}{
 				"infrastructureRef": map[string]interface{}{"apiGroup": InfraGroup, "kind": InfraClusterKind, "name": name}}}},
+	}, nil
+}
+
+// labels are the labels of the workload cluster's objects, and more.
+func (wc *WorkloadCluster) labels(more map[string]interface{}) map[string]interface{} {
+	l := map[string]interface{}{"cluster.x-k8s.io/cluster-name": wc.Name}
+	for k, v := range more {
+		l[k] = v
 	}
-	for _, node := range nodes {
-		machine := "machine-" + node
-		wc.Machines[node] = machine
-		objs = append(objs,
-			&unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": InfraGroupVersion, "kind": InfraMachineKind,
-				"metadata": map[string]interface{}{"name": node, "namespace": namespace, "labels": labels},
-				"spec":     map[string]interface{}{"nodeName": node}}},
-			&unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-				"metadata": map[string]interface{}{"name": machine, "namespace": namespace, "labels": labels},
-				"spec": map[string]interface{}{
-					"clusterName":       name,
-					"bootstrap":         map[string]interface{}{"dataSecretName": name + "-bootstrap"},
-					"infrastructureRef": map[string]interface{}{"apiGroup": InfraGroup, "kind": InfraMachineKind, "name": node}}}})
+	return l
+}
+
+// machineSpec is the spec of the workload cluster's Machines whose
+// InfraMachine (or InfraMachineTemplate) is infra.
+func (wc *WorkloadCluster) machineSpec(infraKind, infra string) map[string]interface{} {
+	return map[string]interface{}{
+		"clusterName":       wc.Name,
+		"bootstrap":         map[string]interface{}{"dataSecretName": wc.Name + "-bootstrap"},
+		"infrastructureRef": map[string]interface{}{"apiGroup": InfraGroup, "kind": infraKind, "name": infra},
 	}
+}
+
+// standAloneMachine is a Machine owned by nothing whose instance is node,
+// and its InfraMachine, named after the node.
+func (wc *WorkloadCluster) standAloneMachine(node, machine string, labels map[string]interface{}) []*unstructured.Unstructured {
+	return []*unstructured.Unstructured{
+		{Object: map[string]interface{}{"apiVersion": InfraGroupVersion, "kind": InfraMachineKind,
+			"metadata": map[string]interface{}{"name": node, "namespace": wc.Namespace, "labels": wc.labels(nil)},
+			"spec":     map[string]interface{}{"nodeName": node}}},
+		{Object: map[string]interface{}{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+			"metadata": map[string]interface{}{"name": machine, "namespace": wc.Namespace, "labels": wc.labels(labels)},
+			"spec":     wc.machineSpec(InfraMachineKind, node)}},
+	}
+}
+
+// waitMachineFound waits until Cluster API's Machine controller has found
+// node by its providerID: the Machine's status.nodeRef names it and the
+// node carries Cluster API's annotations.
+func (a *ClusterAPI) waitMachineFound(ctx context.Context, wc *WorkloadCluster, machine, node string) error {
+	c := a.c
+	return WaitFor(ctx, 90*time.Second, fmt.Sprintf("Machine %s/%s with status.nodeRef %s, and the node annotated by Cluster API", wc.Namespace, machine, node), func(ctx context.Context) (bool, error) {
+		m, err := c.Dynamic.Resource(machineResource).Namespace(wc.Namespace).Get(ctx, machine, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if ref, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name"); ref != node {
+			return false, nil
+		}
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return n.Annotations["cluster.x-k8s.io/machine"] == machine && n.Annotations["cluster.x-k8s.io/cluster-namespace"] == wc.Namespace &&
+			n.Spec.ProviderID == ProviderIDPrefix+node, nil
+	})
+}
+
+// WorkerPoolLabel (value "workers") labels the Machines of a managed
+// workload cluster's MachineSet, for a MachineHealthCheck to select.
+const WorkerPoolLabel = "fence-e2e.csi-fence.io/pool"
+
+// ManagedClusterOptions say what CreateManagedWorkloadCluster creates.
+type ManagedClusterOptions struct {
+	Namespace, Name string
+	// ControlPlaneNode is the instance of the Cluster's control-plane
+	// Machine: a stand-alone Machine labelled cluster.x-k8s.io/control-plane,
+	// as a cluster without a control-plane provider has. Once it has its
+	// nodeRef, Cluster API counts the control plane initialized, which
+	// MachineHealthCheck waits for before it judges a worker; and with a
+	// control-plane Machine, the Machine controller drains and, once the
+	// instance is gone, deletes the Node of a deleted Machine.
+	ControlPlaneNode string
+	// Workers is the replica count of the MachineSet, whose Machines get
+	// their instances from the provider (InfraOptions.Pool, then new ones).
+	Workers int
+}
+
+// CreateManagedWorkloadCluster creates a Cluster of the test provider as
+// a cluster without a control-plane provider is built: a control-plane
+// Machine, and a MachineSet of workers cloning a FenceTestMachineTemplate.
+// It waits until the control plane counts as initialized (the Cluster's
+// ControlPlaneInitialized condition) and every worker Machine has found
+// its node; WorkloadCluster.Machines then maps the nodes of the workers
+// and of the control plane to their Machines. Remove it with
+// RemoveWorkloadCluster.
+func (a *ClusterAPI) CreateManagedWorkloadCluster(ctx context.Context, opts ManagedClusterOptions) (*WorkloadCluster, error) {
+	c := a.c
+	wc := &WorkloadCluster{Namespace: opts.Namespace, Name: opts.Name, Machines: map[string]string{}, MachineSet: opts.Name + "-workers"}
+	objs, err := a.clusterBase(ctx, wc)
+	if err != nil {
+		return nil, err
+	}
+	cpMachine := "machine-" + opts.ControlPlaneNode
+	wc.Machines[opts.ControlPlaneNode] = cpMachine
+	objs = append(objs, wc.standAloneMachine(opts.ControlPlaneNode, cpMachine, map[string]interface{}{"cluster.x-k8s.io/control-plane": ""})...)
+	pool := wc.labels(map[string]interface{}{WorkerPoolLabel: "workers"})
+	objs = append(objs,
+		&unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": InfraGroupVersion, "kind": InfraMachineTemplateKind,
+			"metadata": map[string]interface{}{"name": wc.MachineSet, "namespace": wc.Namespace, "labels": wc.labels(nil)},
+			"spec":     map[string]interface{}{"template": map[string]interface{}{"spec": map[string]interface{}{}}}}},
+		&unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+			"metadata": map[string]interface{}{"name": wc.MachineSet, "namespace": wc.Namespace, "labels": wc.labels(nil)},
+			"spec": map[string]interface{}{
+				"clusterName": wc.Name,
+				"replicas":    int64(opts.Workers),
+				"deletion":    map[string]interface{}{"order": "Random"},
+				"selector":    map[string]interface{}{"matchLabels": pool},
+				"template": map[string]interface{}{
+					"metadata": map[string]interface{}{"labels": pool},
+					"spec":     wc.machineSpec(InfraMachineTemplateKind, wc.MachineSet),
+				},
+			}}})
 	if err := c.createObjects(ctx, objs, ApplyOptions{}); err != nil {
 		return nil, err
 	}
-	for _, node := range nodes {
-		machine := wc.Machines[node]
-		if err := WaitFor(ctx, 90*time.Second, fmt.Sprintf("Machine %s/%s with status.nodeRef %s, and the node annotated by Cluster API", namespace, machine, node), func(ctx context.Context) (bool, error) {
-			m, err := c.Dynamic.Resource(machineResource).Namespace(namespace).Get(ctx, machine, metav1.GetOptions{})
-			if err != nil {
-				return false, err
+	if err := a.waitMachineFound(ctx, wc, cpMachine, opts.ControlPlaneNode); err != nil {
+		return nil, err
+	}
+	if err := WaitFor(ctx, 60*time.Second, fmt.Sprintf("Cluster %s/%s ControlPlaneInitialized", wc.Namespace, wc.Name), func(ctx context.Context) (bool, error) {
+		cl, err := c.Dynamic.Resource(capiClusterResource).Namespace(wc.Namespace).Get(ctx, wc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return ConditionStatus(cl, "ControlPlaneInitialized") == "True", nil
+	}); err != nil {
+		return nil, err
+	}
+	var workers []*unstructured.Unstructured
+	if err := WaitFor(ctx, 90*time.Second, fmt.Sprintf("%d Machines of MachineSet %s/%s with a nodeRef", opts.Workers, wc.Namespace, wc.MachineSet), func(ctx context.Context) (bool, error) {
+		if workers, err = wc.Workers(ctx, c); err != nil {
+			return false, err
+		}
+		found := 0
+		for _, m := range workers {
+			if ref, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name"); ref != "" {
+				found++
 			}
-			if ref, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name"); ref != node {
-				return false, nil
-			}
-			n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			return n.Annotations["cluster.x-k8s.io/machine"] == machine && n.Annotations["cluster.x-k8s.io/cluster-namespace"] == namespace &&
-				n.Spec.ProviderID == ProviderIDPrefix+node, nil
-		}); err != nil {
+		}
+		return found == opts.Workers && len(workers) == opts.Workers, nil
+	}); err != nil {
+		return nil, err
+	}
+	for _, m := range workers {
+		node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+		if err := a.waitMachineFound(ctx, wc, m.GetName(), node); err != nil {
 			return nil, err
 		}
+		wc.Machines[node] = m.GetName()
 	}
-	c.log.Logf("Cluster API Cluster %s/%s: Machines %v found their nodes", namespace, name, wc.Machines)
+	c.log.Logf("Cluster API Cluster %s/%s: control plane initialized, MachineSet %s's Machines %v found their nodes", wc.Namespace, wc.Name, wc.MachineSet, wc.Machines)
 	return wc, nil
+}
+
+// Workers lists the Machines of the workload cluster's MachineSet, read
+// live (those being deleted included).
+func (wc *WorkloadCluster) Workers(ctx context.Context, c *Cluster) ([]*unstructured.Unstructured, error) {
+	list, err := c.Dynamic.Resource(machineResource).Namespace(wc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: WorkerPoolLabel + "=workers"})
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}
+
+// UnhealthyNodeCondition is a check of a MachineHealthCheck: a node whose
+// condition Type has had Status for Timeout is unhealthy.
+type UnhealthyNodeCondition struct {
+	Type, Status string
+	Timeout      time.Duration
+}
+
+// HealthCheck is a MachineHealthCheck over the workers.
+type HealthCheck struct {
+	Checks []UnhealthyNodeCondition
+	// Limit, when set, is its spec.remediation.triggerIf
+	// .unhealthyLessThanOrEqualTo: MHC remediates nothing while more
+	// Machines are unhealthy (0: nothing at all). Unset: no limit.
+	Limit *int
+}
+
+// CreateWorkerHealthCheck creates the MachineHealthCheck wc.Name-workers
+// over the MachineSet's Machines.
+func (a *ClusterAPI) CreateWorkerHealthCheck(ctx context.Context, wc *WorkloadCluster, hc HealthCheck) error {
+	var conds []interface{}
+	for _, ch := range hc.Checks {
+		conds = append(conds, map[string]interface{}{"type": ch.Type, "status": ch.Status, "timeoutSeconds": int64(ch.Timeout / time.Second)})
+	}
+	spec := map[string]interface{}{
+		"clusterName": wc.Name,
+		"selector":    map[string]interface{}{"matchLabels": map[string]interface{}{WorkerPoolLabel: "workers"}},
+		"checks":      map[string]interface{}{"unhealthyNodeConditions": conds},
+	}
+	if hc.Limit != nil {
+		spec["remediation"] = map[string]interface{}{"triggerIf": map[string]interface{}{"unhealthyLessThanOrEqualTo": int64(*hc.Limit)}}
+	}
+	mhc := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+		"metadata": map[string]interface{}{"name": wc.HealthCheck(), "namespace": wc.Namespace, "labels": wc.labels(nil)},
+		"spec":     spec}}
+	return a.c.createObjects(ctx, []*unstructured.Unstructured{mhc}, ApplyOptions{})
+}
+
+// HealthCheck names the workers' MachineHealthCheck.
+func (wc *WorkloadCluster) HealthCheck() string { return wc.Name + "-workers" }
+
+// LiftHealthCheckLimit removes the limit of the workers' MachineHealthCheck
+// and returns its new generation.
+func (a *ClusterAPI) LiftHealthCheckLimit(ctx context.Context, wc *WorkloadCluster) (int64, error) {
+	mhc, err := a.c.Dynamic.Resource(machineHealthCheckResource).Namespace(wc.Namespace).Patch(ctx, wc.HealthCheck(), types.MergePatchType,
+		[]byte(`{"spec":{"remediation":null}}`), metav1.PatchOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return mhc.GetGeneration(), nil
+}
+
+// WorkerHealthCheck reads the workers' MachineHealthCheck.
+func (a *ClusterAPI) WorkerHealthCheck(ctx context.Context, wc *WorkloadCluster) (*unstructured.Unstructured, error) {
+	return a.c.Dynamic.Resource(machineHealthCheckResource).Namespace(wc.Namespace).Get(ctx, wc.HealthCheck(), metav1.GetOptions{})
+}
+
+// ConditionStatus returns the status of the condition typ in a Cluster
+// API object's status.conditions (v1beta2), "" when it has none.
+func ConditionStatus(obj *unstructured.Unstructured, typ string) string {
+	c := Condition(obj, typ)
+	if c == nil {
+		return ""
+	}
+	s, _ := c["status"].(string)
+	return s
+}
+
+// Condition returns the condition typ of obj's status.conditions, if any.
+func Condition(obj *unstructured.Unstructured, typ string) map[string]interface{} {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]interface{}); ok && m["type"] == typ {
+			return m
+		}
+	}
+	return nil
 }
 
 // RemoveWorkloadCluster drops every Cluster API and test provider object of
@@ -474,7 +796,8 @@ func (a *ClusterAPI) CreateWorkloadCluster(ctx context.Context, namespace, name 
 // once the manager and the provider are stopped. Finalizers are removed,
 // then the namespace is deleted.
 func (a *ClusterAPI) RemoveWorkloadCluster(ctx context.Context, wc *WorkloadCluster) error {
-	for _, r := range []schema.GroupVersionResource{machineResource, capiClusterResource, InfraMachineResource, InfraClusterResource} {
+	for _, r := range []schema.GroupVersionResource{machineHealthCheckResource, machineSetResource, machineResource, capiClusterResource,
+		InfraMachineResource, InfraMachineTemplateResource, InfraClusterResource} {
 		res := a.c.Dynamic.Resource(r).Namespace(wc.Namespace)
 		list, err := res.List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -58,6 +59,11 @@ func (c *Cluster) CreateNode(ctx context.Context, name string, drivers ...string
 		return nil
 	}
 	_, err := c.Client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// A node registering again under its name (its Node object was
+		// deleted) finds the CSINode it left: nothing owns it here.
+		return nil
+	}
 	return err
 }
 
