@@ -198,7 +198,7 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	if err := waitWrites(ctx, c, realNS, second.Name, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	attachedSeen := time.Now()
+	wrote := time.Now()
 
 	// The record: a power fence by fence_ipmilan under the user's config,
 	// confirmed.
@@ -210,8 +210,8 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	if nf == nil || nf.Backend != fencingv1alpha1.BackendPower || nf.Agent != "fence_ipmilan" || nf.Config != "real-ipmi" || nf.StartedTime == nil || nf.ConfirmedTime == nil {
 		t.Fatalf("the record does not show a confirmed power fence by fence_ipmilan under real-ipmi: %+v", nf)
 	}
-	t.Logf("power fence of %s: started %s, confirmed %s; the agent's last output: %s", victim.Name,
-		nf.StartedTime.UTC().Format(time.RFC3339), nf.ConfirmedTime.UTC().Format(time.RFC3339), lastLines(nf.Output, 3))
+	t.Logf("power fence of %s: started %s, confirmed %s; the agent's runs (redacted):\n%s", victim.Name,
+		nf.StartedTime.UTC().Format(time.RFC3339), nf.ConfirmedTime.UTC().Format(time.RFC3339), nf.Output)
 
 	// The node was off before the confirmation, and nothing moved before it.
 	events := bmc.Events()
@@ -219,6 +219,10 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	t.Run("OffBeforeConfirmedBeforeMoved", func(t *testing.T) {
 		checkPowerOrder(t, tl, events)
 	})
+	if att := tl.first(func(e powerEvent) bool { return e.what == evAttached }); att != nil {
+		t.Logf("attached to %s %.1fs after the partition, %.1fs after the BMC was asked to power %s off; timeline (revision, seen, what):\n%s",
+			on.Name, att.seen.Sub(partitioned).Seconds(), att.seen.Sub(firstOff(events).Asked).Seconds(), victim.Name, tl)
+	}
 
 	// What the node did: it wrote while partitioned, up to its power off;
 	// nothing of it runs any more.
@@ -285,6 +289,13 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	if p := vol.Publications[victim.Name]; p != nil && p.Access == array.AccessFenced {
 		t.Errorf("the array holds %s fenced on %s: the driver was to have no fence", volume, victim.Name)
 	}
+	// The array's own clock (the mock's, this host's) on the attachment.
+	if p, off := vol.Publications[on.Name], firstOff(events); p == nil {
+		t.Errorf("the array does not hold %s published to %s", volume, on.Name)
+	} else if !off.Done.IsZero() && !p.Since.After(off.Done) {
+		t.Errorf("the array published %s to %s at %s, before %s was off at %s", volume, on.Name,
+			p.Since.Format(time.RFC3339Nano), victim.Name, off.Done.Format(time.RFC3339Nano))
+	}
 	if v := s.CountViolations(); v[array.S1] != 0 || v[array.S2] != 0 {
 		var first []string
 		for _, r := range s.Violations {
@@ -320,8 +331,8 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	if err := waitPowerReleased(ctx, c, victim.Name, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s powered on through its BMC: Ready %.1fs later, released %.1fs after that; attached elsewhere %.1fs after the partition; the test took %.1fs",
-		victim.Name, ready.Sub(poweredOn).Seconds(), time.Since(ready).Seconds(), attachedSeen.Sub(partitioned).Seconds(), time.Since(begin).Seconds())
+	t.Logf("%s powered on through its BMC: Ready %.1fs later, released %.1fs after that; the replacement wrote %.1fs after the partition; the test took %.1fs",
+		victim.Name, ready.Sub(poweredOn).Seconds(), time.Since(ready).Seconds(), wrote.Sub(partitioned).Seconds(), time.Since(begin).Seconds())
 	if v := mustSnapshot(t, dep).CountViolations(); v[array.S1] != 0 || v[array.S2] != 0 {
 		t.Errorf("safety violations on the array after the node came back: %v", v)
 	}
@@ -347,14 +358,6 @@ func mustSnapshot(t *testing.T, dep *framework.RealDeployment) *array.State {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }
 
 // checkPowerOrder checks the order etcd wrote things in: the BMC's record
@@ -453,6 +456,7 @@ func waitPowerReleased(ctx context.Context, c *framework.Cluster, node string, t
 
 // What the power failover timeline records.
 const (
+	evNotReady     = "the node not Ready"
 	evOff          = "the BMC's record of the node powered off"
 	evStarted      = "the power fence's intent recorded"
 	evConfirmed    = "the power off confirmed in the record"
@@ -604,7 +608,7 @@ func watchPowerFailover(ctx context.Context, c *framework.Cluster, node, other, 
 				}
 			},
 		},
-		{ // the node's out-of-service taint
+		{ // the node: not Ready, its out-of-service taint
 			list: func(ctx context.Context) (string, error) {
 				l, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: byName(node)})
 				if err != nil {
@@ -617,7 +621,14 @@ func watchPowerFailover(ctx context.Context, c *framework.Cluster, node, other, 
 				return c.Client.CoreV1().Nodes().Watch(ctx, o)
 			},
 			handle: func(ev watch.Event) {
-				if n, ok := ev.Object.(*corev1.Node); ok && framework.HasTaint(n, contract.OutOfServiceTaintKey, corev1.TaintEffectNoExecute) {
+				n, ok := ev.Object.(*corev1.Node)
+				if !ok {
+					return
+				}
+				if !framework.NodeReady(n) {
+					tl.add(evNotReady, n.ResourceVersion)
+				}
+				if framework.HasTaint(n, contract.OutOfServiceTaintKey, corev1.TaintEffectNoExecute) {
 					tl.add(evOutOfService, n.ResourceVersion)
 				}
 			},
