@@ -43,6 +43,11 @@ import (
 //     keeps writing: the node was never off when the fence was confirmed,
 //     its processes run on, and the array counts its writes after the
 //     volume moved (S1).
+//   - "early-taint": the test adds the out-of-service taint once the
+//     partitioned node is NotReady, as an operator who trusts NotReady
+//     would: Kubernetes moves the pod and its volume without waiting for
+//     the power fence, before any confirmation (and while the node still
+//     writes: S1).
 const powerNegativeEnv = "FENCE_E2E_REAL_POWER_NEGATIVE"
 
 // The BMC's configuration as a user writes it (docs/power-fencing.md): a
@@ -122,12 +127,13 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	victim, on := nodes[0], nodes[1]
 	negative := os.Getenv(powerNegativeEnv)
 	switch negative {
-	case "", "lying-bmc":
-	default:
-		t.Fatalf("%s=%q: want lying-bmc", powerNegativeEnv, negative)
-	}
-	if negative != "" {
+	case "":
+	case "lying-bmc":
 		t.Logf("NEGATIVE CONTROL %s: the BMC of %s reports its power off without cutting it; this test must fail", negative, victim.Name)
+	case "early-taint":
+		t.Logf("NEGATIVE CONTROL %s: the test taints %s out of service once it is NotReady; this test must fail", negative, victim.Name)
+	default:
+		t.Fatalf("%s=%q: want lying-bmc or early-taint", powerNegativeEnv, negative)
 	}
 	dep := deployMockExample(ctx, t, c, nodes, framework.RealDeployOptions{
 		ControllerNode:          on.Name,
@@ -186,6 +192,14 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	partitioned := time.Now()
 	if err := c.Partition(ctx, victim.Name); err != nil {
 		t.Fatal(err)
+	}
+	if negative == "early-taint" {
+		if err := c.WaitNodeNotReady(ctx, victim.Name, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddTaint(ctx, victim.Name, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	second, err := waitWriterRunning(ctx, c, realNS, realSet+"-0", first.UID, 4*time.Minute)
 	if err != nil {
