@@ -1,5 +1,5 @@
-// Package bmcsim runs a real IPMI BMC on loopback for tests of power
-// fencing: openipmi's ipmi_sim (Debian package openipmi), configured so that
+// Package bmcsim runs a real IPMI BMC on loopback (or another local
+// address, Config.Host) for tests of power fencing: openipmi's ipmi_sim (Debian package openipmi), configured so that
 // the "machine" it powers is a process of the test's choosing, the simulated
 // node. Powering the BMC off really stops that process, and with it the
 // node's writes; powering it on starts it again.
