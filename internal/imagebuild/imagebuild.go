@@ -1,7 +1,8 @@
 // Package imagebuild builds container images from static binaries without a
 // container engine (go-containerregistry): the release images (`make
 // images`, Release) and the e2e framework's images for the real nodes share
-// it.
+// it. DebianFiles adds the files of the host's installed Debian packages,
+// for an image whose program runs others (the fence agents).
 //
 // Everything it writes is reproducible: the layer's entries are sorted, owned
 // by root with a fixed modification time and no user or group names, the
