@@ -1,7 +1,8 @@
 // Package imagebuild builds container images from static binaries without a
 // container engine (go-containerregistry): the release images (`make
 // images`, Release) and the e2e framework's images for the real nodes share
-// it.
+// it. DebianFiles adds the files of the host's installed Debian packages,
+// for an image whose program runs others (the fence agents).
 //
 // Everything it writes is reproducible: the layer's entries are sorted, owned
 // by root with a fixed modification time and no user or group names, the
@@ -41,6 +42,10 @@ type File struct {
 	Mode int64
 	Dir  bool
 	Data []byte // a regular file's content
+	// Link, if set, makes the entry a symbolic link to Link (as the link
+	// holds it: relative to the link's directory, or absolute in the
+	// image).
+	Link string
 	UID  int
 	GID  int
 }
@@ -62,9 +67,12 @@ func Layer(files []File, mtime time.Time) (v1.Layer, error) {
 			return nil, fmt.Errorf("layer entry %q twice", name)
 		}
 		hdr := &tar.Header{Name: name, Mode: f.Mode, Uid: f.UID, Gid: f.GID, ModTime: mtime, Format: tar.FormatPAX}
-		if f.Dir {
+		switch {
+		case f.Dir:
 			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		} else {
+		case f.Link != "":
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, f.Link
+		default:
 			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(f.Data))
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
@@ -88,9 +96,14 @@ type Spec struct {
 	Platform   v1.Platform
 	Files      []File
 	Entrypoint []string
+	// Env is the containers' environment (NAME=value), e.g. PATH for an
+	// image whose program runs others.
+	Env        []string
 	User       string
 	WorkingDir string
 	Labels     map[string]string
+	// Comment is the layer's history comment, "static binary" when empty.
+	Comment string
 	// Created is every timestamp of the image (config, history, layer
 	// entries); Epoch when zero.
 	Created time.Time
@@ -106,10 +119,14 @@ func Image(spec Spec) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	comment := spec.Comment
+	if comment == "" {
+		comment = "static binary"
+	}
 	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
 	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, MediaType: types.OCILayer,
-		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "fence-attacher imagebuild", Comment: "static binary"}})
+		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "fence-attacher imagebuild", Comment: comment}})
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +137,7 @@ func Image(spec Spec) (v1.Image, error) {
 	cfg = cfg.DeepCopy()
 	cfg.Created = v1.Time{Time: created}
 	cfg.OS, cfg.Architecture, cfg.Variant = spec.Platform.OS, spec.Platform.Architecture, spec.Platform.Variant
-	cfg.Config = v1.Config{Entrypoint: spec.Entrypoint, User: spec.User, WorkingDir: spec.WorkingDir, Labels: spec.Labels}
+	cfg.Config = v1.Config{Entrypoint: spec.Entrypoint, Env: spec.Env, User: spec.User, WorkingDir: spec.WorkingDir, Labels: spec.Labels}
 	return mutate.ConfigFile(img, cfg)
 }
 

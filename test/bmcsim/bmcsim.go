@@ -1,5 +1,5 @@
-// Package bmcsim runs a real IPMI BMC on loopback for tests of power
-// fencing: openipmi's ipmi_sim (Debian package openipmi), configured so that
+// Package bmcsim runs a real IPMI BMC on loopback (or another local
+// address, Config.Host) for tests of power fencing: openipmi's ipmi_sim (Debian package openipmi), configured so that
 // the "machine" it powers is a process of the test's choosing, the simulated
 // node. Powering the BMC off really stops that process, and with it the
 // node's writes; powering it on starts it again.
@@ -71,6 +71,11 @@ type Config struct {
 	KillWait time.Duration
 	// Env is ipmi_sim's environment and so its machine's; nil: this process'.
 	Env []string
+	// Host is the address the BMC listens on (IPMI over LAN); default
+	// 127.0.0.1. An address of a bridge makes it reachable from network
+	// namespaces on that bridge (a real node's pods), as a BMC on the
+	// management network is. The system interface stays on loopback.
+	Host string
 }
 
 // BMC is a running ipmi_sim.
@@ -85,8 +90,8 @@ type BMC struct {
 	exited chan struct{}
 }
 
-// LanConf is ipmi_sim's lan.conf for cfg, listening on lanPort (UDP) with its
-// system interface on serialPort (TCP), both on 127.0.0.1.
+// LanConf is ipmi_sim's lan.conf for cfg, listening on lanPort (UDP) of
+// cfg.Host with its system interface on serialPort (TCP) of 127.0.0.1.
 func LanConf(cfg Config, lanPort, serialPort int) (string, error) {
 	if cfg.User == "" || cfg.Password == "" {
 		return "", errors.New("bmcsim: a user and a password are needed")
@@ -98,6 +103,9 @@ func LanConf(cfg Config, lanPort, serialPort int) (string, error) {
 	}
 	if len(cfg.Machine) == 0 {
 		return "", errors.New("bmcsim: no machine command")
+	}
+	if ip := net.ParseIP(cfg.host()); ip == nil || ip.To4() == nil {
+		return "", fmt.Errorf("bmcsim: host %q: want an IPv4 address", cfg.host())
 	}
 	var quoted []string
 	for _, a := range cfg.Machine {
@@ -112,11 +120,11 @@ func LanConf(cfg Config, lanPort, serialPort int) (string, error) {
 	if killWait <= 0 {
 		killWait = 2
 	}
-	conf := fmt.Sprintf(`# Written by bmcsim: one BMC on loopback whose machine is a local process.
+	conf := fmt.Sprintf(`# Written by bmcsim: one BMC whose machine is a local process.
 name "bmcsim"
 set_working_mc 0x20
   startlan 1
-    addr 127.0.0.1 %d
+    addr %s %d
     priv_limit admin
     allowed_auths_callback md5
     allowed_auths_user md5
@@ -132,13 +140,20 @@ set_working_mc 0x20
   poweroff_wait 1
   kill_wait %d
   user 2 true "%s" "%s" admin 10 md5
-`, lanPort, serialPort, startcmd, !cfg.PoweredOff, killWait, cfg.User, cfg.Password)
+`, cfg.host(), lanPort, serialPort, startcmd, !cfg.PoweredOff, killWait, cfg.User, cfg.Password)
 	for i, line := range strings.Split(conf, "\n") {
 		if len(line) >= 1000 {
 			return "", fmt.Errorf("bmcsim: lan.conf line %d is %d bytes, ipmi_sim reads at most 1023", i+1, len(line))
 		}
 	}
 	return conf, nil
+}
+
+func (cfg Config) host() string {
+	if cfg.Host == "" {
+		return "127.0.0.1"
+	}
+	return cfg.Host
 }
 
 // CommandFile is ipmi_sim's command file: one management controller, the
@@ -171,11 +186,11 @@ func Start(ctx context.Context, cfg Config) (*BMC, error) {
 }
 
 func start(ctx context.Context, cfg Config) (*BMC, error) {
-	lanPort, err := freePort("udp")
+	lanPort, err := freePort("udp", cfg.host())
 	if err != nil {
 		return nil, err
 	}
-	serialPort, err := freePort("tcp")
+	serialPort, err := freePort("tcp", "127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +210,7 @@ func start(ctx context.Context, cfg Config) (*BMC, error) {
 		return nil, err
 	}
 
-	b := &BMC{Host: "127.0.0.1", Port: lanPort, cfg: cfg, out: &syncBuffer{}, exited: make(chan struct{})}
+	b := &BMC{Host: cfg.host(), Port: lanPort, cfg: cfg, out: &syncBuffer{}, exited: make(chan struct{})}
 	// -n: no console on stdin/stdout; -s: persistent state here, not in
 	// /var/ipmi_sim.
 	b.cmd = exec.Command("ipmi_sim", "-n", "-c", confPath, "-f", cmdPath, "-s", state)
@@ -225,7 +240,7 @@ func start(ctx context.Context, cfg Config) (*BMC, error) {
 			return nil, fmt.Errorf("bmcsim: ipmi_sim exited: %s", b.Output())
 		case <-pingCtx.Done():
 			b.Stop()
-			return nil, fmt.Errorf("bmcsim: ipmi_sim does not answer on 127.0.0.1:%d: %v; output: %s", lanPort, err, b.Output())
+			return nil, fmt.Errorf("bmcsim: ipmi_sim does not answer on %s:%d: %v; output: %s", b.Host, lanPort, err, b.Output())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -295,16 +310,16 @@ func (b *BMC) Stop() {
 	<-b.exited
 }
 
-func freePort(network string) (int, error) {
+func freePort(network, host string) (int, error) {
 	if network == "udp" {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		c, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return 0, err
 		}
 		defer c.Close()
 		return c.LocalAddr().(*net.UDPAddr).Port, nil
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}

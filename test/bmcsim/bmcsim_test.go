@@ -37,6 +37,12 @@ func TestLanConf(t *testing.T) {
 			},
 			want: []string{"startnow false\n", "kill_wait 5\n"},
 		},
+		{
+			name: "on a bridge's address: the LAN there, the system interface on loopback",
+			cfg:  func(c Config) Config { c.Host = "10.213.0.1"; return c },
+			want: []string{"addr 10.213.0.1 6230\n", "serial 15 127.0.0.1 6231 codec VM\n"},
+		},
+		{name: "a host name is not an address", cfg: func(c Config) Config { c.Host = "bmc.local"; return c }, wantErr: "want an IPv4 address"},
 		{name: "no password", cfg: func(c Config) Config { c.Password = ""; return c }, wantErr: "a user and a password"},
 		{name: "password too long for IPMI", cfg: func(c Config) Config { c.Password = strings.Repeat("x", 17); return c }, wantErr: "at most 16"},
 		{name: "no machine", cfg: func(c Config) Config { c.Machine = nil; return c }, wantErr: "no machine"},

@@ -36,6 +36,10 @@ func (stdLogger) Logf(format string, args ...interface{}) {
 }
 
 func TestMain(m *testing.M) {
+	// Run by a real node's BMC (ipmi_sim) as its machine, not as tests.
+	if len(os.Args) > 1 && os.Args[1] == framework.NodeMachineFlag {
+		os.Exit(framework.RunNodeMachine(os.Args[2:]))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	var err error
 	cluster, err = framework.Start(ctx, stdLogger{}, framework.Options{})

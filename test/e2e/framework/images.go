@@ -31,6 +31,10 @@ const (
 	AttacherImage = ProductImageRegistry + "/csi-fence-attacher:" + ProductImageTag
 	MockImage     = ProductImageRegistry + "/csi-fence-mock:" + ProductImageTag
 	WebhookImage  = ProductImageRegistry + "/csi-fence-prestop-webhook:" + ProductImageTag
+	// PowerFencingAttacherImage is csi-fence-attacher with what power
+	// fencing runs as its child: fence_ipmilan, its Python and ipmitool
+	// (powerFencingDebian).
+	PowerFencingAttacherImage = ProductImageRegistry + "/csi-fence-attacher-power-fencing:" + ProductImageTag
 
 	ProductImageRegistry = "localhost/csi-fence"
 	ProductImageTag      = "dev"
@@ -70,7 +74,31 @@ type ImageOptions struct {
 	// Product adds the product's images (AttacherImage, MockImage,
 	// WebhookImage) to the framework's own (PauseImage, WriterImage).
 	Product bool
+	// PowerFencing adds PowerFencingAttacherImage (with Product).
+	PowerFencing bool
 }
+
+// powerFencingDebian is what the sidecar's container needs to run the
+// ClusterLabs agent fence_ipmilan, taken from the host's Debian packages
+// (hack/install-fence-agents.sh installs them), the way a user's image
+// gets them from apt (release-tools/Dockerfile.power-fencing): the agent
+// and the fencing library it imports (fence-agents, whose other agents'
+// dependencies, cloud SDKs, are not wanted: only the agent's own files),
+// the Python that runs them with the modules the library imports at its
+// top (pycurl, pexpect), ipmitool, which the agent runs for every call, and
+// every package these depend on (libc, libssl, libcurl, ...). dpkg and
+// init-system-helpers install and configure packages and are not run; the
+// documentation is left out.
+var powerFencingDebian = imagebuild.DebianOptions{
+	Packages: []string{"python3", "python3-pycurl", "python3-pexpect", "ipmitool"},
+	Paths:    []string{"/usr/sbin/fence_ipmilan", "/usr/share/fence"},
+	Skip:     []string{"dpkg", "init-system-helpers"},
+	Exclude:  []string{"/usr/share/doc", "/usr/share/man", "/usr/share/info", "/usr/share/locale", "/usr/share/lintian"},
+}
+
+// imagePath is the containers' PATH in an image with more than one program:
+// the agents are looked up in it (pkg/powerfence adds the sbin directories).
+const imagePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // BuildImages builds the real nodes' images into dir: the static binaries
 // (go build, CGO off, so they need no libc in the image) and one image
@@ -106,8 +134,51 @@ func BuildImages(ctx context.Context, log Logger, dir string, opts ImageOptions)
 		images = append(images, Image{Name: s.image, Tarball: path})
 		names = append(names, s.image)
 	}
+	if opts.Product && opts.PowerFencing {
+		path := filepath.Join(dir, "csi-fence-attacher-power-fencing.tar")
+		pkgs, err := writePowerFencingImage(path, filepath.Join(bin, "csi-fence-attacher"))
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", PowerFencingAttacherImage, err)
+		}
+		images = append(images, Image{Name: PowerFencingAttacherImage, Tarball: path})
+		names = append(names, fmt.Sprintf("%s (with %d Debian packages)", PowerFencingAttacherImage, len(pkgs)))
+	}
 	log.Logf("images built in %.1fs: %s", time.Since(begin).Seconds(), strings.Join(names, ", "))
 	return images, nil
+}
+
+// writePowerFencingImage writes PowerFencingAttacherImage's tarball: the
+// attacher's image (the binary at /csi-fence-attacher, its entrypoint) with
+// powerFencingDebian's files from this host, and PATH set. It returns the
+// Debian packages it holds.
+func writePowerFencingImage(path, binary string) ([]string, error) {
+	if _, err := os.Stat("/usr/sbin/fence_ipmilan"); err != nil {
+		return nil, fmt.Errorf("fence_ipmilan is not installed here (run hack/install-fence-agents.sh): %w", err)
+	}
+	deb, err := imagebuild.DebianFiles(powerFencingDebian)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		return nil, err
+	}
+	base := filepath.Base(binary)
+	files := append(deb.Files,
+		imagebuild.File{Name: "tmp", Mode: 0o1777, Dir: true},
+		imagebuild.File{Name: base, Mode: 0o755, Data: data})
+	img, err := imagebuild.Image(imagebuild.Spec{
+		Platform:   v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Files:      files,
+		Entrypoint: []string{"/" + base},
+		Env:        []string{imagePath},
+		WorkingDir: "/",
+		Comment:    "static binary and Debian packages " + strings.Join(deb.Packages, " "),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return deb.Packages, writeTarball(path, PowerFencingAttacherImage, img)
 }
 
 // writeImage writes an image tarball tagged ref (imagebuild's reproducible
@@ -115,10 +186,6 @@ func BuildImages(ctx context.Context, log Logger, dir string, opts ImageOptions)
 // name>, also its entrypoint, with the directories a container's mounts need
 // (/tmp, /data). It runs as root: the e2e's workloads write to host paths.
 func writeImage(path, ref, binary string) error {
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return err
-	}
 	data, err := os.ReadFile(binary)
 	if err != nil {
 		return err
@@ -134,6 +201,15 @@ func writeImage(path, ref, binary string) error {
 		Entrypoint: []string{"/" + base},
 		WorkingDir: "/",
 	})
+	if err != nil {
+		return err
+	}
+	return writeTarball(path, ref, img)
+}
+
+// writeTarball writes img tagged ref to path, atomically.
+func writeTarball(path, ref string, img v1.Image) error {
+	tag, err := name.NewTag(ref)
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,22 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
+
+	"github.com/csi-fence/fence-attacher/internal/imagebuild"
+	"github.com/csi-fence/fence-attacher/test/bmcsim"
 )
 
 // TestBuildImages reads each built tarball back as an image: tagged with its
@@ -79,5 +90,68 @@ func findInLayer(open func() (io.ReadCloser, error), file string) (*tar.Header, 
 		if hdr.Name == file {
 			return hdr, nil
 		}
+	}
+}
+
+// TestPowerFencingFiles runs fence_ipmilan from powerFencingDebian's files
+// alone: written into an empty directory, the agent run chrooted there asks
+// a real BMC (ipmi_sim on loopback, test/bmcsim) for its power status
+// through ipmitool, as the sidecar's container does. It needs root (chroot)
+// and the agents installed (hack/install-fence-agents.sh), and is skipped
+// without them; the real-node test TestRealNodesPowerFencing runs the
+// image itself.
+func TestPowerFencingFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	for _, p := range []string{"/usr/sbin/fence_ipmilan", "/usr/bin/ipmitool", "/usr/bin/ipmi_sim"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("%s is not installed (hack/install-fence-agents.sh): %v", p, err)
+		}
+	}
+	deb, err := imagebuild.DebianFiles(powerFencingDebian)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for _, f := range deb.Files {
+		p := filepath.Join(root, f.Name)
+		switch {
+		case f.Dir:
+			err = os.MkdirAll(p, 0o755)
+		case f.Link != "":
+			err = os.Symlink(f.Link, p)
+		default:
+			err = os.WriteFile(p, f.Data, os.FileMode(f.Mode&0o777))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a container runtime gives every container.
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(root, "dev", "null"), syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d files of %d packages: %s", len(deb.Files), len(deb.Packages), strings.Join(deb.Packages, " "))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bmc, err := bmcsim.Start(ctx, bmcsim.Config{Dir: t.TempDir(), User: "admin", Password: "pw-files", Machine: []string{"/bin/sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bmc.Stop()
+	cmd := exec.CommandContext(ctx, "/usr/sbin/fence_ipmilan")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	cmd.Dir = "/"
+	cmd.Env = []string{imagePath}
+	cmd.Stdin = strings.NewReader(fmt.Sprintf("ip=%s\nipport=%d\nusername=admin\npassword=pw-files\nlanplus=1\ncipher=3\naction=status\n", bmc.Host, bmc.Port))
+	out, err := cmd.CombinedOutput()
+	// The agent API: status exits 0 for on.
+	if err != nil || !strings.Contains(string(out), "Status: ON") {
+		t.Fatalf("fence_ipmilan status in the chroot: %v\n%s", err, out)
 	}
 }

@@ -60,6 +60,10 @@ type RealNodeOptions struct {
 	// ProductImages imports the product's images (AttacherImage,
 	// MockImage, WebhookImage) too, for its shipped manifests.
 	ProductImages bool
+	// PowerFencingImage imports PowerFencingAttacherImage too (with
+	// ProductImages): csi-fence-attacher with fence_ipmilan, from this
+	// host's Debian packages (hack/install-fence-agents.sh).
+	PowerFencingImage bool
 }
 
 // RealNode is one node with a real kubelet and containerd.
@@ -258,7 +262,7 @@ func (c *Cluster) StartRealNodes(ctx context.Context, n int, opts RealNodeOption
 			return nil, fmt.Errorf("real node binaries in %s are incomplete (run hack/node-binaries.sh, or fix FENCE_NODE_BIN): %w", opts.BinDir, err)
 		}
 	}
-	images, err := BuildImages(ctx, c.log, filepath.Join(c.WorkDir, "images"), ImageOptions{Product: opts.ProductImages})
+	images, err := BuildImages(ctx, c.log, filepath.Join(c.WorkDir, "images"), ImageOptions{Product: opts.ProductImages, PowerFencing: opts.PowerFencingImage})
 	if err != nil {
 		return nil, err
 	}

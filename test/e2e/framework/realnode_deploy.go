@@ -46,7 +46,9 @@ import (
 //   - the mock's node plugin logs its NodeUnpublishVolume and
 //     NodeUnstageVolume calls with their force field (--v=2);
 //   - the controller pod may be pinned to a node (ControllerNode), so that
-//     a test can power the others off without taking the controller.
+//     a test can power the others off without taking the controller, and
+//     its csi-fence-attacher may run another image built here
+//     (ControllerAttacherImage: the one with the fence agents).
 //
 // The overlay is written to <work dir>/deploy-real/kustomization.yaml and
 // rendered with kustomize's library (RenderKustomization), as `kubectl
@@ -61,6 +63,10 @@ type RealDeployOptions struct {
 	// AttacherArgs are appended to csi-fence-attacher's arguments in the
 	// controller pod (e.g. a negative control).
 	AttacherArgs []string
+	// ControllerAttacherImage, if set, is the image of the controller
+	// pod's csi-fence-attacher, in place of AttacherImage: e.g.
+	// PowerFencingAttacherImage, with the fence agents power fencing runs.
+	ControllerAttacherImage string
 	// MockControllerArgs are appended to the mock driver's arguments in the
 	// controller pod, which carries out the fences (e.g. --broken-fence).
 	MockControllerArgs []string
@@ -277,6 +283,15 @@ images:
 		for _, a := range opts.AttacherArgs {
 			fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", sidecarIdx, q(a))
 		}
+	}
+	if opts.ControllerAttacherImage != "" {
+		// Before the overlay's images: transformer (kustomize runs the
+		// patches first), which leaves a name it does not list alone.
+		fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
+  patch: |-
+    - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
+    - {op: replace, path: /spec/template/spec/containers/%d/image, value: %s}
+`, exampleController, sidecarIdx, q(sidecarName), sidecarIdx, q(opts.ControllerAttacherImage))
 	}
 	if opts.NoNodeAgent {
 		// Last: the patches above name the container.

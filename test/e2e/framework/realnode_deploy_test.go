@@ -109,13 +109,24 @@ func TestRealNodeOverlay(t *testing.T) {
 	if dep.Spec.Template.Spec.NodeName != "real-1" {
 		t.Errorf("controller pod on %q, want real-1", dep.Spec.Template.Spec.NodeName)
 	}
+	// The sidecar keeps external-attacher's container name (csi-attacher).
+	var sawAttacher, sawMock bool
 	for _, c := range dep.Spec.Template.Spec.Containers {
-		if c.Name == "csi-fence-attacher" && !slices.Contains(c.Args, "--disable-fencing") {
-			t.Errorf("the controller's attacher lacks the extra argument: %v", c.Args)
+		switch c.Image {
+		case AttacherImage:
+			sawAttacher = true
+			if !slices.Contains(c.Args, "--disable-fencing") {
+				t.Errorf("the controller's attacher lacks the extra argument: %v", c.Args)
+			}
+		case MockImage:
+			sawMock = true
+			if !slices.Contains(c.Args, "--broken-fence") {
+				t.Errorf("the controller's mock driver lacks the extra argument: %v", c.Args)
+			}
 		}
-		if c.Name == "csi-fence-mock" && !slices.Contains(c.Args, "--broken-fence") {
-			t.Errorf("the controller's mock driver lacks the extra argument: %v", c.Args)
-		}
+	}
+	if !sawAttacher || !sawMock {
+		t.Errorf("the controller pod runs no attacher (%v) or no mock (%v): %+v", sawAttacher, sawMock, dep.Spec.Template.Spec.Containers)
 	}
 	if hostPaths["dev-fuse"] != "/dev/fuse" {
 		t.Errorf("the node plugin has no /dev/fuse: %v", hostPaths)
@@ -125,6 +136,39 @@ func TestRealNodeOverlay(t *testing.T) {
 // renderNodeDaemonSet renders the real-node overlay with opts and returns
 // its node DaemonSet.
 func renderNodeDaemonSet(t *testing.T, opts RealDeployOptions) *appsv1.DaemonSet {
+	t.Helper()
+	ds := &appsv1.DaemonSet{}
+	renderOverlayObject(t, opts, "DaemonSet", ds)
+	return ds
+}
+
+// ControllerAttacherImage changes the image of the controller's attacher
+// only: the node DaemonSet's agent and registrar keep AttacherImage.
+func TestRealNodeOverlayControllerAttacherImage(t *testing.T) {
+	opts := RealDeployOptions{ControllerAttacherImage: PowerFencingAttacherImage, AttacherArgs: []string{"--v=5"}}
+	dep := &appsv1.Deployment{}
+	renderOverlayObject(t, opts, "Deployment", dep)
+	var images []string
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		images = append(images, c.Name+"="+c.Image)
+		if c.Image == PowerFencingAttacherImage && !slices.Contains(c.Args, "--v=5") {
+			t.Errorf("the attacher with the agents is not the one that got the attacher's arguments: %v", c.Args)
+		}
+	}
+	if want := []string{"csi-fence-mock=" + MockImage, "csi-attacher=" + PowerFencingAttacherImage}; !slices.Equal(images, want) {
+		t.Errorf("controller containers %v, want %v", images, want)
+	}
+	ds := renderNodeDaemonSet(t, opts)
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Image == PowerFencingAttacherImage {
+			t.Errorf("node container %s runs the controller's image %s", c.Name, c.Image)
+		}
+	}
+}
+
+// renderOverlayObject renders the real-node overlay with opts and decodes
+// its object of kind into out.
+func renderOverlayObject(t *testing.T, opts RealDeployOptions, kind string, out any) {
 	t.Helper()
 	overlay := filepath.Join(t.TempDir(), "deploy-real")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
@@ -146,17 +190,15 @@ func renderNodeDaemonSet(t *testing.T, opts RealDeployOptions) *appsv1.DaemonSet
 		t.Fatalf("%v\n%s", err, kust)
 	}
 	for _, o := range objs {
-		if o.GetKind() != "DaemonSet" {
+		if o.GetKind() != kind {
 			continue
 		}
-		ds := &appsv1.DaemonSet{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
 			t.Fatal(err)
 		}
-		return ds
+		return
 	}
-	t.Fatal("no DaemonSet in the overlay")
-	return nil
+	t.Fatalf("no %s in the overlay", kind)
 }
 
 // DataPath replaces the example's --data-path of the node plugin: the last

@@ -42,9 +42,13 @@ func (c *Cluster) PowerOff(ctx context.Context, n *RealNode) error {
 		p.markStopped() // its end is intended: Alive must not report it
 	}
 	begin := time.Now()
-	killed, err := c.realNet.killCgroup(ctx, n.cgroup, 30*time.Second)
+	killed, frozen, err := c.realNet.killCgroup(ctx, n.cgroup, 30*time.Second)
 	if err != nil {
 		return fmt.Errorf("power off %s: %w", n.Name, err)
+	}
+	how := ""
+	if !frozen {
+		how = " (the freezer did not reach FROZEN within its bound: a task in uninterruptible sleep; killed as they stood)"
 	}
 	for _, p := range daemons {
 		select {
@@ -53,7 +57,7 @@ func (c *Cluster) PowerOff(ctx context.Context, n *RealNode) error {
 			return fmt.Errorf("power off %s: %s still running after its cgroup was emptied", n.Name, p.Name)
 		}
 	}
-	c.log.Logf("real node %s powered off: %d processes killed in %.2fs", n.Name, killed, time.Since(begin).Seconds())
+	c.log.Logf("real node %s powered off: %d processes killed in %.2fs%s", n.Name, killed, time.Since(begin).Seconds(), how)
 	return nil
 }
 
@@ -105,20 +109,21 @@ func (rn *realNet) cgroupPids(path string) ([]int, error) {
 }
 
 // killCgroup freezes path's subtree, SIGKILLs every process in it, thaws
-// it and waits until it is empty; it returns how many processes it killed.
-func (rn *realNet) killCgroup(ctx context.Context, path string, timeout time.Duration) (int, error) {
+// it and waits until it is empty; it returns how many processes it killed
+// and whether the subtree reached FROZEN before the kills.
+func (rn *realNet) killCgroup(ctx context.Context, path string, timeout time.Duration) (int, bool, error) {
 	state := filepath.Join(rn.freezer, path, "freezer.state")
-	frozen := false
+	frozen, reached := false, false
 	if err := os.WriteFile(state, []byte("FROZEN"), 0o644); err == nil {
 		frozen = true
 		// A task in uninterruptible sleep delays FROZEN; the kills and the
 		// thaw below end it anyway, so the wait is bounded and not fatal.
-		_ = waitFor(ctx, 5*time.Second, 10*time.Millisecond, "freezing "+path, func(context.Context) (bool, error) {
+		reached = waitFor(ctx, 5*time.Second, 10*time.Millisecond, "freezing "+path, func(context.Context) (bool, error) {
 			b, err := os.ReadFile(state)
 			return err == nil && strings.TrimSpace(string(b)) == "FROZEN", err
-		})
+		}) == nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("freezing %s: %w", path, err)
+		return 0, false, fmt.Errorf("freezing %s: %w", path, err)
 	}
 	killed := map[int]bool{}
 	err := waitFor(ctx, timeout, 20*time.Millisecond, "every process of "+path+" to end", func(context.Context) (bool, error) {
@@ -143,9 +148,9 @@ func (rn *realNet) killCgroup(ctx context.Context, path string, timeout time.Dur
 	})
 	if err != nil {
 		pids, _ := rn.cgroupPids(path)
-		return len(killed), fmt.Errorf("%w (left: %v)", err, pids)
+		return len(killed), reached, fmt.Errorf("%w (left: %v)", err, pids)
 	}
-	return len(killed), nil
+	return len(killed), reached, nil
 }
 
 // removeCgroup removes path's subtree in every hierarchy, deepest first.
@@ -262,7 +267,7 @@ func (c *Cluster) stopRealNodes() {
 				p.markStopped()
 			}
 		}
-		_, err := rn.killCgroup(ctx, n.cgroup, 30*time.Second)
+		_, _, err := rn.killCgroup(ctx, n.cgroup, 30*time.Second)
 		report(err)
 	}
 	if rn.forward != nil {

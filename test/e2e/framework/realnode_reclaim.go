@@ -107,7 +107,7 @@ func reclaim(ctx context.Context, rn *realNet, index int, workDir string) error 
 	stale := &realNet{index: index, hierarchies: rn.hierarchies, freezer: rn.freezer}
 	cg := fmt.Sprintf("/fence-e2e-%d", index)
 	var errs []error
-	if _, err := stale.killCgroup(ctx, cg, 30*time.Second); err != nil {
+	if _, _, err := stale.killCgroup(ctx, cg, 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	nodes := filepath.Join(workDir, "nodes")
