@@ -199,6 +199,9 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	// Registered before any handler can set a metric: a lazy metric set
+	// while it is being registered is a data race.
+	RegisterMetrics()
 	initDriverMetrics(opts.DriverName)
 	c := &Controller{
 		power:            opts.Power,
