@@ -8,6 +8,13 @@
 // It resumes the numbering after the last record the file holds, as an
 // application recovering its log does; a write that failed is tried again
 // with the same number at the next interval.
+//
+// `writer -prestop` is its preStop hook: it writes one line to the log of
+// the container it runs in (the standard output of the container's first
+// process, /proc/1/fd/1), saying whether the termination reason variable is
+// set and to what. A hook's own output never reaches the container's log
+// (the kubelet keeps it only when the hook fails), so this is how a test
+// reads, from the node's log directory, what a real kubelet's hook got.
 package main
 
 import (
@@ -28,7 +35,16 @@ func main() {
 	path := flag.String("path", "/data/writes.log", "file to append to")
 	interval := flag.Duration("interval", time.Second, "time between two writes")
 	node := flag.String("node", os.Getenv("NODE_NAME"), "node name written in each record (default $NODE_NAME, else the host name)")
+	prestop := flag.Bool("prestop", false, "run as the container's preStop hook: log the termination reason to the container's log and exit")
+	reasonEnv := flag.String("reason-env", "KUBE_POD_TERM_REASON", "with -prestop: the variable that carries the termination reason")
 	flag.Parse()
+	if *prestop {
+		if err := logPreStop(*reasonEnv); err != nil {
+			fmt.Fprintf(os.Stderr, "writer -prestop: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *node == "" {
 		*node, _ = os.Hostname()
 	}
@@ -52,6 +68,31 @@ func main() {
 		case <-tick.C:
 		}
 	}
+}
+
+// preStopLinePrefix begins the line logPreStop writes:
+//
+//	preStop: KUBE_POD_TERM_REASON="Eviction" (set) uid=...
+//	preStop: KUBE_POD_TERM_REASON="" (unset) uid=...
+const preStopLinePrefix = "preStop: "
+
+// logPreStop writes the hook's line to the container's first process's
+// standard output, which the runtime logs as the container's.
+func logPreStop(env string) error {
+	v, set := os.LookupEnv(env)
+	state := "set"
+	if !set {
+		state = "unset"
+	}
+	f, err := os.OpenFile("/proc/1/fd/1", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s%s=%q (%s) uid=%s\n", preStopLinePrefix, env, v, state, os.Getenv("CSI_FENCE_POD_UID"))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // resume returns the number of the next record: one after the last valid
