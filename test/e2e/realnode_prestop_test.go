@@ -151,7 +151,7 @@ func restrictedSpec(spec *corev1.PodSpec, meta *metav1.ObjectMeta, grace int64) 
 		meta.Labels = map[string]string{}
 	}
 	meta.Labels[termreason.OptInKey] = termreason.OptInEnabled // the opt-in, as the docs give it
-	spec.AutomountServiceAccountToken = nil                     // the helper reads its pod with the pod's token
+	spec.AutomountServiceAccountToken = nil                    // the helper reads its pod with the pod's token
 	spec.TerminationGracePeriodSeconds = ptr.To(grace)
 	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
