@@ -15,6 +15,12 @@
 // set and to what. A hook's own output never reaches the container's log
 // (the kubelet keeps it only when the hook fails), so this is how a test
 // reads, from the node's log directory, what a real kubelet's hook got.
+// With -prestop-done=FILE the hook then creates FILE, and the writer, given
+// the same flag, does not end on SIGTERM before FILE exists: as an
+// application whose shutdown waits for the work its preStop hook started
+// (a store handing its data off), it keeps the container up for its hook
+// until the kubelet's SIGKILL, however little time the kubelet gave the
+// hook itself.
 package main
 
 import (
@@ -37,9 +43,10 @@ func main() {
 	node := flag.String("node", os.Getenv("NODE_NAME"), "node name written in each record (default $NODE_NAME, else the host name)")
 	prestop := flag.Bool("prestop", false, "run as the container's preStop hook: log the termination reason to the container's log and exit")
 	reasonEnv := flag.String("reason-env", "KUBE_POD_TERM_REASON", "with -prestop: the variable that carries the termination reason")
+	done := flag.String("prestop-done", "", "with -prestop: file to create once the reason is logged; without: on SIGTERM, wait for that file before exiting")
 	flag.Parse()
 	if *prestop {
-		if err := logPreStop(*reasonEnv); err != nil {
+		if err := logPreStop(*reasonEnv, *done); err != nil {
 			fmt.Fprintf(os.Stderr, "writer -prestop: %v\n", err)
 			os.Exit(1)
 		}
@@ -63,6 +70,10 @@ func main() {
 		}
 		select {
 		case s := <-stop:
+			if *done != "" {
+				fmt.Printf("writer: %v, waiting for the preStop hook (%s)\n", s, *done)
+				waitFile(*done)
+			}
 			fmt.Printf("writer: %v, exiting after %d attempts\n", s, n)
 			return
 		case <-tick.C:
@@ -76,9 +87,22 @@ func main() {
 //	preStop: KUBE_POD_TERM_REASON="" (unset) uid=...
 const preStopLinePrefix = "preStop: "
 
+// waitFile returns once path exists; the kubelet's SIGKILL ends the wait
+// when the hook never finishes.
+func waitFile(path string) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+}
+
 // logPreStop writes the hook's line to the container's first process's
-// standard output, which the runtime logs as the container's.
-func logPreStop(env string) error {
+// standard output, which the runtime logs as the container's, then creates
+// done (if not empty).
+func logPreStop(env, done string) error {
 	v, set := os.LookupEnv(env)
 	state := "set"
 	if !set {
@@ -92,7 +116,10 @@ func logPreStop(env string) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil || done == "" {
+		return err
+	}
+	return os.WriteFile(done, nil, 0o644)
 }
 
 // resume returns the number of the next record: one after the last valid
