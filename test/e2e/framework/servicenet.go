@@ -180,7 +180,7 @@ func (c *Cluster) dialCluster(ctx context.Context, addr string) (net.Conn, error
 	}
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
-		if svc.Spec.ClusterIP != host || svc.Name == "kubernetes" && svc.Namespace == "default" {
+		if svc.Spec.ClusterIP != host {
 			continue
 		}
 		for _, sp := range svc.Spec.Ports {
