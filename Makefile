@@ -50,14 +50,17 @@ test-e2e:
 # TestRealNodesPowerFencing (the driver without UNPUBLISH_FENCE: the
 # partitioned writer's node powered off by fence_ipmilan, run in the
 # sidecar's container, through a BMC whose machine is the node; the fence
-# agents come from hack/install-fence-agents.sh); as root.
+# agents come from hack/install-fence-agents.sh) and TestRealNodesPreStop
+# (the termination reason in preStop hooks a real kubelet runs, the webhook
+# deployed from deploy/kubernetes/prestop, also for a pod force-deleted
+# while its node was cut off); as root.
 test-realnodes:
 	./hack/install-node-deps.sh
 	./hack/install-fence-agents.sh
 	./hack/e2e-binaries.sh >/dev/null
 	./hack/node-binaries.sh >/dev/null
 	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
-	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing)?$$' ./test/e2e/
+	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop)?$$' ./test/e2e/
 
 # Randomized failover trials (cmd/fence-trials): one trial of every fault
 # schedule with fixed seeds, so that CI replays the same ones. `make chaos

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -51,17 +53,51 @@ const (
 // caught up after the partition; a cache would answer "no reason" there.
 // The bounds keep the live reads cheap: at most reasonQPS to the apiserver,
 // whatever the flood.
+//
+// Each read goes over a connection of its own, made for it: a connection
+// that lived through the partition may be stalled when the node is back
+// (what it had sent unacknowledged is retried with a backoff of seconds,
+// and HTTP/2 notices a dead connection only after tens of seconds), and a
+// read queued on it outlasts the helper's bound, which then gives the hook
+// Unknown. Seen on a real node: the agent's first read after the heal
+// waited more than 2 s on the connection its other clients shared.
 func ReasonEndpoint(ctx context.Context, cfg *rest.Config, nodeName string) (http.Handler, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = reasonQPS, reasonBurst
 	// A RateLimiter in cfg would be shared by every client built from
 	// it; nil makes the client build its own from QPS and Burst.
 	cfg.RateLimiter = nil
+	freshConnections(cfg)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return limitInFlight(ReasonHandler(ctx, fencingv1alpha1.NewClient(dyn), nodeName), maxReasonsInFlight), nil
+}
+
+// freshConnections makes the clients of cfg open a connection for each
+// request and close it after: a dialer of their own gives them a transport
+// of their own (client-go shares one, and its connections, between the
+// configurations that differ only in rate limits), HTTP/1.1 keeps each
+// connection to one request, and each request asks for its connection to
+// be closed once answered. A TLS handshake per read is cheap at reasonQPS.
+func freshConnections(cfg *rest.Config) {
+	d := &net.Dialer{Timeout: reasonReadTimeout, KeepAlive: 30 * time.Second}
+	cfg.Dial = d.DialContext
+	cfg.NextProtos = []string{"http/1.1"}
+	cfg.WrapTransport = transport.Wrappers(cfg.WrapTransport, func(rt http.RoundTripper) http.RoundTripper {
+		return closingRoundTripper{rt}
+	})
+}
+
+// closingRoundTripper asks for each request's connection to be closed
+// after the response.
+type closingRoundTripper struct{ http.RoundTripper }
+
+func (c closingRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Close = true
+	return c.RoundTripper.RoundTrip(req)
 }
 
 // limitInFlight serves at most n requests of h at once and refuses the

@@ -2,9 +2,12 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -219,4 +222,81 @@ func TestReasonEndpointBoundsRequestsInFlight(t *testing.T) {
 	if code := get(); code != http.StatusNotFound {
 		t.Errorf("a request after the others ended: status %d, want %d", code, http.StatusNotFound)
 	}
+}
+
+// Each read of the record goes over a connection of its own: when the node
+// is back from a partition, a connection that lived through it may be
+// stalled for seconds, and a read queued on it would outlast the hook's
+// bound. The fake apiserver (TLS, HTTP/2 offered, as the apiserver does)
+// never answers a second request on a connection, as a stalled one would
+// not; the cleanup client, built from the same configuration, opens a
+// connection first.
+func TestReasonEndpointReadsOnFreshConnections(t *testing.T) {
+	record := &fencingv1alpha1.FencingRequest{TypeMeta: metav1.TypeMeta{APIVersion: fencingv1alpha1.SchemeGroupVersion.String(), Kind: "FencingRequest"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Status: fencingv1alpha1.FencingRequestStatus{ForceDeletedPods: []fencingv1alpha1.ForceDeletedPod{
+			{Namespace: "ns", Name: "db-0", UID: "u1", TerminationReason: termreason.IntolerableTaint}}}}
+	u, err := fencingv1alpha1.ToUnstructured(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := make(chan struct{})
+	var mu sync.Mutex
+	used := map[string]bool{}
+	var conns atomic.Int64
+	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		again := used[r.RemoteAddr]
+		used[r.RemoteAddr] = true
+		mu.Unlock()
+		if again {
+			select { // a stalled connection: no answer
+			case <-stalled:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+	api.EnableHTTP2 = true
+	api.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	api.StartTLS()
+	defer api.Close()
+	defer close(stalled)
+	cfg := &rest.Config{Host: api.URL, TLSClientConfig: rest.TLSClientConfig{CAData: pemCert(api.Certificate())}}
+
+	cleanupDyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fencingv1alpha1.NewClient(cleanupDyn).Get(context.Background(), "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	endpoint, err := ReasonEndpoint(context.Background(), cfg, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		rec := httptest.NewRecorder()
+		endpoint.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, termreason.ServedPath+"?uid=u1", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("read %d: status %d, want 200: %s", i+1, rec.Code, rec.Body)
+		}
+	}
+	if n := conns.Load(); n != 4 {
+		t.Errorf("the apiserver saw %d connections, want 4: the cleanup client's and one for each of 3 reads", n)
+	}
+}
+
+func pemCert(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }

@@ -194,6 +194,12 @@ func commands(pids []int) []string {
 // deadline of 15 minutes.
 func startRealNodes(t *testing.T, opts framework.RealNodeOptions) (context.Context, *framework.Cluster, []*framework.RealNode) {
 	t.Helper()
+	return startRealNodesIn(t, framework.Options{}, opts)
+}
+
+// startRealNodesIn is startRealNodes with the cluster's options.
+func startRealNodesIn(t *testing.T, clusterOpts framework.Options, opts framework.RealNodeOptions) (context.Context, *framework.Cluster, []*framework.RealNode) {
+	t.Helper()
 	if os.Getenv(realNodesEnv) == "" {
 		t.Skipf("real nodes run only with %s=1 (make test-realnodes)", realNodesEnv)
 	}
@@ -205,7 +211,7 @@ func startRealNodes(t *testing.T, opts framework.RealNodeOptions) (context.Conte
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
-	c, err := framework.Start(ctx, tLogger{t}, framework.Options{})
+	c, err := framework.Start(ctx, tLogger{t}, clusterOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

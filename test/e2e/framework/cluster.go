@@ -69,6 +69,13 @@ type Options struct {
 	BinDir string
 	// WorkDir is where state and logs go (default: a new temp dir).
 	WorkDir string
+	// ServiceNetwork gives the real nodes (StartRealNodes) what Services
+	// need of a cluster's network (servicenet.go): the apiserver reaches
+	// Services in the nodes (admission webhooks) through an egress proxy,
+	// the kube-controller-manager runs the endpointslice controller, the
+	// kubelets get a cluster DNS, and RouteLocalService routes node-local
+	// Services.
+	ServiceNetwork bool
 }
 
 // Cluster is a running control plane.
@@ -91,6 +98,8 @@ type Cluster struct {
 	mu        sync.Mutex
 	processes []*Process
 	realNet   *realNet // the real nodes (StartRealNodes), nil without
+	// serviceNetwork is Options.ServiceNetwork.
+	serviceNetwork bool
 	// stops end what runs in this process against the cluster (simulated
 	// kubelets, informers) and what the process list does not hold (BMCs
 	// and their machines); Stop runs them, last added first, before it
@@ -166,7 +175,7 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 		}
 	}
 	log.Logf("control plane work dir %s (logs in %s/logs, kept on failure)", opts.WorkDir, opts.WorkDir)
-	c = &Cluster{WorkDir: opts.WorkDir, BinDir: opts.BinDir, log: log}
+	c = &Cluster{WorkDir: opts.WorkDir, BinDir: opts.BinDir, log: log, serviceNetwork: opts.ServiceNetwork}
 	if c.pki, err = newPKI(filepath.Join(c.WorkDir, "pki")); err != nil {
 		return nil, err
 	}
@@ -270,6 +279,15 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 		// A node's name is not in any DNS here: reach kubelets by address.
 		"--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir="+filepath.Join(c.WorkDir, "pki", "generated"))
+	controllers := Controllers
+	if c.serviceNetwork {
+		egress, err := c.startEgress()
+		if err != nil {
+			return err
+		}
+		c.apiArgs = append(c.apiArgs, egress)
+		controllers = append(slices.Clone(Controllers), "endpointslice-controller")
+	}
 	c.apiBin = bin("kube-apiserver")
 	if err := c.startAPIServer(ctx); err != nil {
 		return err
@@ -311,7 +329,7 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 		"--use-service-account-credentials=true", "--service-account-private-key-file="+p("sa.key"),
 		"--root-ca-file="+p("ca.crt"), "--node-monitor-period=1s",
 		"--node-monitor-grace-period="+opts.NodeMonitorGracePeriod.String(), "--allocate-node-cidrs=false",
-		"--controllers="+strings.Join(Controllers, ","))
+		"--controllers="+strings.Join(controllers, ","))
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,9 @@ const (
 	// fencing runs as its child: fence_ipmilan, its Python and ipmitool
 	// (powerFencingDebian).
 	PowerFencingAttacherImage = ProductImageRegistry + "/csi-fence-attacher-power-fencing:" + ProductImageTag
+	// HelperImage is csi-fence-prestop, which the webhook's init
+	// container copies into each opted-in pod (--helper-image).
+	HelperImage = ProductImageRegistry + "/csi-fence-prestop:" + ProductImageTag
 
 	ProductImageRegistry = "localhost/csi-fence"
 	ProductImageTag      = "dev"
@@ -51,28 +54,37 @@ type Image struct {
 	Tarball string
 }
 
-type imageSource struct{ image, pkg string }
+type imageSource struct {
+	image, pkg string
+	// release lays the image out as release-tools/Dockerfile does: the
+	// binary at /entrypoint, run as user 65532. The webhook's Deployment
+	// requires a non-root image (runAsNonRoot without a user), and the
+	// init container it injects runs the helper as /entrypoint.
+	release bool
+}
 
 // testImages are the framework's own images, each the command of
 // test/e2e/images it runs.
 var testImages = []imageSource{
-	{PauseImage, "./test/e2e/images/pause"},
-	{WriterImage, "./test/e2e/images/writer"},
+	{image: PauseImage, pkg: "./test/e2e/images/pause"},
+	{image: WriterImage, pkg: "./test/e2e/images/writer"},
 }
 
 // productImages are the product's binaries as images: csi-fence-attacher
-// (controller, node and registrar roles), the mock driver csi-fence-mock and
-// the termination-reason webhook.
+// (controller, node and registrar roles), the mock driver csi-fence-mock,
+// the termination-reason webhook and its helper.
 var productImages = []imageSource{
-	{AttacherImage, "./cmd/csi-fence-attacher"},
-	{MockImage, "./cmd/csi-fence-mock"},
-	{WebhookImage, "./cmd/csi-fence-prestop-webhook"},
+	{image: AttacherImage, pkg: "./cmd/csi-fence-attacher"},
+	{image: MockImage, pkg: "./cmd/csi-fence-mock"},
+	{image: WebhookImage, pkg: "./cmd/csi-fence-prestop-webhook", release: true},
+	{image: HelperImage, pkg: "./cmd/csi-fence-prestop", release: true},
 }
 
 // ImageOptions choose what BuildImages builds.
 type ImageOptions struct {
 	// Product adds the product's images (AttacherImage, MockImage,
-	// WebhookImage) to the framework's own (PauseImage, WriterImage).
+	// WebhookImage, HelperImage) to the framework's own (PauseImage,
+	// WriterImage).
 	Product bool
 	// PowerFencing adds PowerFencingAttacherImage (with Product).
 	PowerFencing bool
@@ -128,7 +140,7 @@ func BuildImages(ctx context.Context, log Logger, dir string, opts ImageOptions)
 	for _, s := range sources {
 		cmd := filepath.Base(s.pkg)
 		path := filepath.Join(dir, cmd+".tar")
-		if err := writeImage(path, s.image, filepath.Join(bin, cmd)); err != nil {
+		if err := writeImage(path, s.image, filepath.Join(bin, cmd), s.release); err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.image, err)
 		}
 		images = append(images, Image{Name: s.image, Tarball: path})
@@ -185,20 +197,26 @@ func writePowerFencingImage(path, binary string) ([]string, error) {
 // layer and config) whose one layer is the executable binary at /<base
 // name>, also its entrypoint, with the directories a container's mounts need
 // (/tmp, /data). It runs as root: the e2e's workloads write to host paths.
-func writeImage(path, ref, binary string) error {
+// A release image has the binary at /entrypoint instead and runs as the
+// release's user (imagebuild.ReleaseEntrypoint, ReleaseUser).
+func writeImage(path, ref, binary string, release bool) error {
 	data, err := os.ReadFile(binary)
 	if err != nil {
 		return err
 	}
-	base := filepath.Base(binary)
+	entrypoint, user := "/"+filepath.Base(binary), ""
+	if release {
+		entrypoint, user = imagebuild.ReleaseEntrypoint, imagebuild.ReleaseUser
+	}
 	img, err := imagebuild.Image(imagebuild.Spec{
 		Platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
 		Files: []imagebuild.File{
 			{Name: "tmp", Mode: 0o1777, Dir: true},
 			{Name: "data", Mode: 0o1777, Dir: true},
-			{Name: base, Mode: 0o755, Data: data},
+			{Name: strings.TrimPrefix(entrypoint, "/"), Mode: 0o755, Data: data},
 		},
-		Entrypoint: []string{"/" + base},
+		Entrypoint: []string{entrypoint},
+		User:       user,
 		WorkingDir: "/",
 	})
 	if err != nil {

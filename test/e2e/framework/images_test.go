@@ -24,22 +24,29 @@ import (
 
 // TestBuildImages reads each built tarball back as an image: tagged with its
 // name, its entrypoint the binary, and that binary in its one layer,
-// executable; the product's images too.
+// executable; the product's images too, the webhook's and the helper's in
+// the release layout (/entrypoint, a non-root user), which the webhook's
+// Deployment and the init container it injects need.
 func TestBuildImages(t *testing.T) {
 	images, err := BuildImages(context.Background(), t, t.TempDir(), ImageOptions{Product: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{PauseImage: "pause", WriterImage: "writer",
-		AttacherImage: "csi-fence-attacher", MockImage: "csi-fence-mock", WebhookImage: "csi-fence-prestop-webhook"}
+	type layout struct{ entrypoint, user string }
+	own := func(cmd string) layout { return layout{"/" + cmd, ""} }
+	release := layout{"/entrypoint", "65532:65532"}
+	want := map[string]layout{PauseImage: own("pause"), WriterImage: own("writer"),
+		AttacherImage: own("csi-fence-attacher"), MockImage: own("csi-fence-mock"),
+		WebhookImage: release, HelperImage: release}
 	if len(images) != len(want) {
 		t.Fatalf("got %d images, want %d", len(images), len(want))
 	}
 	for _, im := range images {
-		cmd, ok := want[im.Name]
+		l, ok := want[im.Name]
 		if !ok {
 			t.Fatalf("unexpected image %s", im.Name)
 		}
+		cmd := l.entrypoint[1:]
 		tag, err := name.NewTag(im.Name)
 		if err != nil {
 			t.Fatal(err)
@@ -52,8 +59,11 @@ func TestBuildImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cfg.Config.Entrypoint; len(got) != 1 || got[0] != "/"+cmd {
-			t.Errorf("%s: entrypoint %q, want [/%s]", im.Name, got, cmd)
+		if got := cfg.Config.Entrypoint; len(got) != 1 || got[0] != l.entrypoint {
+			t.Errorf("%s: entrypoint %q, want [%s]", im.Name, got, l.entrypoint)
+		}
+		if cfg.Config.User != l.user {
+			t.Errorf("%s: user %q, want %q", im.Name, cfg.Config.User, l.user)
 		}
 		if cfg.OS != "linux" {
 			t.Errorf("%s: os %q", im.Name, cfg.OS)

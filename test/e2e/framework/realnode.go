@@ -292,6 +292,11 @@ func (c *Cluster) StartRealNodes(ctx context.Context, n int, opts RealNodeOption
 	if err := makeSharedMount(c.NodesDir()); err != nil {
 		return nil, err
 	}
+	if c.serviceNetwork {
+		if err := c.startClusterDNS(rn.hostIP); err != nil {
+			return nil, err
+		}
+	}
 	c.log.Logf("real nodes: bridge %s %s/24, apiserver forwarded to %s (%.1fs)", rn.bridge, rn.hostIP, rn.forward.addr, time.Since(begin).Seconds())
 	for i := 0; i < n; i++ {
 		node, err := c.startRealNode(ctx, rn, i, fmt.Sprintf("%s-%d", opts.Prefix, i))
@@ -454,6 +459,16 @@ func (c *Cluster) startKubelet(ctx context.Context, rn *realNet, node *RealNode,
 }
 
 func (n *RealNode) shimDir() string { return n.shims }
+
+// KubeletLog is the path of the node's kubelet's log (--v=2).
+func (n *RealNode) KubeletLog() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.kubelet == nil {
+		return ""
+	}
+	return n.kubelet.LogPath
+}
 
 // KubeletDir is the node's kubelet root directory (--root-dir).
 func (n *RealNode) KubeletDir() string { return filepath.Join(n.Dir, "kubelet") }
@@ -823,6 +838,11 @@ maxPods: 30
 serializeImagePulls: false
 `, n.cgroup, "unix://"+n.ContainerdSocket, "unix://"+n.ContainerdSocket, n.IP, n.IP, c.pki.path("ca.crt"),
 		d("pod-logs"), d("volume-plugins"), d("resolv.conf"))
+	if c.serviceNetwork {
+		// The pods' resolver asks the cluster DNS (servicenet.go) on the
+		// bridge's host address.
+		kc += fmt.Sprintf("clusterDNS: [%q]\nclusterDomain: %q\n", c.realNet.hostIP, ClusterDomain)
+	}
 	return os.WriteFile(d("kubelet.yaml"), []byte(kc), 0o644)
 }
 

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -205,4 +206,95 @@ func parseCRILog(b []byte) ([]LogLine, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// ContainerLogFollower reads a container's log file as it grows, through a
+// descriptor it keeps open: the kubelet removes the dead containers of a
+// deleted pod, their logs with them, within a second or two of their end
+// (which ContainerLog, reading by path, may then miss), and a removed
+// file stays readable to whoever holds it open.
+type ContainerLogFollower struct {
+	path   string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	data []byte
+	err  error
+}
+
+// FollowContainerLog follows the log of the first run (restart count 0) of
+// container of pod (namespace, name, uid) on the node, from when the file
+// appears until Stop.
+func (n *RealNode) FollowContainerLog(ctx context.Context, namespace, pod string, uid types.UID, container string) *ContainerLogFollower {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &ContainerLogFollower{
+		path:   filepath.Join(n.Dir, "pod-logs", fmt.Sprintf("%s_%s_%s", namespace, pod, uid), container, "0.log"),
+		cancel: cancel, done: make(chan struct{}),
+	}
+	go f.follow(ctx)
+	return f
+}
+
+// followPoll is how often the follower looks for the file and for more of it.
+const followPoll = 100 * time.Millisecond
+
+func (f *ContainerLogFollower) follow(ctx context.Context) {
+	defer close(f.done)
+	tick := time.NewTicker(followPoll)
+	defer tick.Stop()
+	var file *os.File
+	defer func() {
+		if file != nil {
+			file.Close()
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		if file == nil {
+			var err error
+			if file, err = os.Open(f.path); err != nil && !os.IsNotExist(err) {
+				f.mu.Lock()
+				f.err = err
+				f.mu.Unlock()
+				return
+			}
+		}
+		for file != nil {
+			n, err := file.Read(buf)
+			f.mu.Lock()
+			f.data = append(f.data, buf[:n]...)
+			f.mu.Unlock()
+			if err != nil || n == 0 {
+				break // io.EOF: no more yet
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Lines returns the complete lines read so far.
+func (f *ContainerLogFollower) Lines() ([]LogLine, error) {
+	f.mu.Lock()
+	data, err := append([]byte(nil), f.data...), f.err
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if len(data) == 0 {
+		if _, serr := os.Stat(f.path); serr != nil {
+			return nil, fmt.Errorf("nothing read from %s yet: %w", f.path, serr)
+		}
+	}
+	return parseCRILog(data)
+}
+
+// Stop ends the following; Lines keeps what was read.
+func (f *ContainerLogFollower) Stop() {
+	f.cancel()
+	<-f.done
 }

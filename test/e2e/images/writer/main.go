@@ -8,6 +8,19 @@
 // It resumes the numbering after the last record the file holds, as an
 // application recovering its log does; a write that failed is tried again
 // with the same number at the next interval.
+//
+// `writer -prestop` is its preStop hook: it writes one line to the log of
+// the container it runs in (the standard output of the container's first
+// process, /proc/1/fd/1), saying whether the termination reason variable is
+// set and to what. A hook's own output never reaches the container's log
+// (the kubelet keeps it only when the hook fails), so this is how a test
+// reads, from the node's log directory, what a real kubelet's hook got.
+// With -prestop-done=FILE the hook then creates FILE, and the writer, given
+// the same flag, does not end on SIGTERM before FILE exists: as an
+// application whose shutdown waits for the work its preStop hook started
+// (a store handing its data off), it keeps the container up for its hook
+// until the kubelet's SIGKILL, however little time the kubelet gave the
+// hook itself.
 package main
 
 import (
@@ -28,7 +41,17 @@ func main() {
 	path := flag.String("path", "/data/writes.log", "file to append to")
 	interval := flag.Duration("interval", time.Second, "time between two writes")
 	node := flag.String("node", os.Getenv("NODE_NAME"), "node name written in each record (default $NODE_NAME, else the host name)")
+	prestop := flag.Bool("prestop", false, "run as the container's preStop hook: log the termination reason to the container's log and exit")
+	reasonEnv := flag.String("reason-env", "KUBE_POD_TERM_REASON", "with -prestop: the variable that carries the termination reason")
+	done := flag.String("prestop-done", "", "with -prestop: file to create once the reason is logged; without: on SIGTERM, wait for that file before exiting")
 	flag.Parse()
+	if *prestop {
+		if err := logPreStop(*reasonEnv, *done); err != nil {
+			fmt.Fprintf(os.Stderr, "writer -prestop: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *node == "" {
 		*node, _ = os.Hostname()
 	}
@@ -47,11 +70,56 @@ func main() {
 		}
 		select {
 		case s := <-stop:
+			if *done != "" {
+				fmt.Printf("writer: %v, waiting for the preStop hook (%s)\n", s, *done)
+				waitFile(*done)
+			}
 			fmt.Printf("writer: %v, exiting after %d attempts\n", s, n)
 			return
 		case <-tick.C:
 		}
 	}
+}
+
+// preStopLinePrefix begins the line logPreStop writes:
+//
+//	preStop: KUBE_POD_TERM_REASON="Eviction" (set) uid=...
+//	preStop: KUBE_POD_TERM_REASON="" (unset) uid=...
+const preStopLinePrefix = "preStop: "
+
+// waitFile returns once path exists; the kubelet's SIGKILL ends the wait
+// when the hook never finishes.
+func waitFile(path string) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+}
+
+// logPreStop writes the hook's line to the container's first process's
+// standard output, which the runtime logs as the container's, then creates
+// done (if not empty).
+func logPreStop(env, done string) error {
+	v, set := os.LookupEnv(env)
+	state := "set"
+	if !set {
+		state = "unset"
+	}
+	f, err := os.OpenFile("/proc/1/fd/1", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s%s=%q (%s) uid=%s\n", preStopLinePrefix, env, v, state, os.Getenv("CSI_FENCE_POD_UID"))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || done == "" {
+		return err
+	}
+	return os.WriteFile(done, nil, 0o644)
 }
 
 // resume returns the number of the next record: one after the last valid
