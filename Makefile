@@ -83,9 +83,18 @@ test-helm:
 	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
 test-go: test-helm
 
-.PHONY: all test test-powerfence test-e2e test-realnodes test-trials chaos demo test-helm
+.PHONY: all test test-powerfence test-e2e test-realnodes test-trials chaos demo demo-real-nodes test-helm
 
 # The product's main job on an embedded default: a local real control plane,
 # the mock driver, the sidecar, and a node failure that fails over.
 demo:
 	$(GO) run ./cmd/fence-demo
+
+# The same on two real nodes (a kubelet and containerd each, the product
+# deployed from deploy/kubernetes/mock-example with images built here); as
+# root. Installs and builds what real nodes need first, as test-realnodes.
+demo-real-nodes:
+	./hack/install-node-deps.sh
+	./hack/e2e-binaries.sh >/dev/null
+	./hack/node-binaries.sh >/dev/null
+	$(GO) run ./cmd/fence-demo --real-nodes

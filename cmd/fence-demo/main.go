@@ -3,6 +3,11 @@
 // KWOK nodes, one node powered off, the failover followed to its end and
 // printed as a timeline, then the array's safety violations. It exits non-zero
 // if the failover did not complete or any violation occurred.
+//
+// With --real-nodes (as root) the same story runs on two real nodes, a
+// kubelet and containerd each, with the product deployed from
+// deploy/kubernetes/mock-example as a user deploys it and a container
+// writing to its volume through the real kubelet's mounts (realnodes.go).
 package main
 
 import (
@@ -28,11 +33,22 @@ func (p printer) Logf(format string, args ...interface{}) {
 func main() {
 	keep := flag.Bool("keep", false, "Keep the work directory (logs, array state) after the run")
 	partition := flag.Bool("partition", false, "Partition the node instead of powering it off: its workload keeps writing, and the fence must stop it")
+	realNodes := flag.Bool("real-nodes", false, "Run on two real nodes (a kubelet and containerd each) with the product deployed from deploy/kubernetes/mock-example, as root (make demo-real-nodes)")
 	outOfService := flag.Bool("out-of-service", false, "Fail over the KEP-2268 way, an operator adding the out-of-service taint, instead of the automatic SafeDetach failover")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, *keep, *partition, *outOfService); err != nil {
+	var err error
+	if *realNodes {
+		if *outOfService {
+			fmt.Fprintln(os.Stderr, "fence-demo: --out-of-service is not available with --real-nodes")
+			os.Exit(2)
+		}
+		err = runRealNodes(ctx, printer{start: time.Now()}, *keep, *partition)
+	} else {
+		err = run(ctx, *keep, *partition, *outOfService)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence-demo: FAILED:", err)
 		os.Exit(1)
 	}

@@ -353,7 +353,7 @@ func testPreStopCutOff(ctx context.Context, t *testing.T, c *framework.Cluster, 
 		class  = "fence-prestop"
 		grace  = 20
 	)
-	sts := writerSet(realSet, class)
+	sts := framework.WriterStatefulSet(realSet, class)
 	sts.Namespace = preStopNS
 	restrictedSpec(&sts.Spec.Template.Spec, &sts.Spec.Template.ObjectMeta, grace)
 	if err := c.StaticVolume(ctx, dep, volume, preStopNS, "data-"+realSet+"-0", class); err != nil {

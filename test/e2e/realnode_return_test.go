@@ -231,7 +231,7 @@ func runRealWriter(ctx context.Context, t *testing.T, c *framework.Cluster, dep 
 	if err := setUnschedulable(ctx, c, on.Name, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.AppsV1().StatefulSets(realNS).Create(ctx, writerSet(realSet, class), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().StatefulSets(realNS).Create(ctx, framework.WriterStatefulSet(realSet, class), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	first, err := waitWriterRunning(ctx, c, realNS, realSet+"-0", "", 3*time.Minute)
