@@ -184,8 +184,20 @@ func Run(ctx context.Context, c *framework.Cluster, p *framework.Product, log fr
 	res.Stall = t.stall
 	t.mu.Unlock()
 	res.Problems = append(res.Problems, t.check(ctx, before, started)...)
+	// A clean trial's nodes go, so that a long run does not carry every
+	// trial's node plugins and node agents (past about 40 trials, its later
+	// trials failed on setup timeouts); a failed one's stay for a look.
+	if !res.Failed() && t.Env != nil {
+		if err := t.Env.Teardown(ctx, teardownTimeout); err != nil {
+			res.Steps = append(res.Steps, "teardown (harness, the trial passed): "+err.Error())
+		}
+	}
 	return res
 }
+
+// teardownTimeout bounds the wait for a finished trial's pods to go and
+// its volumes to be detached.
+const teardownTimeout = 90 * time.Second
 
 // victim is a node that fails in a trial, with the replica on it.
 type victim struct {

@@ -549,6 +549,24 @@ func (p *Product) stop() {
 	}
 }
 
+// RemoveNode ends everything StartNode started on node, its BMCs
+// included, and forgets the node; the Node object is the caller's. A run of
+// many scenarios on one cluster (fence-trials) removes each finished one's
+// nodes, or it carries every node's plugin and node agent to its end.
+func (p *Product) RemoveNode(node string) {
+	n := p.Nodes[node]
+	if n == nil {
+		return
+	}
+	n.PowerOff()
+	for _, pl := range n.Plugins {
+		if pl.BMC != nil {
+			pl.BMC.Stop()
+		}
+	}
+	delete(p.Nodes, node)
+}
+
 // PowerOff cuts the node's power: every driver's kubelet, node agent and
 // plugin stop at once and leave everything on disk as it was.
 func (n *NodeInstance) PowerOff() {

@@ -6,12 +6,14 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -190,6 +192,54 @@ func CreateVolume(ctx context.Context, c *framework.Cluster, d *framework.Driver
 	}
 	_, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	return err
+}
+
+// Teardown removes what Setup made once a scenario is over: the
+// StatefulSet, and once its pods are gone and every volume of the scenario
+// is detached (so that nothing is detached from a node that no longer
+// exists), its nodes' processes and Node objects. The volumes' objects and
+// the array's records stay, which cost nothing.
+func (e *Env) Teardown(ctx context.Context, timeout time.Duration) error {
+	err := e.C.Client.AppsV1().StatefulSets(e.NS).Delete(ctx, e.App, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	volumes := map[string]bool{}
+	for _, vs := range e.DriverVolumes {
+		for _, v := range vs {
+			volumes[v] = true
+		}
+	}
+	var left []string
+	if err := framework.WaitFor(ctx, timeout, "the scenario's pods gone and volumes detached", func(ctx context.Context) (bool, error) {
+		left = nil
+		pods, err := e.C.Client.CoreV1().Pods(e.NS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + e.App})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			left = append(left, "pod "+p.Name)
+		}
+		vas, err := e.C.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, va := range vas.Items {
+			if pv := va.Spec.Source.PersistentVolumeName; pv != nil && volumes[*pv] {
+				left = append(left, "attachment of "+*pv+" to "+va.Spec.NodeName)
+			}
+		}
+		return len(left) == 0, nil
+	}); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.Join(left, ", "))
+	}
+	for _, n := range e.Nodes {
+		e.P.RemoveNode(n)
+		if err := e.C.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // PodName is the name of replica i.
