@@ -54,6 +54,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
 // Config configures NewAttacher.
@@ -556,19 +557,9 @@ func (a *Attacher) wantedOnNode(ctx context.Context, va *storagev1.VolumeAttachm
 		logger.V(2).Info("Cannot list the node's pods: a volume it reports in use is fenced", "node", nodeName, "err", err)
 		return false
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName != nodeName || p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
-			continue
-		}
-		for _, vol := range p.Spec.Volumes {
-			switch {
-			case vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.ClaimName == claim.Name,
-				vol.Ephemeral != nil && p.Name+"-"+vol.Name == claim.Name:
-				logger.V(2).Info("The volume the node reports in use is wanted by a pod on the node", "node", nodeName, "pod", klog.KObj(p))
-				return true
-			}
-		}
+	if p := podgc.WantsClaim(pods.Items, nodeName, claim.Namespace, claim.Name); p != nil {
+		logger.V(2).Info("The volume the node reports in use is wanted by a pod on the node", "node", nodeName, "pod", klog.KObj(p))
+		return true
 	}
 	return false
 }

@@ -13,6 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -930,6 +931,33 @@ func (c *Controller) resolve(namespace string) func(string) (*podgc.Volume, erro
 		}
 		return &podgc.Volume{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle, PVName: pv.Name, RWX: rwx}, nil
 	}
+}
+
+// wantedOnNode reports whether a pod on node, not terminating, uses the
+// PersistentVolume va attaches, on a live list of the node's pods (a
+// release decides on it: Release). It answers false whenever it cannot
+// tell (a PV it cannot read or without a claim, a list that fails): the
+// node then stays quarantined until the attachment goes.
+func (c *Controller) wantedOnNode(ctx context.Context, node string, va *storagev1.VolumeAttachment) bool {
+	if va.Spec.Source.PersistentVolumeName == nil {
+		return false
+	}
+	pv, err := c.pvs.Get(*va.Spec.Source.PersistentVolumeName)
+	if err != nil || pv.Spec.ClaimRef == nil {
+		return false
+	}
+	claim := pv.Spec.ClaimRef
+	pods, err := c.client.CoreV1().Pods(claim.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot list the node's pods: an attachment of a fenced volume holds its release", "err", err)
+		return false
+	}
+	if p := podgc.WantsClaim(pods.Items, node, claim.Namespace, claim.Name); p != nil {
+		klog.FromContext(ctx).V(2).Info("A new attachment of a fenced volume is for a pod on the node: it waits for the release", "VolumeAttachment", va.Name, "pod", klog.KObj(p))
+		return true
+	}
+	return false
 }
 
 func (c *Controller) pvHandle(name string) (string, string) {

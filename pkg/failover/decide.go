@@ -101,7 +101,17 @@ func AdmissionStale(node *v1.Node, fr *fencingv1alpha1.FencingRequest) bool {
 // until now). A
 // quarantined node with no record is not released: a quarantine taint never
 // means "nothing to clean". It never decides by time.
-func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storagev1.VolumeAttachment, pvHandle func(pv string) (driver, handle string)) (bool, string) {
+//
+// The attachment that must go first is the fenced one: released while it
+// stays, external-attacher's reconciler would find it attached where the
+// driver no longer publishes and publish the volume to the node again. A
+// new attachment of the volume to the node, not attached and not being
+// deleted, for a pod that runs on the node now (wanted, read live by the
+// caller) is not that one: scheduled there once the node was back (a node
+// that re-registered before its quarantine taint was put back), it waits
+// for this release to be published, and holding the release for it would
+// hold both for ever.
+func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storagev1.VolumeAttachment, pvHandle func(pv string) (driver, handle string), wanted func(*storagev1.VolumeAttachment) bool) (bool, string) {
 	if fr == nil {
 		if quarantined {
 			return false, "the node is quarantined but has no FencingRequest recording what was fenced: remove the taint " + contract.QuarantineTaintKey + " by hand once its volumes are known to be clean"
@@ -127,9 +137,13 @@ func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storag
 			continue
 		}
 		d, h := pvHandle(*va.Spec.Source.PersistentVolumeName)
-		if fencerecord.Find(fr, d, h) != nil {
-			return false, fmt.Sprintf("VolumeAttachment %s of a fenced volume is still on the node", va.Name)
+		if fencerecord.Find(fr, d, h) == nil {
+			continue
 		}
+		if !va.Status.Attached && va.DeletionTimestamp == nil && wanted(va) {
+			continue
+		}
+		return false, fmt.Sprintf("VolumeAttachment %s of a fenced volume is still on the node", va.Name)
 	}
 	return true, ""
 }

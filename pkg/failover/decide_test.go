@@ -54,32 +54,43 @@ func TestRelease(t *testing.T) {
 		fr.Spec.Released = true
 		return fr
 	}
+	attached := va.DeepCopy()
+	attached.Status.Attached = true
+	deleting := va.DeepCopy()
+	deleting.DeletionTimestamp = &now
+	cleaned := func() *fencingv1alpha1.FencingRequest {
+		return fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})
+	}
 	tests := []struct {
 		name        string
 		fr          *fencingv1alpha1.FencingRequest
 		quarantined bool
 		vas         []*storagev1.VolumeAttachment
 		want        bool
+		wanted      bool // a pod on the node wants the VA's volume
 	}{
-		{"nothing fenced", nil, false, nil, true},
-		{"quarantined with no record: never means nothing to clean", nil, true, nil, false},
-		{"fence intended, outcome unknown (S8)", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", StartedTime: &now}), true, nil, false},
-		{"fence refused: may still have been applied", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", StartedTime: &now, FenceError: "refused"}), true, nil, false},
-		{"fenced, not cleaned: never by time", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now}), true, nil, false},
-		{"cleanup failed", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanupError: "plugin down"}), true, nil, false},
-		{"cleaned", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}), true, nil, true},
-		{"cleaned but its VA is still on the node", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}), true, []*storagev1.VolumeAttachment{va}, false},
+		{"nothing fenced", nil, false, nil, true, false},
+		{"quarantined with no record: never means nothing to clean", nil, true, nil, false, false},
+		{"fence intended, outcome unknown (S8)", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", StartedTime: &now}), true, nil, false, false},
+		{"fence refused: may still have been applied", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", StartedTime: &now, FenceError: "refused"}), true, nil, false, false},
+		{"fenced, not cleaned: never by time", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now}), true, nil, false, false},
+		{"cleanup failed", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanupError: "plugin down"}), true, nil, false, false},
+		{"cleaned", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}), true, nil, true, false},
+		{"cleaned but its VA is still on the node", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}), true, []*storagev1.VolumeAttachment{va}, false, false},
 		{"withdrawn, cleaned, its VA still there (a manual request on a live node)",
-			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true},
+			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true, false},
 		{"withdrawn, not cleaned: deleting a record never skips the cleanup",
-			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false},
+			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false, false},
 		{"released through its spec, cleaned, its VA still there (kubectl fence release)",
-			released(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true},
+			released(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true, false},
 		{"released through its spec, not cleaned: releasing never skips the cleanup",
-			released(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false},
+			released(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false, false},
+		{"cleaned, a new attachment (not attached) for a pod now on the node", cleaned(), true, []*storagev1.VolumeAttachment{va}, true, true},
+		{"cleaned, the fenced attachment still attached, a pod on the node wants it", cleaned(), true, []*storagev1.VolumeAttachment{attached}, false, true},
+		{"cleaned, an attachment being deleted, a pod on the node wants it", cleaned(), true, []*storagev1.VolumeAttachment{deleting}, false, true},
 	}
 	for _, tc := range tests {
-		got, why := Release(tc.fr, tc.quarantined, tc.vas, handle)
+		got, why := Release(tc.fr, tc.quarantined, tc.vas, handle, func(*storagev1.VolumeAttachment) bool { return tc.wanted })
 		if got != tc.want {
 			t.Errorf("%s: Release = %v (%s), want %v", tc.name, got, why, tc.want)
 		}

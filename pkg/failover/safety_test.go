@@ -1167,3 +1167,81 @@ func TestNodeBackBeforeAnyFenceIsReleased(t *testing.T) {
 		t.Errorf("the volume was fenced on a node that is back: %v", e.steps.log)
 	}
 }
+
+// Seen in the trial power-off+node-deleted-and-reregistered (seed 30212):
+// the node re-registered right after the fence, before its quarantine taint
+// was back on the new Node object, and the StatefulSet's new pod was
+// scheduled there; the attach/detach controller created its attachment,
+// under the fenced one's name. The attachment waited for the release (no
+// publish to a quarantined node) and the release for the attachment: the
+// pod never ran. A new attachment, not attached, for a pod that runs on the
+// node is not the fenced one; the fenced one (attached), or one no pod
+// there wants, still holds the release.
+func TestNewAttachmentOnAReturnedNodeDoesNotHoldItsRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		attached     bool
+		podOnNode    bool
+		wantReleased bool
+	}{
+		{"a new attachment for the pod now on the node", false, true, true},
+		{"the fenced attachment, still attached", true, true, false},
+		{"an attachment no pod on the node wants", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if e.csi.fenced("h1") == 0 || e.steps.index("delete db-0") < 0 {
+				t.Fatalf("no failover to start from: %v", e.steps.log)
+			}
+			ctx := context.Background()
+			// The fenced attachment goes, the node is back and Ready,
+			// its agent cleans the volume.
+			if err := e.client.StorageV1().VolumeAttachments().Delete(ctx, "va1", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.setReady(t, "n1", v1.ConditionTrue)
+			fr := e.record(t)
+			now := metav1.Now()
+			fencerecord.Find(fr, driver, "h1").CleanedTime = &now
+			if _, err := e.fr.UpdateStatus(ctx, fr); err != nil {
+				t.Fatal(err)
+			}
+			// The claim's PV is bound; the StatefulSet's new pod and
+			// its attachment to the node, under the same name.
+			pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, "pv1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pv.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "data"}
+			if _, err := e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			node := "n1"
+			if !tc.podOnNode {
+				node = "n2"
+			}
+			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns", UID: "u2"},
+				Spec: v1.PodSpec{NodeName: node, Volumes: []v1.Volume{pvcVol("data")}}}
+			if _, err := e.client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1"},
+				Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv1")}},
+				Status: storagev1.VolumeAttachmentStatus{Attached: tc.attached}}
+			if _, err := e.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			n := e.node(t, "n1")
+			if released := podgc.Taint(n, contract.QuarantineTaintKey) == nil; released != tc.wantReleased {
+				t.Errorf("released = %v, want %v (taints %v, conditions %v)", released, tc.wantReleased, n.Spec.Taints, n.Status.Conditions)
+			}
+		})
+	}
+}

@@ -505,7 +505,9 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	if err != nil {
 		return err
 	}
-	ok, why := Release(fr, quarantined, vas, c.pvHandle)
+	ok, why := Release(fr, quarantined, vas, c.pvHandle, func(va *storagev1.VolumeAttachment) bool {
+		return c.wantedOnNode(ctx, node.Name, va)
+	})
 	if !ok {
 		klog.FromContext(ctx).V(2).Info("Node stays quarantined", "why", why)
 		return c.setConditions(ctx, node.Name, map[string]v1.ConditionStatus{contract.ConditionFencingRequired: v1.ConditionTrue}, "AwaitingCleanup", why)

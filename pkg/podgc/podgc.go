@@ -86,6 +86,26 @@ func ClaimName(pod *v1.Pod, vol v1.Volume) (string, bool) {
 	return "", false
 }
 
+// WantsClaim returns the first of pods that runs on node, is not
+// terminating nor finished, and uses the claim namespace/name (directly or
+// as an ephemeral volume's generated claim): a pod that waits for, or uses,
+// that claim's volume on the node. nil if none.
+func WantsClaim(pods []v1.Pod, node, namespace, claim string) *v1.Pod {
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName != node || p.Namespace != namespace || p.DeletionTimestamp != nil ||
+			p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		for _, vol := range p.Spec.Volumes {
+			if name, ok := ClaimName(p, vol); ok && name == claim {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
 // Volumes resolves the pod's volumes that are not node-local. claim maps a
 // claim name (a PVC, or the generated claim of an ephemeral volume) to its
 // CSI volume, or fails. A volume that is neither node-local nor a claim

@@ -234,3 +234,41 @@ func TestFailoverAllowed(t *testing.T) {
 		})
 	}
 }
+
+func TestWantsClaim(t *testing.T) {
+	now := metav1.Now()
+	pod := func(name, node string, mutate func(*v1.Pod)) v1.Pod {
+		p := v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: v1.PodSpec{NodeName: node,
+			Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}}}
+		if mutate != nil {
+			mutate(&p)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pods []v1.Pod
+		want string
+	}{
+		{"a running pod on the node", []v1.Pod{pod("db-0", "n1", nil)}, "db-0"},
+		{"on another node", []v1.Pod{pod("db-0", "n2", nil)}, ""},
+		{"terminating", []v1.Pod{pod("db-0", "n1", func(p *v1.Pod) { p.DeletionTimestamp = &now })}, ""},
+		{"finished", []v1.Pod{pod("db-0", "n1", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })}, ""},
+		{"another namespace", []v1.Pod{pod("db-0", "n1", func(p *v1.Pod) { p.Namespace = "other" })}, ""},
+		{"another claim", []v1.Pod{pod("db-0", "n1", func(p *v1.Pod) { p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "x" })}, ""},
+		{"an ephemeral volume's generated claim (<pod>-<volume>)", []v1.Pod{pod("data-db", "n1", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "0", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}}}
+		})}, "data-db"},
+		{"the second of two pods", []v1.Pod{pod("old", "n1", func(p *v1.Pod) { p.DeletionTimestamp = &now }), pod("db-0", "n1", nil)}, "db-0"},
+	} {
+		got := WantsClaim(tc.pods, "n1", "ns", "data-db-0")
+		if name := ""; got != nil {
+			name = got.Name
+			if name != tc.want {
+				t.Errorf("%s: WantsClaim = %s, want %q", tc.name, name, tc.want)
+			}
+		} else if tc.want != "" {
+			t.Errorf("%s: WantsClaim = nil, want %s", tc.name, tc.want)
+		}
+	}
+}
