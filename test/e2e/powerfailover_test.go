@@ -152,9 +152,16 @@ func TestPowerFenceFailsOverADriverWithoutFence(t *testing.T) {
 // expectEvent checks that the node has an Event with reason.
 func expectEvent(ctx context.Context, t *testing.T, node, reason string) {
 	t.Helper()
-	evs, err := cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
-	if err != nil || len(evs.Items) == 0 {
+	// Events are written by the recorder's broadcaster after the write they
+	// report: the state the caller waited for can be seen before its Event.
+	if err := framework.WaitFor(ctx, 30*time.Second, reason+" event on node "+node, func(ctx context.Context) (bool, error) {
+		evs, err := cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
+		if err != nil {
+			return false, err
+		}
+		return len(evs.Items) > 0, nil
+	}); err != nil {
 		t.Errorf("no %s event on node %s: %v", reason, node, err)
 	}
 }
