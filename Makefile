@@ -9,10 +9,20 @@ all: build
 
 include release-tools/build.make
 
-# Everything CI runs: static checks, unit tests, then the end-to-end tests on
-# a real control plane (which builds the pinned Kubernetes binaries on first use
-# into ~/.cache/fence-attacher, ~11 minutes cold, seconds warm).
-test: verify test-go test-powerfence test-e2e test-realnodes test-trials
+# Everything CI runs: static checks, unit tests, then the end-to-end suites on
+# real control planes (which build the pinned Kubernetes binaries on first
+# use into ~/.cache/fence-attacher, ~11 minutes cold, seconds warm). The
+# suites run side by side, three at a time, each on a control plane of its
+# own: most of their time is spent waiting out leases, grace periods and
+# backoffs, not on the CPU. Everything they install or build comes first,
+# once; each suite's output is printed whole when it ends.
+test: verify test-go test-powerfence
+	$(MAKE) test-deps
+	$(MAKE) -j3 --output-sync=target test-e2e-slow test-e2e-rest test-trials-run test-realnodes-run test-bench-e2e
+
+test-deps: test-e2e-deps test-realnodes-deps
+	$(GO) build -o /dev/null ./cmd/fence-trials
+	$(GO) test -tags e2e -count=1 -exec /bin/true ./test/e2e/... ./cmd/fence-bench/ >/dev/null
 
 # Power fencing on real parts: pkg/powerfence drives Debian's fence_ipmilan
 # against openipmi's ipmi_sim on loopback, whose "machine" is a process that
@@ -29,12 +39,26 @@ test-powerfence:
 # tests; about 9 minutes cold, cached like the others); then fence-bench at
 # its smallest (--trials=1, and interrupted), which must leave nothing
 # running and say nothing of a control plane after its teardown.
-test-e2e:
+test-e2e: test-e2e-deps
+	$(MAKE) -j2 --output-sync=target test-e2e-slow test-e2e-rest
+	$(MAKE) test-bench-e2e
+
+test-e2e-deps:
 	./hack/install-fence-agents.sh
 	./hack/e2e-binaries.sh >/dev/null
 	./hack/capi-binaries.sh >/dev/null
-	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/...
-	$(GO) test -tags e2e -count=1 -timeout 20m -v ./cmd/fence-bench/
+
+# The end-to-end tests that wait longest (MachineHealthCheck's timeouts, the
+# termination reasons' grace periods, an informer resync, a deleted Node's
+# record) run in a test process of their own beside the others.
+E2E_SLOW = ^Test(Machine|TerminationReason|HealthReflectsInformerSync$$|DeletedDeadNodeFailsOver$$)
+E2E_TEST = $(GO) test -tags e2e -count=1 -v
+test-e2e-slow:
+	$(E2E_TEST) -timeout 45m -run '$(E2E_SLOW)' ./test/e2e/
+test-e2e-rest:
+	$(E2E_TEST) -timeout 45m -skip '$(E2E_SLOW)' ./test/e2e/...
+test-bench-e2e:
+	$(E2E_TEST) -timeout 20m ./cmd/fence-bench/
 
 # Real nodes: a real kubelet and containerd
 # per node in its own network namespace and cgroup, joined to the local
@@ -54,11 +78,16 @@ test-e2e:
 # (the termination reason in preStop hooks a real kubelet runs, the webhook
 # deployed from deploy/kubernetes/prestop, also for a pod force-deleted
 # while its node was cut off); as root.
-test-realnodes:
+test-realnodes: test-realnodes-deps
+	$(MAKE) test-realnodes-run
+
+test-realnodes-deps:
 	./hack/install-node-deps.sh
 	./hack/install-fence-agents.sh
 	./hack/e2e-binaries.sh >/dev/null
 	./hack/node-binaries.sh >/dev/null
+
+test-realnodes-run:
 	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
 	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop)?$$' ./test/e2e/
 
@@ -69,6 +98,8 @@ TRIAL_SEED ?= 1000
 TRIALS ?= 10
 test-trials:
 	./hack/e2e-binaries.sh >/dev/null
+	$(MAKE) test-trials-run
+test-trials-run:
 	$(GO) run ./cmd/fence-trials -seed $(TRIAL_SEED) -trials 1
 
 chaos:
@@ -83,7 +114,7 @@ test-helm:
 	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
 test-go: test-helm
 
-.PHONY: all test test-powerfence test-e2e test-realnodes test-trials chaos demo demo-real-nodes test-helm
+.PHONY: all test test-deps test-powerfence test-e2e test-e2e-deps test-e2e-slow test-e2e-rest test-bench-e2e test-realnodes test-realnodes-deps test-realnodes-run test-trials test-trials-run chaos demo demo-real-nodes test-helm
 
 # The product's main job on an embedded default: a local real control plane,
 # the mock driver, the sidecar, and a node failure that fails over.
