@@ -56,8 +56,7 @@ func main() {
 
 func run(ctx context.Context, keep, partition, outOfService bool) (err error) {
 	log := printer{start: time.Now()}
-	log.Logf("preparing the control-plane binaries (a cold build takes several minutes; cached afterwards)")
-	c, err := framework.Start(ctx, log, framework.Options{})
+	c, err := startCluster(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -106,4 +105,11 @@ func run(ctx context.Context, keep, partition, outOfService bool) (err error) {
 	}
 	fmt.Println("Failover complete, no violations.")
 	return nil
+}
+
+// startCluster starts the local control plane, building its pinned binaries
+// first when they are not cached.
+func startCluster(ctx context.Context, log printer) (*framework.Cluster, error) {
+	log.Logf("preparing the control-plane binaries (a cold build takes several minutes; cached afterwards)")
+	return framework.Start(ctx, log, framework.Options{})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -45,8 +44,7 @@ func runRealNodes(ctx context.Context, log printer, keep, partition bool) (err e
 	if err := framework.CheckRealNodeHost(); err != nil {
 		return fmt.Errorf("this host cannot run real nodes: %w", err)
 	}
-	log.Logf("preparing the control-plane binaries (a cold build takes several minutes; cached afterwards)")
-	c, err := framework.Start(ctx, log, framework.Options{})
+	c, err := startCluster(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -124,23 +122,23 @@ func startRealWriter(ctx context.Context, c *framework.Cluster, dep *framework.R
 	if err := c.StaticVolume(ctx, dep, realVolume, realNS, "data-"+realSet+"-0", realClass); err != nil {
 		return nil, err
 	}
-	if err := setUnschedulable(ctx, c, other, true); err != nil {
+	if err := c.SetUnschedulable(ctx, other, true); err != nil {
 		return nil, err
 	}
 	if _, err := c.Client.AppsV1().StatefulSets(realNS).Create(ctx, framework.WriterStatefulSet(realSet, realClass), metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	pod, err := waitRunning(ctx, c, "", 3*time.Minute)
+	pod, err := c.WaitWriterRunning(ctx, realNS, realSet+"-0", "", 3*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	if err := setUnschedulable(ctx, c, other, false); err != nil {
+	if err := c.SetUnschedulable(ctx, other, false); err != nil {
 		return nil, err
 	}
 	if pod.Spec.NodeName != on {
 		return nil, fmt.Errorf("the writer runs on %s, want %s", pod.Spec.NodeName, on)
 	}
-	return pod, waitWrites(ctx, c, pod.Name, 5, time.Minute)
+	return pod, c.WaitWrites(ctx, realNS, pod.Name, 5, time.Minute)
 }
 
 // realFailover fails victim, waits for the writer to run and write on
@@ -158,7 +156,7 @@ func realFailover(ctx context.Context, c *framework.Cluster, rec *timeline.Recor
 			return err
 		}
 	}
-	second, err := waitRunning(ctx, c, old, 4*time.Minute)
+	second, err := c.WaitWriterRunning(ctx, realNS, realSet+"-0", old, 4*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -170,7 +168,7 @@ func realFailover(ctx context.Context, c *framework.Cluster, rec *timeline.Recor
 	}); err != nil {
 		return err
 	}
-	if err := waitWrites(ctx, c, second.Name, 3, time.Minute); err != nil {
+	if err := c.WaitWrites(ctx, realNS, second.Name, 3, time.Minute); err != nil {
 		return err
 	}
 	rec.Mark("replacement writes", "3 writes on "+other.Name)
@@ -189,47 +187,6 @@ func realFailover(ctx context.Context, c *framework.Cluster, rec *timeline.Recor
 	return framework.WaitFor(ctx, 3*time.Minute, victim.Name+" cleaned and released", func(context.Context) (bool, error) {
 		return rec.Has(timeline.NodeCleaned) && rec.Has(timeline.TaintsRemoved), nil
 	})
-}
-
-func setUnschedulable(ctx context.Context, c *framework.Cluster, node string, on bool) error {
-	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
-	_, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
-}
-
-// waitRunning waits for the writer's pod Running with a UID other than not.
-func waitRunning(ctx context.Context, c *framework.Cluster, not types.UID, timeout time.Duration) (*corev1.Pod, error) {
-	var pod *corev1.Pod
-	err := framework.WaitFor(ctx, timeout, "pod "+realSet+"-0 Running", func(ctx context.Context) (bool, error) {
-		p, err := c.Client.CoreV1().Pods(realNS).Get(ctx, realSet+"-0", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if p.UID == not {
-			return false, fmt.Errorf("still the old pod, on %s, deletion %v", p.Spec.NodeName, p.DeletionTimestamp)
-		}
-		pod = p
-		return p.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
-	})
-	return pod, err
-}
-
-// waitWrites waits for n successful writes in the writer's log; a failed
-// one is an error.
-func waitWrites(ctx context.Context, c *framework.Cluster, pod string, n int, timeout time.Duration) error {
-	var log []byte
-	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%d writes of %s", n, pod), func(ctx context.Context) (bool, error) {
-		var err error
-		log, err = c.Client.CoreV1().Pods(realNS).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			return false, err
-		}
-		return bytes.Count(log, []byte(" ok\n")) >= n, nil
-	})
-	if err == nil && bytes.Contains(log, []byte("failed")) {
-		err = fmt.Errorf("%s logged failed writes:\n%s", pod, log)
-	}
-	return err
 }
 
 // recordsByNode checks the writer's records on the volume (numbered 1, 2,

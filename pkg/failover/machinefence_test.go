@@ -277,6 +277,28 @@ func machineEnv(t *testing.T, objs []runtime.Object, backends []string, machines
 	return e
 }
 
+// restartWithMachineFence records, as a crashed leader left it a minute
+// ago, node n1's fence through target in a record of phase (confirmed or
+// not), and restarts the controller on it.
+func (e *env) restartWithMachineFence(t *testing.T, target fencingv1alpha1.MachineTarget, phase fencingv1alpha1.Phase, confirmed bool) {
+	t.Helper()
+	started := metav1.NewTime(time.Now().Add(-time.Minute))
+	nf := &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendMachine, StartedTime: &started, Attempts: 1, Machine: &target}
+	if confirmed {
+		nf.ConfirmedTime = &started
+	}
+	fr := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{contract.RecordFinalizer}},
+		Spec:   fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
+		Status: fencingv1alpha1.FencingRequestStatus{Phase: phase, NodeFence: nf}}
+	if _, err := e.fr.Create(context.Background(), fr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fr.UpdateStatus(context.Background(), fr); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+}
+
 // Cluster API deletes a Machine's Node right after its instance: no Node
 // is left to carry the out-of-service taint. Once the record holds the
 // instance confirmed deleted, every attachment to the gone node that no pod
@@ -309,21 +331,7 @@ func TestDeletedInstanceReleasesAttachments(t *testing.T) {
 			}
 			machines := &fakeMachines{confirmed: tc.infraGone}
 			e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
-			started := metav1.NewTime(time.Now().Add(-time.Minute))
-			nf := &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendMachine, StartedTime: &started, Attempts: 1, Machine: ptr.To(machines.target())}
-			if tc.confirmed {
-				nf.ConfirmedTime = &started
-			}
-			fr := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{contract.RecordFinalizer}},
-				Spec:   fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
-				Status: fencingv1alpha1.FencingRequestStatus{Phase: fencingv1alpha1.PhaseFenced, NodeFence: nf}}
-			if _, err := e.fr.Create(context.Background(), fr); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.fr.UpdateStatus(context.Background(), fr); err != nil {
-				t.Fatal(err)
-			}
-			e.restart(t)
+			e.restartWithMachineFence(t, machines.target(), fencingv1alpha1.PhaseFenced, tc.confirmed)
 			if err := e.sync(t); err != nil {
 				t.Fatal(err)
 			}
@@ -378,23 +386,9 @@ func TestMachineRemediationWithdrawnWhenTheNodeIsBack(t *testing.T) {
 			n.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
 			machines := &fakeMachines{}
 			e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
-			started := metav1.NewTime(time.Now().Add(-time.Minute))
 			target := machines.target()
 			target.DeletionStartedBy = tc.startedBy
-			nf := &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendMachine, StartedTime: &started, Attempts: 1, Machine: &target}
-			if tc.confirmed {
-				nf.ConfirmedTime = &started
-			}
-			fr := &fencingv1alpha1.FencingRequest{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{contract.RecordFinalizer}},
-				Spec:   fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginAutomatic},
-				Status: fencingv1alpha1.FencingRequestStatus{Phase: fencingv1alpha1.PhaseFencing, NodeFence: nf}}
-			if _, err := e.fr.Create(context.Background(), fr); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.fr.UpdateStatus(context.Background(), fr); err != nil {
-				t.Fatal(err)
-			}
-			e.restart(t)
+			e.restartWithMachineFence(t, target, fencingv1alpha1.PhaseFencing, tc.confirmed)
 			if err := e.sync(t); err != nil {
 				t.Fatal(err)
 			}

@@ -291,6 +291,46 @@ func (s *machineSetup) partition(ctx context.Context, t *testing.T) (time.Time, 
 // node is powered on again and released.
 func (s *machineSetup) expectFailedOver(ctx context.Context, t *testing.T, rec *timeline.Recorder, newNode string) {
 	t.Helper()
+	s.expectConfirmedMachineFence(ctx, t, rec, newNode, machinefence.StartedByUs)
+	machine := s.wc.Machines[s.victim]
+	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, s.victim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !framework.HasTaint(n, contract.OutOfServiceTaintKey, corev1.TaintEffectNoExecute) || n.Annotations[contract.OutOfServiceProvenanceAnnotation] == "" {
+		t.Errorf("%s is not out of service by this system's taint: %v %v", s.victim, n.Spec.Taints, n.Annotations)
+	}
+	if !conditionReason(n, contract.ConditionFencingComplete, "InstanceDeleted") {
+		t.Errorf("%s has no FencingComplete=True (InstanceDeleted): %+v", s.victim, n.Status.Conditions)
+	}
+	for _, reason := range []string{"FenceEscalated", "MachineDeleted", "NodeInstanceDeleted"} {
+		expectEvent(ctx, t, s.victim, reason)
+	}
+	// Cluster API finished the Machine's deletion after its instance.
+	if err := framework.WaitFor(ctx, 30*time.Second, "Machine "+machine+" deleted", func(ctx context.Context) (bool, error) {
+		_, err := cluster.Dynamic.Resource(machinefence.MachineResource).Namespace(s.wc.Namespace).Get(ctx, machine, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Error(err)
+	}
+	expectNoViolations(t)
+
+	// A new instance under the node's name (here: the node powered on):
+	// cleaned and released, the storm guard's slot freed for the next test.
+	if err := s.env.PowerOn(ctx, s.victim); err != nil {
+		t.Fatal(err)
+	}
+	expectReleased(ctx, t, s.victim, fencedVolume{s.d1, s.vol1})
+	expectNoViolations(t)
+}
+
+// expectConfirmedMachineFence checks what every failover through the
+// victim's Machine shows: nothing moved before the provider reported the
+// instance gone, the deleted instance writes no more and the replacement
+// (on newNode) does, and the record confirms a fence of that Machine whose
+// deletion startedBy started, no sooner than the provider's report.
+func (s *machineSetup) expectConfirmedMachineFence(ctx context.Context, t *testing.T, rec *timeline.Recorder, newNode, startedBy string) {
+	t.Helper()
 	released, ok := s.infra.Released(s.victim)
 	if !ok {
 		t.Fatalf("the pod moved to %s, but the provider never reported the instance of %s deleted", newNode, s.victim)
@@ -325,44 +365,15 @@ func (s *machineSetup) expectFailedOver(ctx context.Context, t *testing.T, rec *
 	machine := s.wc.Machines[s.victim]
 	if nf == nil || nf.Backend != fencingv1alpha1.BackendMachine || nf.StartedTime == nil || nf.ConfirmedTime == nil || nf.Machine == nil ||
 		nf.Machine.Name != machine || nf.Machine.Namespace != s.wc.Namespace || nf.Machine.Infrastructure.Kind != framework.InfraMachineKind ||
-		nf.Machine.DeletionStartedBy != machinefence.StartedByUs || nf.Machine.ProviderID != framework.ProviderIDPrefix+s.victim {
-		t.Fatalf("the record does not show a confirmed fence through Machine %s/%s: %+v (machine %+v)", s.wc.Namespace, machine, nf, nf.Machine)
+		nf.Machine.DeletionStartedBy != startedBy || nf.Machine.ProviderID != framework.ProviderIDPrefix+s.victim {
+		t.Fatalf("the record does not show a confirmed fence through Machine %s/%s, deletion started by %s: %+v (machine %+v)", s.wc.Namespace, machine, startedBy, nf, nf.Machine)
 	}
-	t.Logf("the record: machine fence started %s, confirmed %s (the provider reported at %s)", nf.StartedTime.Format(time.RFC3339),
-		nf.ConfirmedTime.Format(time.RFC3339), released.Format(time.RFC3339Nano))
 	// The apiserver's clock and this process's are this machine's.
 	if nf.ConfirmedTime.Time.Before(released.Truncate(time.Second)) {
 		t.Errorf("confirmed at %s, before the provider reported the instance deleted at %s", nf.ConfirmedTime, released)
 	}
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, s.victim, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !framework.HasTaint(n, contract.OutOfServiceTaintKey, corev1.TaintEffectNoExecute) || n.Annotations[contract.OutOfServiceProvenanceAnnotation] == "" {
-		t.Errorf("%s is not out of service by this system's taint: %v %v", s.victim, n.Spec.Taints, n.Annotations)
-	}
-	if !conditionReason(n, contract.ConditionFencingComplete, "InstanceDeleted") {
-		t.Errorf("%s has no FencingComplete=True (InstanceDeleted): %+v", s.victim, n.Status.Conditions)
-	}
-	for _, reason := range []string{"FenceEscalated", "MachineDeleted", "NodeInstanceDeleted"} {
-		expectEvent(ctx, t, s.victim, reason)
-	}
-	// Cluster API finished the Machine's deletion after its instance.
-	if err := framework.WaitFor(ctx, 30*time.Second, "Machine "+machine+" deleted", func(ctx context.Context) (bool, error) {
-		_, err := cluster.Dynamic.Resource(machinefence.MachineResource).Namespace(s.wc.Namespace).Get(ctx, machine, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Error(err)
-	}
-	expectNoViolations(t)
-
-	// A new instance under the node's name (here: the node powered on):
-	// cleaned and released, the storm guard's slot freed for the next test.
-	if err := s.env.PowerOn(ctx, s.victim); err != nil {
-		t.Fatal(err)
-	}
-	expectReleased(ctx, t, s.victim, fencedVolume{s.d1, s.vol1})
-	expectNoViolations(t)
+	t.Logf("the record: machine fence started %s, confirmed %s (the provider reported at %s): %s", nf.StartedTime.Format(time.RFC3339),
+		nf.ConfirmedTime.Format(time.RFC3339), released.Format(time.RFC3339Nano), nf.Output)
 }
 
 func conditionReason(n *corev1.Node, typ, reason string) bool {

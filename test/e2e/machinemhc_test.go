@@ -246,46 +246,8 @@ func (s *machineSetup) failOverMHC(ctx context.Context, t *testing.T, rec *timel
 // cleaned and released.
 func (s *machineSetup) expectFailedOverThroughCAPI(ctx context.Context, t *testing.T, rec *timeline.Recorder, mw *machineWatch, down time.Time, newNode, startedBy string) {
 	t.Helper()
-	released, ok := s.infra.Released(s.victim)
-	if !ok {
-		t.Fatalf("the pod moved to %s, but the provider never reported the instance of %s deleted", newNode, s.victim)
-	}
-	s.expectNothingEarly(t)
-	for _, m := range []string{timeline.PodForceDeleted, timeline.OldVADeleted, timeline.AttachedElsewhere} {
-		at, ok := rec.At(m)
-		if !ok {
-			t.Errorf("milestone %q never seen", m)
-		} else if at.Before(released) {
-			t.Errorf("%s at %s, before the provider reported the instance deleted at %s", m, at.Format(time.RFC3339Nano), released.Format(time.RFC3339Nano))
-		}
-	}
-	if err := product.Nodes[s.victim].Plugins[1].Write(ctx, s.vol2); err == nil {
-		t.Errorf("the deleted instance of %s still writes to %s", s.victim, s.vol2)
-	}
-	for _, wr := range []struct {
-		pl  *framework.NodePlugin
-		vol string
-	}{{product.Nodes[newNode].Plugins[0], s.vol1}, {product.Nodes[newNode].Plugins[1], s.vol2}} {
-		if err := wr.pl.Write(ctx, wr.vol); err != nil {
-			t.Errorf("the replacement cannot write %s: %v", wr.vol, err)
-		}
-	}
-	fr, err := fencingv1alpha1.NewClient(cluster.Dynamic).Get(ctx, s.victim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nf := fr.Status.NodeFence
+	s.expectConfirmedMachineFence(ctx, t, rec, newNode, startedBy)
 	machine := s.wc.Machines[s.victim]
-	if nf == nil || nf.Backend != fencingv1alpha1.BackendMachine || nf.StartedTime == nil || nf.ConfirmedTime == nil || nf.Machine == nil ||
-		nf.Machine.Name != machine || nf.Machine.Namespace != s.wc.Namespace || nf.Machine.Infrastructure.Kind != framework.InfraMachineKind ||
-		nf.Machine.DeletionStartedBy != startedBy || nf.Machine.ProviderID != framework.ProviderIDPrefix+s.victim {
-		t.Fatalf("the record does not show a confirmed fence through Machine %s/%s, deletion started by %s: %+v (machine %+v)", s.wc.Namespace, machine, startedBy, nf, nf.Machine)
-	}
-	if nf.ConfirmedTime.Time.Before(released.Truncate(time.Second)) {
-		t.Errorf("confirmed at %s, before the provider reported the instance deleted at %s", nf.ConfirmedTime, released)
-	}
-	t.Logf("the record: machine fence started %s, confirmed %s (the provider reported at %s): %s", nf.StartedTime.Format(time.RFC3339),
-		nf.ConfirmedTime.Format(time.RFC3339), released.Format(time.RFC3339Nano), nf.Output)
 	expectEvent(ctx, t, s.victim, "FenceEscalated")
 	// Cluster API deletes the Machine's Node once the instance is gone,
 	// and then the Machine.

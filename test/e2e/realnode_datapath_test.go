@@ -97,7 +97,7 @@ func TestRealNodesDataPath(t *testing.T) {
 	if err := c.Partition(ctx, cut.Name); err != nil {
 		t.Fatal(err)
 	}
-	second, err := waitWriterRunning(ctx, c, ns, sts+"-0", first.UID, 4*time.Minute)
+	second, err := c.WaitWriterRunning(ctx, ns, sts+"-0", first.UID, 4*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestRealNodesDataPath(t *testing.T) {
 	if second.Spec.NodeName != on.Name {
 		t.Fatalf("the replacement runs on %s, want %s", second.Spec.NodeName, on.Name)
 	}
-	if err := waitWrites(ctx, c, ns, second.Name, 3, 60*time.Second); err != nil {
+	if err := c.WaitWrites(ctx, ns, second.Name, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 

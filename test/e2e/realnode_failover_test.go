@@ -15,7 +15,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -118,7 +117,7 @@ func TestRealNodesFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	second, err := waitWriterRunning(ctx, c, ns, sts+"-0", first.UID, 4*time.Minute)
+	second, err := c.WaitWriterRunning(ctx, ns, sts+"-0", first.UID, 4*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func TestRealNodesFailover(t *testing.T) {
 	if second.Spec.NodeName != on.Name {
 		t.Fatalf("the replacement runs on %s, want %s", second.Spec.NodeName, on.Name)
 	}
-	if err := waitWrites(ctx, c, ns, second.Name, 3, 60*time.Second); err != nil {
+	if err := c.WaitWrites(ctx, ns, second.Name, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	after, err := os.ReadFile(filepath.Join(dep.DataDir(volume), "writes.log"))
@@ -179,33 +178,6 @@ func deployMockExample(ctx context.Context, t *testing.T, c *framework.Cluster, 
 	return dep
 }
 
-func setUnschedulable(ctx context.Context, c *framework.Cluster, node string, on bool) error {
-	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
-	_, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
-}
-
-// waitWriterRunning waits for pod name Running with a UID other than not,
-// failing early when it ends.
-func waitWriterRunning(ctx context.Context, c *framework.Cluster, ns, name string, not types.UID, timeout time.Duration) (*corev1.Pod, error) {
-	var pod *corev1.Pod
-	err := framework.WaitFor(ctx, timeout, "pod "+name+" Running", func(ctx context.Context) (bool, error) {
-		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if p.UID == not {
-			return false, fmt.Errorf("still the old pod, on %s, deletion %v", p.Spec.NodeName, p.DeletionTimestamp)
-		}
-		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			return false, fmt.Errorf("pod ended: %s %s", p.Status.Phase, p.Status.Message)
-		}
-		pod = p
-		return p.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s on %q, %v", p.Status.Phase, p.Spec.NodeName, p.Status.Conditions)
-	})
-	return pod, err
-}
-
 func waitLog(ctx context.Context, c *framework.Cluster, ns, pod, want string, timeout time.Duration) error {
 	var log []byte
 	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%q in %s's log", want, pod), func(ctx context.Context) (bool, error) {
@@ -215,28 +187,6 @@ func waitLog(ctx context.Context, c *framework.Cluster, ns, pod, want string, ti
 			return false, err
 		}
 		return bytes.Contains(log, []byte(want)), nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w; log so far:\n%s", err, log)
-	}
-	if bytes.Contains(log, []byte("failed")) {
-		return fmt.Errorf("%s logged failed writes:\n%s", pod, log)
-	}
-	return nil
-}
-
-// waitWrites waits for n successful writes in the writer pod's log (it
-// numbers its records after those the volume holds, so a replacement's
-// first write is not "write 1"), failing on a failed one.
-func waitWrites(ctx context.Context, c *framework.Cluster, ns, pod string, n int, timeout time.Duration) error {
-	var log []byte
-	err := framework.WaitFor(ctx, timeout, fmt.Sprintf("%d successful writes in %s's log", n, pod), func(ctx context.Context) (bool, error) {
-		var err error
-		log, err = c.Client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			return false, err
-		}
-		return bytes.Count(log, []byte(" ok\n")) >= n, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w; log so far:\n%s", err, log)

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -201,7 +200,7 @@ func TestRealNodesPowerFencing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	second, err := waitWriterRunning(ctx, c, realNS, realSet+"-0", first.UID, 4*time.Minute)
+	second, err := c.WaitWriterRunning(ctx, realNS, realSet+"-0", first.UID, 4*time.Minute)
 	if err != nil {
 		t.Fatalf("%v\nthe BMC's power changes: %v\nthe timeline:\n%s", err, bmc.Events(), tl)
 	}
@@ -209,7 +208,7 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	if second.Spec.NodeName != on.Name {
 		t.Fatalf("the replacement runs on %s, want %s", second.Spec.NodeName, on.Name)
 	}
-	if err := waitWrites(ctx, c, realNS, second.Name, 3, 60*time.Second); err != nil {
+	if err := c.WaitWrites(ctx, realNS, second.Name, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	wrote := time.Now()
@@ -561,27 +560,7 @@ func watchPowerFailover(ctx context.Context, c *framework.Cluster, node, other, 
 		if err != nil {
 			return err
 		}
-		rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, w)
-		if err != nil {
-			return err
-		}
-		tl.done.Add(1)
-		go func() {
-			defer tl.done.Done()
-			defer rw.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-rw.ResultChan():
-					if !ok {
-						return
-					}
-					handle(ev)
-				}
-			}
-		}()
-		return nil
+		return followWatch(ctx, &tl.done, rv, w, handle)
 	}
 	frs := fencingv1alpha1.NewClient(c.Dynamic)
 	pods := c.Client.CoreV1().Pods(realNS)

@@ -292,7 +292,7 @@ func testPreStopGraceful(ctx context.Context, t *testing.T, c *framework.Cluster
 		t.Fatalf("the opted-in pod was not admitted in %s (Pod Security restricted): %v", preStopNS, err)
 	}
 	checkInjected(t, created)
-	running, err := waitWriterRunning(ctx, c, preStopNS, pod.Name, "", 2*time.Minute)
+	running, err := c.WaitWriterRunning(ctx, preStopNS, pod.Name, "", 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,20 +359,20 @@ func testPreStopCutOff(ctx context.Context, t *testing.T, c *framework.Cluster, 
 	if err := c.StaticVolume(ctx, dep, volume, preStopNS, "data-"+realSet+"-0", class); err != nil {
 		t.Fatal(err)
 	}
-	if err := setUnschedulable(ctx, c, on.Name, true); err != nil {
+	if err := c.SetUnschedulable(ctx, on.Name, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Client.AppsV1().StatefulSets(preStopNS).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := waitWriterRunning(ctx, c, preStopNS, realSet+"-0", "", 3*time.Minute)
+	first, err := c.WaitWriterRunning(ctx, preStopNS, realSet+"-0", "", 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.Spec.NodeName != cut.Name {
 		t.Fatalf("the writer runs on %s, want %s", first.Spec.NodeName, cut.Name)
 	}
-	if err := setUnschedulable(ctx, c, on.Name, false); err != nil {
+	if err := c.SetUnschedulable(ctx, on.Name, false); err != nil {
 		t.Fatal(err)
 	}
 	checkInjected(t, first)
@@ -387,7 +387,7 @@ func testPreStopCutOff(ctx context.Context, t *testing.T, c *framework.Cluster, 
 	if err := c.Partition(ctx, cut.Name); err != nil {
 		t.Fatal(err)
 	}
-	second, err := waitWriterRunning(ctx, c, preStopNS, first.Name, first.UID, 4*time.Minute)
+	second, err := c.WaitWriterRunning(ctx, preStopNS, first.Name, first.UID, 4*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

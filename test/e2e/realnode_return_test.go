@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -142,7 +141,7 @@ func testRealNodeReturn(t *testing.T, mode returnMode) {
 		t.Fatal(err)
 	}
 	wentAway := time.Now()
-	second, err := waitWriterRunning(ctx, c, realNS, realSet+"-0", first.UID, 4*time.Minute)
+	second, err := c.WaitWriterRunning(ctx, realNS, realSet+"-0", first.UID, 4*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,20 +227,20 @@ func runRealWriter(ctx context.Context, t *testing.T, c *framework.Cluster, dep 
 	if err := c.StaticVolume(ctx, dep, volume, realNS, "data-"+realSet+"-0", class); err != nil {
 		t.Fatal(err)
 	}
-	if err := setUnschedulable(ctx, c, on.Name, true); err != nil {
+	if err := c.SetUnschedulable(ctx, on.Name, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Client.AppsV1().StatefulSets(realNS).Create(ctx, framework.WriterStatefulSet(realSet, class), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := waitWriterRunning(ctx, c, realNS, realSet+"-0", "", 3*time.Minute)
+	first, err := c.WaitWriterRunning(ctx, realNS, realSet+"-0", "", 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.Spec.NodeName != off.Name {
 		t.Fatalf("the writer runs on %s, want %s", first.Spec.NodeName, off.Name)
 	}
-	if err := setUnschedulable(ctx, c, on.Name, false); err != nil {
+	if err := c.SetUnschedulable(ctx, on.Name, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitLog(ctx, c, realNS, first.Name, "write 5 to /data/writes.log ok", 60*time.Second); err != nil {
@@ -632,30 +631,7 @@ func watchReturn(ctx context.Context, c *framework.Cluster, node, volume string)
 	tl.add(recordEvent(fr, false))
 
 	byName := fields.OneTermEqualSelector("metadata.name", node).String()
-	follow := func(rv string, w watchFunc, handle func(watch.Event)) error {
-		rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, w)
-		if err != nil {
-			return err
-		}
-		tl.done.Add(1)
-		go func() {
-			defer tl.done.Done()
-			defer rw.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-rw.ResultChan():
-					if !ok {
-						return
-					}
-					handle(ev)
-				}
-			}
-		}()
-		return nil
-	}
-	err = follow(n.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	err = followWatch(ctx, &tl.done, n.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = byName
 		return c.Client.CoreV1().Nodes().Watch(ctx, o)
 	}, func(ev watch.Event) {
@@ -667,7 +643,7 @@ func watchReturn(ctx context.Context, c *framework.Cluster, node, volume string)
 		cancel()
 		return nil, err
 	}
-	err = follow(fr.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	err = followWatch(ctx, &tl.done, fr.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = byName
 		return frs.Watch(ctx, o)
 	}, func(ev watch.Event) {
@@ -684,11 +660,4 @@ func watchReturn(ctx context.Context, c *framework.Cluster, node, volume string)
 		return nil, err
 	}
 	return tl, nil
-}
-
-// watchFunc is a cache.WatcherWithContext.
-type watchFunc func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error)
-
-func (f watchFunc) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return f(ctx, o)
 }

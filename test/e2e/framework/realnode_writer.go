@@ -1,10 +1,16 @@
 package framework
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -48,4 +54,55 @@ func WriterStatefulSet(name, class string) *appsv1.StatefulSet {
 			}},
 		},
 	}
+}
+
+// SetUnschedulable cordons node (on) or uncordons it, so that a writer
+// starts on the node a test or the demo chose.
+func (c *Cluster) SetUnschedulable(ctx context.Context, node string, on bool) error {
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+	_, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// WaitWriterRunning waits for pod ns/name Running with a UID other than not
+// (a replacement's), failing early when it ends.
+func (c *Cluster) WaitWriterRunning(ctx context.Context, ns, name string, not types.UID, timeout time.Duration) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := WaitFor(ctx, timeout, "pod "+name+" Running", func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.UID == not {
+			return false, fmt.Errorf("still the old pod, on %s, deletion %v", p.Spec.NodeName, p.DeletionTimestamp)
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("pod ended: %s %s", p.Status.Phase, p.Status.Message)
+		}
+		pod = p
+		return p.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s on %q, %v", p.Status.Phase, p.Spec.NodeName, p.Status.Conditions)
+	})
+	return pod, err
+}
+
+// WaitWrites waits for n successful writes in the writer pod's log (it
+// numbers its records after those the volume holds, so a replacement's
+// first write is not "write 1"), failing on a failed one.
+func (c *Cluster) WaitWrites(ctx context.Context, ns, pod string, n int, timeout time.Duration) error {
+	var log []byte
+	err := WaitFor(ctx, timeout, fmt.Sprintf("%d successful writes in %s's log", n, pod), func(ctx context.Context) (bool, error) {
+		var err error
+		log, err = c.Client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, err
+		}
+		return bytes.Count(log, []byte(" ok\n")) >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; log so far:\n%s", err, log)
+	}
+	if bytes.Contains(log, []byte("failed")) {
+		return fmt.Errorf("%s logged failed writes:\n%s", pod, log)
+	}
+	return nil
 }
