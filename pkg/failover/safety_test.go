@@ -1065,6 +1065,17 @@ func TestReleaseDoesNotCompleteOverANewFence(t *testing.T) {
 	if got := e.record(t); got.Status.Phase == fencingv1alpha1.PhaseComplete && fencerecord.Pending(got) {
 		t.Fatalf("request marked Complete with a volume not cleaned: %+v", got.Status)
 	}
+	// The next pass quarantines the node again, admitted by the storm
+	// guard first: the guard counts every quarantined node (S5).
+	e.restart(t)
+	_ = e.sync(t)
+	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+		t.Errorf("a node with a fence recorded and not cleaned is not quarantined")
+	}
+	l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), StormGuardLeaseName, metav1.GetOptions{})
+	if err != nil || !slices.Contains(strings.Split(l.Annotations[stormGuardAnnotation], ","), "n1") {
+		t.Errorf("quarantined again without the storm guard's admission: %v %v", err, l)
+	}
 }
 
 // A live read that fails says nothing about the node: the pass is retried

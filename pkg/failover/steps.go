@@ -484,7 +484,10 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	active := fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
 	_, annotated := node.Annotations[contract.OutOfServiceProvenanceAnnotation]
 	ownOutOfService := annotated || fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey))
-	if !quarantined && !active && !fencerecord.Pending(fr) && !hasFencingCondition(node) && !ownOutOfService &&
+	// A Complete request that kept its finalizer: a crash of a version
+	// that completed it before removing the finalizer.
+	finalizer := fr != nil && slices.Contains(fr.Finalizers, contract.RecordFinalizer)
+	if !quarantined && !active && !finalizer && !fencerecord.Pending(fr) && !hasFencingCondition(node) && !ownOutOfService &&
 		podgc.Taint(node, contract.FencingTriagedTaintKey) == nil && podgc.Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
 	}
@@ -495,8 +498,14 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	}
 	if fencerecord.Pending(fr) && !quarantined {
 		// A node that re-registered (deleted and back) while its volumes
-		// may still be quarantined: nothing is scheduled there until
-		// its agent has cleaned them.
+		// may still be quarantined, or one whose release a fence recorded
+		// meanwhile interrupted: nothing is scheduled there until its
+		// agent has cleaned them. Admitted first, whatever the storm
+		// guard's count (its fencing only continues), so that the guard
+		// counts every quarantined node.
+		if err := c.guard.admit(ctx, node.Name, true, func(int) (bool, string) { return true, "" }, c.admissionStale); err != nil {
+			return err
+		}
 		if err := c.addQuarantineTaint(ctx, node); err != nil {
 			return err
 		}
@@ -532,6 +541,28 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	if err := c.removeFencingConditions(ctx, node.Name); err != nil {
 		return err
 	}
+	// The request's completion is the last write: until it is done, the
+	// record is active and a pass after a crash anywhere above comes back
+	// here, so that no admission or finalizer outlives the release. The
+	// admission goes only on a live read that shows no fence recorded since
+	// the cache this pass decided on (one recorded later still fails the
+	// completion, and the next pass admits the node again before it
+	// quarantines it).
+	if active {
+		cur, err := c.frClient.Get(ctx, node.Name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if fencerecord.Pending(cur) {
+			return fmt.Errorf("a volume was recorded fenced on node %s meanwhile: its request stays open", node.Name)
+		}
+	}
+	if err := c.guard.release(ctx, node.Name); err != nil {
+		return err
+	}
+	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, node.Name); err != nil {
+		return err
+	}
 	if active {
 		if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 			cur, err := c.frClient.Get(ctx, node.Name)
@@ -552,12 +583,6 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-	}
-	if err := fencerecord.RemoveFinalizer(ctx, c.frClient, node.Name); err != nil {
-		return err
-	}
-	if err := c.guard.release(ctx, node.Name); err != nil {
-		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Node released from quarantine")
 	c.recorder.Eventf(node, v1.EventTypeNormal, "NodeReleased", "Node %s is back and cleaned: quarantine lifted", node.Name)

@@ -1,0 +1,165 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
+)
+
+// S6 and "every mark added is removed", across crashes: a node that failed
+// over, came back and was cleaned is released by a process that is killed
+// (kill -9: no write of it reaches the API any more) after its first k
+// writes, for every k up to the number a release takes, and then restarted.
+// At the crash the node is never unquarantined while its record has a
+// volume not cleaned; after the restart it ends released: no taint or
+// condition of this system on the Node, the request Complete without its
+// finalizer, the storm guard's admission gone.
+func TestCrashAtEveryWriteOfTheRelease(t *testing.T) {
+	const most = 40 // a release takes far fewer writes: the loop must end
+	for k := 0; k <= most; k++ {
+		var completed bool
+		t.Run(fmt.Sprintf("killed after %d writes", k), func(t *testing.T) {
+			e := readyToRelease(t)
+			kill := &killSwitch{after: k}
+			e.client.PrependReactor("*", "*", kill.react)
+			e.dyn.PrependReactor("*", "*", kill.react)
+			err := e.sync(t)
+			completed = !kill.fired()
+			if completed && err != nil {
+				t.Fatalf("the release failed without a crash: %v", err)
+			}
+			if n := e.node(t, "n1"); podgc.Taint(n, contract.QuarantineTaintKey) == nil && fencerecord.Pending(e.record(t)) {
+				t.Fatalf("killed after %d writes (%v): quarantine lifted with a volume not cleaned", k, kill.done())
+			}
+
+			// A new process on what reached the API.
+			e.client.ReactionChain = e.client.ReactionChain[1:]
+			e.dyn.ReactionChain = e.dyn.ReactionChain[1:]
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatalf("killed after %d writes (%v), the restarted release: %v", k, kill.done(), err)
+			}
+			expectReleased(t, e)
+		})
+		if completed {
+			if k == 0 {
+				t.Fatal("the release wrote nothing: there was nothing to break")
+			}
+			return
+		}
+	}
+	t.Fatalf("a release takes more than %d writes", most)
+}
+
+// readyToRelease is n1 after a failover (fenced, its pod deleted, the
+// attachment gone) that is Ready again and whose agent cleaned the volume,
+// under a freshly started controller.
+func readyToRelease(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.csi.fenced("h1") == 0 || e.steps.index("delete db-0") < 0 {
+		t.Fatalf("no failover to start from: %v", e.steps.log)
+	}
+	ctx := context.Background()
+	if err := e.client.StorageV1().VolumeAttachments().Delete(ctx, "va1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.setReady(t, "n1", v1.ConditionTrue)
+	fr := e.record(t)
+	now := metav1.Now()
+	fencerecord.Find(fr, driver, "h1").CleanedTime = &now
+	if _, err := e.fr.UpdateStatus(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	return e
+}
+
+// expectReleased checks that nothing this system marks a failed node with
+// is left on n1.
+func expectReleased(t *testing.T, e *env) {
+	t.Helper()
+	n := e.node(t, "n1")
+	for _, key := range []string{contract.QuarantineTaintKey, contract.FencingTriagedTaintKey, contract.FencingRequiredTaintKey, contract.OutOfServiceTaintKey} {
+		if podgc.Taint(n, key) != nil {
+			t.Errorf("taint %s left on the released node: %v", key, n.Spec.Taints)
+		}
+	}
+	if hasFencingCondition(n) {
+		t.Errorf("a fencing condition left on the released node: %+v", n.Status.Conditions)
+	}
+	fr, err := e.fr.Get(context.Background(), "n1")
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		t.Fatal(err)
+	case fr.Status.Phase != fencingv1alpha1.PhaseComplete || slices.Contains(fr.Finalizers, contract.RecordFinalizer):
+		t.Errorf("the record of the released node: phase %s, finalizers %v", fr.Status.Phase, fr.Finalizers)
+	}
+	l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), StormGuardLeaseName, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err == nil && slices.Contains(strings.Split(l.Annotations[stormGuardAnnotation], ","), "n1") {
+		t.Errorf("the storm guard still admits the released node: %q", l.Annotations[stormGuardAnnotation])
+	}
+}
+
+// killSwitch lets the first after writes through, then fails every write
+// as a killed process's would never arrive; reads go on.
+type killSwitch struct {
+	mu     sync.Mutex
+	after  int
+	writes []string
+	killed bool
+}
+
+func (k *killSwitch) react(a k8stesting.Action) (bool, runtime.Object, error) {
+	switch a.GetVerb() {
+	case "get", "list", "watch":
+		return false, nil, nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.writes) >= k.after {
+		k.killed = true
+		return true, nil, errors.New("process killed")
+	}
+	what := a.GetVerb() + " " + a.GetResource().Resource
+	if s := a.GetSubresource(); s != "" {
+		what += "/" + s
+	}
+	k.writes = append(k.writes, what)
+	return false, nil, nil
+}
+
+func (k *killSwitch) fired() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.killed
+}
+
+// done lists the writes that reached the API before the kill.
+func (k *killSwitch) done() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.writes)
+}
