@@ -163,3 +163,57 @@ func (k *killSwitch) done() []string {
 	defer k.mu.Unlock()
 	return slices.Clone(k.writes)
 }
+
+// The failover's half of the same: the process that fails n1 over is killed
+// after its first k writes, for every k up to the number a failover takes.
+// At the crash the pod is gone only if its volume is recorded fenced and
+// the node quarantined (S1, S8); the restarted process finishes the
+// failover with one more fence at most for the volume (fenced at most once
+// per process).
+func TestCrashAtEveryWriteOfTheFailover(t *testing.T) {
+	const most = 40
+	for k := 0; k <= most; k++ {
+		var completed bool
+		t.Run(fmt.Sprintf("killed after %d writes", k), func(t *testing.T) {
+			e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+			kill := &killSwitch{after: k}
+			e.client.PrependReactor("*", "*", kill.react)
+			e.dyn.PrependReactor("*", "*", kill.react)
+			err := e.sync(t)
+			completed = !kill.fired()
+			if completed && err != nil {
+				t.Fatalf("the failover failed without a crash: %v", err)
+			}
+			if e.steps.index("delete db-0") >= 0 {
+				fr, err := e.fr.Get(context.Background(), "n1")
+				if err != nil || !fencerecord.IsFenced(fr, driver, "h1") || podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+					t.Fatalf("killed after %d writes (%v): the pod was deleted without its volume recorded fenced on a quarantined node (%v)", k, kill.done(), err)
+				}
+			}
+
+			e.client.ReactionChain = e.client.ReactionChain[1:]
+			e.dyn.ReactionChain = e.dyn.ReactionChain[1:]
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatalf("killed after %d writes (%v), the restarted failover: %v", k, kill.done(), err)
+			}
+			fr := e.record(t)
+			if !fencerecord.IsFenced(fr, driver, "h1") || e.steps.index("delete db-0") < 0 {
+				t.Fatalf("killed after %d writes (%v): not failed over after the restart: %v", k, kill.done(), e.steps.log)
+			}
+			if n := e.csi.fenced("h1"); n > 2 {
+				t.Errorf("h1 fenced %d times", n)
+			}
+			if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+				t.Errorf("the failed node is not quarantined after the restart")
+			}
+		})
+		if completed {
+			if k == 0 {
+				t.Fatal("the failover wrote nothing: there was nothing to break")
+			}
+			return
+		}
+	}
+	t.Fatalf("a failover takes more than %d writes", most)
+}
