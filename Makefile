@@ -15,10 +15,11 @@ include release-tools/build.make
 # suites run side by side, three at a time, each on a control plane of its
 # own: most of their time is spent waiting out leases, grace periods and
 # backoffs, not on the CPU. Everything they install or build comes first,
-# once; each suite's output is printed whole when it ends.
+# once; each suite's output is printed whole when it ends, and a failed
+# suite stops none of the others (-k).
 test: verify test-go test-powerfence
 	$(MAKE) test-deps
-	$(MAKE) -j3 --output-sync=target test-e2e-slow test-e2e-rest test-trials-run test-realnodes-run test-bench-e2e
+	$(MAKE) -k -j3 --output-sync=target test-e2e-slow test-e2e-rest test-trials-run test-realnodes-run test-bench-e2e
 
 test-deps: test-e2e-deps test-realnodes-deps
 	$(GO) build -o /dev/null ./cmd/fence-trials
@@ -40,7 +41,7 @@ test-powerfence:
 # its smallest (--trials=1, and interrupted), which must leave nothing
 # running and say nothing of a control plane after its teardown.
 test-e2e: test-e2e-deps
-	$(MAKE) -j2 --output-sync=target test-e2e-slow test-e2e-rest
+	$(MAKE) -k -j2 --output-sync=target test-e2e-slow test-e2e-rest
 	$(MAKE) test-bench-e2e
 
 test-e2e-deps:

@@ -142,7 +142,6 @@ type sidecarRun struct {
 	t       *testing.T
 	user    string
 	started time.Time
-	offset  int64
 }
 
 // runAs restarts the product's csi-fence-attacher with the kubeconfig of sa
@@ -150,10 +149,6 @@ type sidecarRun struct {
 func runAs(ctx context.Context, t *testing.T, sa, kubeconfig string, flags ...string) *sidecarRun {
 	t.Helper()
 	r := &sidecarRun{t: t, user: productServiceAccounts + sa, started: time.Now().Truncate(time.Second)}
-	// The log file is the product attacher's across restarts.
-	if fi, err := os.Stat(product.Attacher.LogPath); err == nil {
-		r.offset = fi.Size()
-	}
 	if err := product.RestartAttacher(ctx, append([]string{"--kubeconfig=" + kubeconfig}, flags...)...); err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +163,9 @@ func runAs(ctx context.Context, t *testing.T, sa, kubeconfig string, flags ...st
 
 // logs is what the sidecar logged since runAs restarted it.
 func (r *sidecarRun) logs() string {
-	b, err := os.ReadFile(product.Attacher.LogPath)
+	b, err := product.Attacher.Output()
 	if err != nil {
 		r.t.Fatal(err)
-	}
-	if int64(len(b)) >= r.offset {
-		b = b[r.offset:]
 	}
 	return string(b)
 }

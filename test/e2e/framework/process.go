@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,11 +20,14 @@ import (
 type Process struct {
 	Name    string
 	LogPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	mu      sync.Mutex
-	err     error
-	stopped bool // Stop or Kill was called: its end is intended
+	// logStart is where this process's output begins in LogPath, which
+	// every process of the same name appends to.
+	logStart int64
+	cmd      *exec.Cmd
+	done     chan struct{}
+	mu       sync.Mutex
+	err      error
+	stopped  bool // Stop or Kill was called: its end is intended
 }
 
 // spawner starts every child from one goroutine locked to its OS thread for
@@ -67,6 +71,11 @@ func startProcess(dir, name, bin string, args ...string) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	start, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	fmt.Fprintf(f, "### %s %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -75,7 +84,7 @@ func startProcess(dir, name, bin string, args ...string) (*Process, error) {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Process{Name: name, LogPath: logPath, logStart: start, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		f.Close()
@@ -215,4 +224,18 @@ func waitFor(ctx context.Context, timeout, interval time.Duration, what string, 
 // timeout but does not end the wait (the API may be briefly unavailable).
 func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
 	return waitFor(ctx, timeout, 100*time.Millisecond, what, cond)
+}
+
+// Output is what this process has logged so far: its part of LogPath,
+// which the processes started before it under the same name (restarts,
+// other tests') wrote to as well.
+func (p *Process) Output() ([]byte, error) {
+	b, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) < p.logStart {
+		return nil, fmt.Errorf("%s is shorter than when %s started", p.LogPath, p.Name)
+	}
+	return b[p.logStart:], nil
 }
