@@ -365,8 +365,10 @@ func waitReleased(ctx context.Context, c *framework.Cluster, node, volume string
 
 // checkReturnOrder checks the order of the writes the watches saw: the
 // record's entry was cleaned before the quarantine taint went and before
-// the request completed and lost its finalizer, and the node was Ready and
-// still quarantined before its release (it is not released for being back).
+// the request lost its finalizer, the request completed last (so that a
+// crash before it leaves the request active and the next pass finishes the
+// release), and the node was Ready and still quarantined before its release
+// (it is not released for being back).
 func checkReturnOrder(t *testing.T, tl *returnTimeline) {
 	events := tl.snapshot()
 	// The first of each kind is the state read before the power on: every
@@ -398,8 +400,8 @@ func checkReturnOrder(t *testing.T, tl *returnTimeline) {
 		before, after uint64
 	}{
 		{"the entry cleaned before the quarantine lifted (S2, S6)", cleaned, released},
-		{"the entry cleaned before the request completed", cleaned, complete},
-		{"the request complete before its finalizer went (S8)", complete, unfinalized},
+		{"the entry cleaned before the finalizer went (S8)", cleaned, unfinalized},
+		{"the finalizer gone before the request completed, the release's last write (S6)", unfinalized, complete},
 		{"the node Ready and quarantined before its release", waiting, released},
 	} {
 		if c.before >= c.after {
