@@ -21,6 +21,15 @@
 // #761), see attach.go.
 //
 //	go run ./cmd/fence-bench --mode=attach --counts=100,500 --qps=default,1000
+//
+// With --mode=scale it builds a large cluster (1,000 KWOK nodes, 30,000
+// pods, 3,000 volumes attached through the product) and measures the
+// controller role's and a node agent's memory, CPU and API requests in
+// steady state, one node with 110 pods failing (beside the in-tree
+// out-of-service path), and a rack of nodes losing power at once under the
+// storm guard, see scale.go.
+//
+//	go run ./cmd/fence-bench --mode=scale --nodes=1000 --pods=30000 --volumes=3000
 package main
 
 import (
@@ -75,7 +84,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	trials := fs.Int("trials", 5, "Trials per path")
 	paths := fs.String("paths", "automatic,out-of-service,power", "Failover paths to measure: out-of-service (the in-tree path: taint added by the benchmark the moment the pod is eligible), automatic (SafeDetach pod GC, storage fence) and power (SafeDetach pod GC of a driver without UNPUBLISH_FENCE, the node powered off by fence_ipmilan through an ipmi_sim BMC; needs fence_ipmilan, ipmitool and ipmi_sim, which hack/install-fence-agents.sh installs)")
-	mode := fs.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes)")
+	mode := fs.String("mode", "failover", "failover: the failover overhead per path (--trials, --paths); burst: a burst of fenced and of plain detaches from one node (--volumes); attach: attach/detach throughput with and without the fence, and attaches during a fence burst (--counts, --qps, --burst-volumes); scale: a large cluster's steady state, a 110-pod node failing and a rack losing power (--nodes, --pods, --volumes, --rack)")
 	volumes := fs.Int("volumes", 200, "With --mode=burst: VolumeAttachments detached at once from one node")
 	counts := fs.String("counts", "100,500", "With --mode=attach: VolumeAttachments attached and detached at once per round")
 	qps := fs.String("qps", "default,1000", "With --mode=attach: the attacher's --kube-api-qps (and --kube-api-burst) per round; default is external-attacher's 5 (10)")
@@ -83,6 +92,17 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	burstQPS := fs.String("burst-qps", "1000", "With --mode=attach: the attacher's --kube-api-qps in the fence-burst phase")
 	fenceDelay := fs.Duration("fence-delay", 500*time.Millisecond, "With --mode=attach: the mock driver's latency of each ControllerUnpublishVolume during the fence burst")
 	attachCount := fs.Int("attaches", 200, "With --mode=attach: attaches measured alone and during the fence burst")
+	nodes := fs.Int("nodes", 1000, "With --mode=scale: KWOK nodes")
+	pods := fs.Int("pods", 30000, "With --mode=scale: pods, --volumes of them with a volume each (StatefulSets), the others without (Deployments)")
+	hotPods := fs.Int("hot-pods", 110, "With --mode=scale: pods, each with a volume, of the node that fails (and of the in-tree path's)")
+	rack := fs.Int("rack", 20, "With --mode=scale: nodes of the rack that loses power at once (0: skip)")
+	rackPods := fs.Int("rack-pods", 5, "With --mode=scale: pods, each with a volume, per node of the rack")
+	guardPercent := fs.Int("max-fenced-node-percent", 0, "With --mode=scale: the attacher's storm guard limit; 0: the smallest that admits the failed node and half the rack")
+	inTree := fs.Bool("in-tree", true, "With --mode=scale: measure the in-tree out-of-service path beside the product's on a node of its own")
+	window := fs.Duration("window", 2*time.Minute, "With --mode=scale: the steady-state window")
+	settle := fs.Duration("settle", 30*time.Second, "With --mode=scale: from the restarted attacher leading to the steady-state window")
+	controllerQPS := fs.String("controller-qps", "default", "With --mode=scale: the attacher's --kube-api-qps (and burst) while measuring; default is external-attacher's 5 (10)")
+	enforceMemory := fs.Bool("enforce-memory-goal", false, "With --mode=scale: fail when the controller role's RSS in steady state is over the goal (300 MiB)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -101,6 +121,22 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		}
 		o.qps, o.burstQPS = strings.Split(*qps, ","), strings.Split(*burstQPS, ",")
 		o.burstVols, o.fenceDelay, o.attachCount = *burstVols, *fenceDelay, *attachCount
+	}
+	var so scaleOptions
+	if *mode == "scale" {
+		// --volumes is the burst's 200 unless given: here 3,000.
+		so.volumes = 3000
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "volumes" {
+				so.volumes = *volumes
+			}
+		})
+		so.nodes, so.pods, so.hotPods, so.rack, so.rackPods = *nodes, *pods, *hotPods, *rack, *rackPods
+		so.guardPercent, so.inTree, so.window, so.settle = *guardPercent, *inTree, *window, *settle
+		so.qps, so.enforceMemory = apiSetting(*controllerQPS), *enforceMemory
+		if _, err := planScale(so); err != nil {
+			return fail(err)
+		}
 	}
 	pathList := strings.Split(*paths, ",")
 	need, err := requirements(*mode, pathList, *trials, *volumes)
@@ -130,6 +166,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			err = b.runBurst(ctx, *volumes)
 		case "attach":
 			err = b.runAttach(ctx, o)
+		case "scale":
+			err = b.runScale(ctx, so)
 		}
 		if err != nil {
 			return fail(err)

@@ -32,7 +32,8 @@ func TestRequirements(t *testing.T) {
 		{name: "empty path", mode: "failover", paths: "automatic,", trials: 1, err: "--paths=automatic,"},
 		{name: "no trials", mode: "failover", paths: "automatic", trials: 0, err: "--trials=0"},
 		{name: "no volumes", mode: "burst", volumes: 0, err: "--volumes=0"},
-		{name: "unknown mode", mode: "scale", err: `unknown --mode "scale"`},
+		{name: "scale", mode: "scale", want: needs{controlPlane: true}},
+		{name: "unknown mode", mode: "scal", err: `unknown --mode "scal"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := requirements(tc.mode, strings.Split(tc.paths, ","), tc.trials, tc.volumes)

@@ -47,10 +47,10 @@ func requirements(mode string, paths []string, trials, volumes int) (needs, erro
 			return needs{}, fmt.Errorf("--volumes=%d: want at least 1", volumes)
 		}
 		return needs{controlPlane: true}, nil
-	case "attach":
+	case "attach", "scale":
 		return needs{controlPlane: true}, nil
 	}
-	return needs{}, fmt.Errorf("unknown --mode %q: want failover, burst or attach", mode)
+	return needs{}, fmt.Errorf("unknown --mode %q: want failover, burst, attach or scale", mode)
 }
 
 // preflight provides what the run needs before it measures anything, with

@@ -156,16 +156,27 @@ func (a *Array) SetOverrides(o Overrides) error {
 // RegisterNode makes node known to the array (idempotent; the latest
 // maxVolumes wins).
 func (a *Array) RegisterNode(node string, maxVolumes int64) error {
-	if node == "" {
-		return errf(CodeInvalidArgument, "node ID is empty")
+	return a.RegisterNodes(maxVolumes, node)
+}
+
+// RegisterNodes registers many nodes in one update of the state, as
+// RegisterNode does each (a benchmark's thousand nodes would otherwise
+// rewrite the whole state a thousand times).
+func (a *Array) RegisterNodes(maxVolumes int64, nodes ...string) error {
+	for _, node := range nodes {
+		if node == "" {
+			return errf(CodeInvalidArgument, "node ID is empty")
+		}
 	}
 	return a.Update(func(s *State) error {
-		n := s.Nodes[node]
-		if n == nil {
-			n = &Node{ID: node, Registered: a.now()}
-			s.Nodes[node] = n
+		for _, node := range nodes {
+			n := s.Nodes[node]
+			if n == nil {
+				n = &Node{ID: node, Registered: a.now()}
+				s.Nodes[node] = n
+			}
+			n.MaxVolumes = maxVolumes
 		}
-		n.MaxVolumes = maxVolumes
 		return nil
 	})
 }
@@ -208,9 +219,17 @@ func (a *Array) CreateVolume(args CreateArgs) (*Volume, error) {
 // AddVolume adds a single-node volume with a given ID, as for a statically
 // provisioned PV (idempotent).
 func (a *Array) AddVolume(id string, capacity int64) error {
+	return a.AddVolumes(capacity, id)
+}
+
+// AddVolumes adds many single-node volumes in one update of the state, as
+// AddVolume does each.
+func (a *Array) AddVolumes(capacity int64, ids ...string) error {
 	return a.Update(func(s *State) error {
-		if _, ok := s.Volumes[id]; !ok {
-			s.Volumes[id] = &Volume{ID: id, Name: id, Capacity: capacity, SingleNode: true, Created: a.now()}
+		for _, id := range ids {
+			if _, ok := s.Volumes[id]; !ok {
+				s.Volumes[id] = &Volume{ID: id, Name: id, Capacity: capacity, SingleNode: true, Created: a.now()}
+			}
 		}
 		return nil
 	})

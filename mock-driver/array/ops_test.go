@@ -676,3 +676,52 @@ func TestChangesCountedApart(t *testing.T) {
 		t.Errorf("writes %v, changes %v, data %d, last I/O %v; want 2, 2, 2 and a time", v.Writes, v.Changes, v.Data, v.LastIO)
 	}
 }
+
+// The bulk operations register every node and add every volume in one
+// update, idempotently, and register none when one node ID is empty.
+func TestBulkRegistration(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		nodes     []string
+		wantNodes int
+		wantErr   Code
+	}{
+		{name: "three nodes", nodes: []string{"n1", "n2", "n3"}, wantNodes: 3},
+		{name: "a node twice", nodes: []string{"n1", "n1"}, wantNodes: 1},
+		{name: "an empty ID registers none", nodes: []string{"n1", ""}, wantErr: CodeInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = a.RegisterNodes(4, tc.nodes...)
+			var ae *Error
+			if tc.wantErr != 0 {
+				if !errors.As(err, &ae) || ae.Code != tc.wantErr {
+					t.Fatalf("error %v, want code %v", err, tc.wantErr)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.AddVolumes(1<<20, "v1", "v2", "v1"); err != nil {
+				t.Fatal(err)
+			}
+			s, err := a.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Nodes) != tc.wantNodes {
+				t.Errorf("%d nodes registered, want %d", len(s.Nodes), tc.wantNodes)
+			}
+			for _, n := range s.Nodes {
+				if n.MaxVolumes != 4 {
+					t.Errorf("node %s: max volumes %d, want 4", n.ID, n.MaxVolumes)
+				}
+			}
+			if len(s.Volumes) != 2 || s.Volumes["v2"] == nil || !s.Volumes["v2"].SingleNode {
+				t.Errorf("volumes %v, want v1 and v2, single-node", s.Volumes)
+			}
+		})
+	}
+}

@@ -64,6 +64,16 @@ type Logger interface {
 type Options struct {
 	// NodeMonitorGracePeriod of the node lifecycle controller (default 10s).
 	NodeMonitorGracePeriod time.Duration
+	// NodeLeaseDuration of KWOK's nodes (default 10s): KWOK renews each
+	// node's Lease every quarter of it. A large cluster on a small machine
+	// needs a kubelet's 40 s (and a grace period to match), or the
+	// heartbeats alone load the apiserver.
+	NodeLeaseDuration time.Duration
+	// ControlPlaneQPS, when set, is kube-controller-manager's and
+	// kube-scheduler's --kube-api-qps (their burst twice as much), instead
+	// of their defaults of 20 and 50: at 20, the StatefulSet and ReplicaSet
+	// controllers create thirty thousand pods in 25 minutes.
+	ControlPlaneQPS int
 	// BinDir holds the control-plane binaries; default: $FENCE_E2E_BIN or
 	// what hack/e2e-binaries.sh prints (building them if needed).
 	BinDir string
@@ -161,6 +171,9 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 	begin := time.Now()
 	if opts.NodeMonitorGracePeriod == 0 {
 		opts.NodeMonitorGracePeriod = 10 * time.Second
+	}
+	if opts.NodeLeaseDuration == 0 {
+		opts.NodeLeaseDuration = 10 * time.Second
 	}
 	if opts.BinDir == "" {
 		if opts.BinDir, err = Binaries(ctx, log); err != nil {
@@ -322,21 +335,25 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 		return err
 	}
 
+	var qps []string
+	if opts.ControlPlaneQPS > 0 {
+		qps = []string{"--kube-api-qps=" + strconv.Itoa(opts.ControlPlaneQPS), "--kube-api-burst=" + strconv.Itoa(2*opts.ControlPlaneQPS)}
+	}
 	kcm := c.kubeconfigPath("kcm")
-	kcmProc, err := c.run(logs, "kube-controller-manager", bin("kube-controller-manager"),
-		"--kubeconfig="+kcm, "--authentication-kubeconfig="+kcm, "--authorization-kubeconfig="+kcm,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(kcmPort), "--leader-elect=false",
-		"--use-service-account-credentials=true", "--service-account-private-key-file="+p("sa.key"),
-		"--root-ca-file="+p("ca.crt"), "--node-monitor-period=1s",
-		"--node-monitor-grace-period="+opts.NodeMonitorGracePeriod.String(), "--allocate-node-cidrs=false",
-		"--controllers="+strings.Join(controllers, ","))
+	kcmProc, err := c.run(logs, "kube-controller-manager", bin("kube-controller-manager"), append([]string{
+		"--kubeconfig=" + kcm, "--authentication-kubeconfig=" + kcm, "--authorization-kubeconfig=" + kcm,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(kcmPort), "--leader-elect=false",
+		"--use-service-account-credentials=true", "--service-account-private-key-file=" + p("sa.key"),
+		"--root-ca-file=" + p("ca.crt"), "--node-monitor-period=1s",
+		"--node-monitor-grace-period=" + opts.NodeMonitorGracePeriod.String(), "--allocate-node-cidrs=false",
+		"--controllers=" + strings.Join(controllers, ",")}, qps...)...)
 	if err != nil {
 		return err
 	}
 	sched := c.kubeconfigPath("scheduler")
-	schedProc, err := c.run(logs, "kube-scheduler", bin("kube-scheduler"),
-		"--kubeconfig="+sched, "--authentication-kubeconfig="+sched, "--authorization-kubeconfig="+sched,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(schedPort))
+	schedProc, err := c.run(logs, "kube-scheduler", bin("kube-scheduler"), append([]string{
+		"--kubeconfig=" + sched, "--authentication-kubeconfig=" + sched, "--authorization-kubeconfig=" + sched,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(schedPort)}, qps...)...)
 	if err != nil {
 		return err
 	}
@@ -348,7 +365,7 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 	// 2.5 s, well inside the grace period (kwok's kubelet-like 40 s would
 	// renew every 10 s and flap against a 10 s grace period).
 	kwokArgs := []string{"--kubeconfig=" + c.kubeconfigPath("kwok"), "--manage-all-nodes=false",
-		"--manage-nodes-with-label-selector=" + KwokLabel + "=" + KwokLabelValue, "--node-lease-duration-seconds=10",
+		"--manage-nodes-with-label-selector=" + KwokLabel + "=" + KwokLabelValue, "--node-lease-duration-seconds=" + strconv.Itoa(int(opts.NodeLeaseDuration.Seconds())),
 		"--cidr=10.244.0.0/16", "--node-ip=127.0.0.1", "--server-address=127.0.0.1:" + strconv.Itoa(kwokPort)}
 	for _, s := range stages {
 		kwokArgs = append(kwokArgs, "--config="+filepath.Join(c.BinDir, "kwok-stages", s.Name()))

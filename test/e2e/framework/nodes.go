@@ -34,10 +34,21 @@ const KwokLabelValue = "fake"
 // runs, its CSINode with an entry for each driver (node ID = node name);
 // no driver (or only "") creates no CSINode.
 func (c *Cluster) CreateNode(ctx context.Context, name string, drivers ...string) error {
+	return c.CreateLabelledNode(ctx, name, nil, drivers...)
+}
+
+// CreateLabelledNode is CreateNode with labels of the caller's besides
+// KWOK's and the hostname, in the same request (a benchmark's thousand
+// nodes, each placed in a pool by label).
+func (c *Cluster) CreateLabelledNode(ctx context.Context, name string, labels map[string]string, drivers ...string) error {
+	all := map[string]string{KwokLabel: KwokLabelValue, "kubernetes.io/hostname": name, "type": "kwok"}
+	for k, v := range labels {
+		all[k] = v
+	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
-			Labels: map[string]string{KwokLabel: KwokLabelValue, "kubernetes.io/hostname": name, "type": "kwok"},
+			Labels: all,
 			Annotations: map[string]string{
 				// A kubelet sets it; without it the attach/detach controller
 				// ignores the node.

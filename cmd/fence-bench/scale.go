@@ -1,0 +1,1133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/failover"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/sidecar"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+)
+
+// scaleOptions are the flags of --mode=scale.
+type scaleOptions struct {
+	nodes, pods, volumes int
+	// hotPods are the pods, each with a volume, of the node that fails
+	// (and of the in-tree path's node).
+	hotPods int
+	// rack nodes lose power at once, rackPods pods with a volume each.
+	rack, rackPods int
+	// guardPercent is the attacher's --max-fenced-node-percent; 0: the
+	// smallest that admits the failed node and half the rack.
+	guardPercent int
+	// inTree adds the in-tree out-of-service path beside the product's.
+	inTree         bool
+	window, settle time.Duration
+	// qps is the attachers' API client setting while measuring.
+	qps apiSetting
+	// enforceMemory fails the run when the controller role's RSS is over
+	// the goal.
+	enforceMemory bool
+}
+
+// inTreeDriver is the driver of the in-tree path's volumes: the mock without
+// UNPUBLISH_FENCE, so that the product leaves its pods to Kubernetes.
+const inTreeDriver = "intree.csi-fence.io"
+
+// Labels of the bench's nodes and pods.
+const (
+	// groupLabel names a pod's group: general, hot, intree, rack, bulk.
+	groupLabel = "fence-bench/group"
+	appLabel   = "fence-bench/app"
+	// setupQPS is the attachers' API client setting while the cluster is
+	// filled: at external-attacher's 5 QPS, 3,000 attaches would take half
+	// an hour.
+	setupQPS = "300"
+)
+
+// poolKey is the node label that lets a group's pods on a node
+// (nodeSelector poolKey(group)=on); spares carry several.
+func poolKey(group string) string { return "fence-bench/" + group }
+
+// workload is one StatefulSet (with a volume per replica) or Deployment.
+type workload struct {
+	name, group string
+	replicas    int
+}
+
+// scalePlan is the cluster --mode=scale builds: node names by role, and
+// the workloads.
+type scalePlan struct {
+	general []string // nodes of the general pods
+	// spares are general nodes that also take the failed nodes'
+	// replacements, once the failing groups run.
+	spares  []string
+	hot     string   // fails alone, product path
+	intree  string   // fails alone, in-tree path ("" without)
+	rack    []string // lose power at once
+	sets    []workload
+	bulk    []workload // Deployments without volumes
+	percent int        // --max-fenced-node-percent
+	slots   int        // nodes the storm guard lets be fenced at once
+}
+
+func (p scalePlan) nodes() []string {
+	out := append(slices.Clone(p.general), p.hot)
+	if p.intree != "" {
+		out = append(out, p.intree)
+	}
+	return append(out, p.rack...)
+}
+
+const (
+	setReplicas  = 25  // general StatefulSets' replicas
+	bulkReplicas = 100 // Deployments' replicas
+	maxSpares    = 10
+)
+
+// planScale lays out the cluster: pods counts every pod (the in-tree
+// path's, added later, aside), volumes the product's attached volumes.
+func planScale(o scaleOptions) (scalePlan, error) {
+	var p scalePlan
+	if o.hotPods < 1 || o.rack < 0 || o.rackPods < 1 {
+		return p, fmt.Errorf("--hot-pods=%d, --rack=%d, --rack-pods=%d: want at least 1, 0 and 1", o.hotPods, o.rack, o.rackPods)
+	}
+	special := 1 + o.rack
+	if o.inTree {
+		special++
+	}
+	if o.nodes-special < 2 {
+		return p, fmt.Errorf("--nodes=%d: want at least %d (the failing node, the in-tree path's, the rack of %d and 2 more)", o.nodes, special+2, o.rack)
+	}
+	generalVolumes := o.volumes - o.hotPods - o.rack*o.rackPods
+	if generalVolumes < 0 {
+		return p, fmt.Errorf("--volumes=%d: want at least %d (the failing node's %d and the rack's %d)", o.volumes, o.hotPods+o.rack*o.rackPods, o.hotPods, o.rack*o.rackPods)
+	}
+	if o.pods < o.volumes {
+		return p, fmt.Errorf("--pods=%d: want at least --volumes=%d (a pod per volume)", o.pods, o.volumes)
+	}
+	if o.window <= 0 {
+		return p, fmt.Errorf("--window=%s: want a positive duration", o.window)
+	}
+	for i := 0; i < o.nodes-special; i++ {
+		p.general = append(p.general, fmt.Sprintf("g-%04d", i))
+	}
+	p.spares = p.general[:min(maxSpares, len(p.general))]
+	p.hot = "hot-0"
+	if o.inTree {
+		p.intree = "intree-0"
+	}
+	for i := 0; i < o.rack; i++ {
+		p.rack = append(p.rack, fmt.Sprintf("rack-%02d", i))
+	}
+	p.sets = append(p.sets, workload{name: "hot", group: "hot", replicas: o.hotPods})
+	if o.rack > 0 {
+		p.sets = append(p.sets, workload{name: "rack", group: "rack", replicas: o.rack * o.rackPods})
+	}
+	for i := 0; generalVolumes > 0; i++ {
+		n := min(setReplicas, generalVolumes)
+		p.sets = append(p.sets, workload{name: fmt.Sprintf("vol-%03d", i), group: "general", replicas: n})
+		generalVolumes -= n
+	}
+	for i, left := 0, o.pods-o.volumes; left > 0; i++ {
+		n := min(bulkReplicas, left)
+		p.bulk = append(p.bulk, workload{name: fmt.Sprintf("bulk-%03d", i), group: "general", replicas: n})
+		left -= n
+	}
+	p.percent = o.guardPercent
+	if p.percent == 0 {
+		// The failed node stays admitted (it is not back); the rack then
+		// finds room for at most half of it, at least one node when it
+		// can: the smallest limit with the most slots up to that.
+		want, best := 1+(o.rack+1)/2, 0
+		for pc := 1; pc <= 100; pc++ {
+			if n := guardSlots(o.nodes, 0, pc); n <= want && n > best {
+				best, p.percent = n, pc
+			}
+		}
+		if best == 0 {
+			return p, fmt.Errorf("--nodes=%d: no --max-fenced-node-percent admits a node (too few nodes)", o.nodes)
+		}
+	}
+	p.slots = guardSlots(o.nodes, 0, p.percent)
+	return p, nil
+}
+
+// scaleRun is one run of --mode=scale on its control plane.
+type scaleRun struct {
+	b      *bench
+	o      scaleOptions
+	plan   scalePlan
+	c      *framework.Cluster
+	p      *framework.Product
+	client kubernetes.Interface // the bench's, at a high rate
+	t      *tracker
+	// setupRestarts counts the attacher's restarts while the cluster was
+	// filled: like external-attacher, it exits when it cannot renew its
+	// leader-election Lease in time, which an apiserver this machine
+	// cannot keep up with makes happen, and its kubelet would restart it.
+	setupRestarts int
+	filling       bool
+}
+
+// measureArgs are the attachers' flags while measuring: external-attacher's
+// retry, timeout and resync defaults (the e2e harness shortens them), the
+// API client setting q, and the storm guard's limit.
+func measureArgs(q apiSetting, percent int) []string {
+	args := []string{"--v=2", "--timeout=15s", "--retry-interval-start=1s", "--retry-interval-max=5m", "--reconcile-sync=1m",
+		"--max-fenced-node-percent=" + strconv.Itoa(percent)}
+	if q == "default" {
+		// Explicit: the setup's flags stay before these.
+		return append(args, "--kube-api-qps=5", "--kube-api-burst=10")
+	}
+	return append(args, q.args()...)
+}
+
+// runScale builds a cluster of o.nodes KWOK nodes, o.pods pods and
+// o.volumes volumes attached through the product, and measures the steady
+// state, one node failing (beside the in-tree path), and a rack losing
+// power under the storm guard. Each table is printed as its phase ends.
+func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
+	plan, err := planScale(o)
+	if err != nil {
+		return err
+	}
+	// A kubelet's heartbeat (a 40 s Lease renewed every 10 s) and the node
+	// lifecycle controller's grace period to match: the e2e tests' 2.5 s
+	// renewals of a thousand nodes would load the apiserver more than
+	// everything measured, and a late one would turn a node NotReady.
+	opts := b.opts
+	opts.NodeLeaseDuration, opts.NodeMonitorGracePeriod = 40*time.Second, 40*time.Second
+	c, err := framework.Start(ctx, b, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
+	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--v=2",
+		"--kube-api-qps=" + setupQPS, "--kube-api-burst=" + setupQPS, "--max-fenced-node-percent=" + strconv.Itoa(plan.percent)}})
+	if err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	s := &scaleRun{b: b, o: o, plan: plan, c: c, p: p, client: client}
+	stop, err := s.track(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	if err := s.setup(ctx); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	steady, err := s.steadyState(ctx)
+	if err != nil {
+		return fmt.Errorf("steady state: %w", err)
+	}
+	b.printf("\n%s\n", steadyTable(steady))
+	if o.enforceMemory {
+		// Reported at the end: the other phases are measured first.
+		err = memoryOverGoal(steady)
+	}
+
+	var moves []failoverResult
+	printMoves := func() {
+		if len(moves) > 0 {
+			b.printf("\n%s\n", failoverScaleTable(o.hotPods, moves))
+		}
+	}
+	r, ferr := s.failNode(ctx, "automatic", plan.hot, "hot", false)
+	moves = append(moves, r)
+	if ferr == nil && plan.intree != "" {
+		r, ferr = s.inTree(ctx)
+		if len(r.moves) > 0 {
+			moves = append(moves, r)
+		}
+	}
+	printMoves()
+	if ferr != nil {
+		return ferr
+	}
+	if len(plan.rack) > 0 {
+		rr, rerr := s.failRack(ctx)
+		b.printf("\n%s\n", rackTable(rr))
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if verr := s.safety(); verr != nil {
+		return verr
+	}
+	return err
+}
+
+// safety reads every driver's array: a volume published to a second node
+// before the first was fenced (S1), or to a node where it may be
+// quarantined (S2), fails the run.
+func (s *scaleRun) safety() error {
+	var bad []string
+	for _, d := range s.p.Drivers {
+		v, err := d.Violations()
+		if err != nil {
+			return err
+		}
+		s.b.printf("safety, array of %s: S1 %d, S2 %d\n", d.Name, v["S1"], v["S2"])
+		for inv, n := range v {
+			if n > 0 {
+				bad = append(bad, fmt.Sprintf("%s: %d %s", d.Name, n, inv))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return fmt.Errorf("safety violations on the arrays: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// setup creates the nodes, volumes and workloads and waits until every pod
+// runs with its volume attached, the simulated kubelets of the nodes that
+// will fail report their volumes in use, and the spares take the failing
+// groups' replacements.
+func (s *scaleRun) setup(ctx context.Context) error {
+	begin := time.Now()
+	s.filling = true
+	defer func() { s.filling = false }()
+	drivers := []string{framework.DriverName}
+	if s.plan.intree != "" {
+		drivers = append(drivers, inTreeDriver)
+	}
+	type nodeSpec struct {
+		name, group string
+	}
+	var specs []nodeSpec
+	for _, n := range s.plan.general {
+		specs = append(specs, nodeSpec{n, "general"})
+	}
+	specs = append(specs, nodeSpec{s.plan.hot, "hot"})
+	if s.plan.intree != "" {
+		specs = append(specs, nodeSpec{s.plan.intree, "intree"})
+	}
+	for _, n := range s.plan.rack {
+		specs = append(specs, nodeSpec{n, "rack"})
+	}
+	group := map[string]string{}
+	var names []string
+	for _, sp := range specs {
+		group[sp.name] = sp.group
+		names = append(names, sp.name)
+	}
+	if err := parallel(16, names, func(n string) error {
+		return s.c.CreateLabelledNode(ctx, n, map[string]string{poolKey(group[n]): "on"}, drivers...)
+	}); err != nil {
+		return err
+	}
+	if err := s.p.Array.RegisterNodes(0, names...); err != nil {
+		return err
+	}
+	if err := s.poll(ctx, 5*time.Minute, "every node Ready", func() (bool, string) {
+		ready := s.t.readyNodes(names)
+		return ready == len(names), fmt.Sprintf("%d/%d nodes Ready", ready, len(names))
+	}); err != nil {
+		return err
+	}
+	s.b.Logf("%d KWOK nodes Ready (%.0fs)", len(names), time.Since(begin).Seconds())
+	// The nodes that fail run what a failing node needs: its simulated
+	// kubelet (which reports its volumes in use, as the attach/detach
+	// controller waits on), its node agent and its mock node plugin.
+	for _, n := range append([]string{s.plan.hot}, s.plan.rack...) {
+		if _, err := s.p.StartNode(ctx, n); err != nil {
+			return err
+		}
+	}
+	s.b.Logf("node agents, simulated kubelets and mock node plugins on %s and the rack (%.0fs)", s.plan.hot, time.Since(begin).Seconds())
+	for _, w := range s.plan.sets {
+		if err := s.createSet(ctx, s.p.Driver, w); err != nil {
+			return err
+		}
+	}
+	for _, w := range s.plan.bulk {
+		if err := s.createDeployment(ctx, w); err != nil {
+			return err
+		}
+	}
+	s.b.Logf("%d StatefulSets (%d volumes) and %d Deployments created (%.0fs)", len(s.plan.sets), s.o.volumes, len(s.plan.bulk), time.Since(begin).Seconds())
+	timeout := 15*time.Minute + time.Duration(s.o.pods)*40*time.Millisecond
+	if err := s.waitRunning(ctx, append(slices.Clone(s.plan.sets), s.plan.bulk...), timeout); err != nil {
+		return err
+	}
+	if err := s.waitInUse(ctx, s.plan.hot, s.o.hotPods); err != nil {
+		return err
+	}
+	for _, n := range s.plan.rack {
+		if err := s.waitInUse(ctx, n, s.o.rackPods); err != nil {
+			return err
+		}
+	}
+	// Room for the replacements, now that the failing groups run.
+	if err := s.labelSpares(ctx, "hot", "rack"); err != nil {
+		return err
+	}
+	s.b.Logf("setup done: %d pods running, %d volumes attached (%.0fs)", s.o.pods, s.o.volumes, time.Since(begin).Seconds())
+	if _, q := s.t.maxima(); q > 0 || s.setupRestarts > 0 {
+		// Heartbeats late under load make nodes NotReady, and the
+		// product fences them as it should: said, not hidden.
+		s.b.Logf("while the cluster was filled: up to %d nodes quarantined at once (their heartbeats late), %d restarts of csi-fence-attacher", q, s.setupRestarts)
+	}
+	return nil
+}
+
+// labelSpares lets the groups' pods on the spares.
+func (s *scaleRun) labelSpares(ctx context.Context, groups ...string) error {
+	labels := map[string]string{}
+	for _, g := range groups {
+		labels[poolKey(g)] = "on"
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return err
+	}
+	return parallel(8, s.plan.spares, func(n string) error {
+		_, err := s.client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// volumeName is the PV (and volume handle) of a set's replica i.
+func volumeName(set string, i int) string { return fmt.Sprintf("pv-%s-%d", set, i) }
+
+// podName is a set's replica i.
+func podName(set string, i int) string { return fmt.Sprintf("%s-%d", set, i) }
+
+// createSet creates a volume of driver d per replica, its PV pre-bound to
+// the replica's claim, then the StatefulSet.
+func (s *scaleRun) createSet(ctx context.Context, d *framework.Driver, w workload) error {
+	var handles []string
+	for i := 0; i < w.replicas; i++ {
+		handles = append(handles, volumeName(w.name, i))
+	}
+	if err := d.Array.AddVolumes(1<<30, handles...); err != nil {
+		return err
+	}
+	if err := parallel(16, handles, func(h string) error {
+		i, _ := strconv.Atoi(h[strings.LastIndexByte(h, '-')+1:])
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: h},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				StorageClassName:              d.StorageClass,
+				ClaimRef:                      &corev1.ObjectReference{Namespace: "default", Name: "data-" + podName(w.name, i)},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+					Driver: d.Name, VolumeHandle: h, FSType: "ext4",
+				}},
+			},
+		}
+		_, err := s.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(int32(w.replicas)),
+			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: w.name}},
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			Template:            s.podTemplate(w),
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: ptr.To(d.StorageClass),
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				},
+			}},
+		},
+	}
+	sts.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	_, err := s.client.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{})
+	return err
+}
+
+func (s *scaleRun) createDeployment(ctx context.Context, w workload) error {
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(w.replicas)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: w.name}},
+			Template: s.podTemplate(w),
+		},
+	}
+	_, err := s.client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{})
+	return err
+}
+
+// podTemplate keeps a workload's pods on its group's nodes; they tolerate
+// an unreachable node for 2 s only, as a workload that wants to fail over
+// fast does. A rack's pods spread evenly over its nodes.
+func (s *scaleRun) podTemplate(w workload) corev1.PodTemplateSpec {
+	labels := map[string]string{appLabel: w.name, groupLabel: w.group}
+	t := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{poolKey(w.group): "on"},
+			Containers:   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			Tolerations: []corev1.Toleration{
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
+				{Key: framework.KwokLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+			},
+		},
+	}
+	if w.group == "rack" {
+		t.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: w.name}},
+		}}
+	}
+	return t
+}
+
+// waitRunning waits until every replica of the workloads runs and every
+// StatefulSet's volume is attached, printing the progress now and then.
+func (s *scaleRun) waitRunning(ctx context.Context, ws []workload, timeout time.Duration) error {
+	want := map[string]int{}
+	pods, volumes := 0, map[string]bool{}
+	for _, w := range ws {
+		want[w.name] = w.replicas
+		pods += w.replicas
+	}
+	for _, w := range ws {
+		if w.group == "general" && strings.HasPrefix(w.name, "bulk-") {
+			continue
+		}
+		for i := 0; i < w.replicas; i++ {
+			volumes[volumeName(w.name, i)] = true
+		}
+	}
+	return s.poll(ctx, timeout, "every pod running, every volume attached", func() (bool, string) {
+		running := s.t.running(want)
+		attached := s.t.attachedCount(volumes)
+		return running == pods && attached == len(volumes), fmt.Sprintf("%d/%d pods running, %d/%d volumes attached", running, pods, attached, len(volumes))
+	})
+}
+
+// waitInUse waits until the node's status.volumesInUse lists n volumes:
+// its simulated kubelet mounted them, so that the attach/detach controller
+// will not detach them from it without the product (or an operator).
+func (s *scaleRun) waitInUse(ctx context.Context, node string, n int) error {
+	return s.poll(ctx, 5*time.Minute, node+"'s volumes in use", func() (bool, string) {
+		got := s.t.inUse(node)
+		return got >= n, fmt.Sprintf("%d/%d volumes in use on %s", got, n, node)
+	})
+}
+
+// poll checks cond every second until it is true, printing its progress
+// every 20 s, and fails after timeout with the last progress.
+func (s *scaleRun) poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) error {
+	var last string
+	lastPrint := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		if s.filling && s.p.Attacher.Exited() {
+			s.setupRestarts++
+			s.b.Logf("csi-fence-attacher exited (%v); restarted, as its kubelet would, while the cluster is filled", s.p.Attacher.Err())
+			s.p.Attacher.Kill() // ended already: marks its end as expected
+			if err := s.p.StartAttacher(ctx); err != nil {
+				return false, err
+			}
+		}
+		if err := s.c.Alive(); err != nil {
+			return false, err
+		}
+		done, progress := cond()
+		last = progress
+		if !done && time.Since(lastPrint) >= 20*time.Second {
+			s.b.Logf("waiting for %s: %s", what, progress)
+			lastPrint = time.Now()
+		}
+		return done, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s (%s): %w", what, last, err)
+	}
+	return nil
+}
+
+// steadyState restarts the attacher as deployed (external-attacher's
+// defaults, the API client setting measured), lets it settle, then
+// measures its and a node agent's memory and CPU and the product's API
+// requests over the window.
+func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
+	r := steadyResult{nodes: s.o.nodes, pods: s.o.pods, volumes: s.o.volumes, qps: s.o.qps, window: s.o.window, setupRestarts: s.setupRestarts}
+	if err := s.p.RestartAttacher(ctx, measureArgs(s.o.qps, s.plan.percent)...); err != nil {
+		return r, err
+	}
+	if err := framework.WaitFor(ctx, 90*time.Second, "csi-fence-attacher leading", func(ctx context.Context) (bool, error) {
+		return framework.Leading(ctx, s.p.AttacherHTTP)
+	}); err != nil {
+		return r, err
+	}
+	s.b.Logf("csi-fence-attacher restarted with %v and leading; the window starts in %s", measureArgs(s.o.qps, s.plan.percent), s.o.settle)
+	// The steady state is what follows the start-up (initial lists, the
+	// first resync): the window begins a fixed time after.
+	if err := sleepCtx(ctx, s.o.settle); err != nil {
+		return r, err
+	}
+	procs := []struct {
+		name string
+		pid  int
+	}{
+		{"controller (csi-fence-attacher, " + framework.DriverName + ")", s.p.Attacher.Pid()},
+		{"node agent (" + s.plan.hot + ", " + strconv.Itoa(s.o.hotPods) + " volumes)", s.p.Nodes[s.plan.hot].Agent.Pid()},
+	}
+	var begin []procStat
+	for _, p := range procs {
+		st, err := readProc(p.pid)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", p.name, err)
+		}
+		begin = append(begin, st)
+	}
+	from := time.Now()
+	if err := sleepCtx(ctx, s.o.window); err != nil {
+		return r, err
+	}
+	to := time.Now()
+	for i, p := range procs {
+		st, err := readProc(p.pid)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", p.name, err)
+		}
+		r.procs = append(r.procs, usageOver(p.name, begin[i], st))
+	}
+	events, err := s.c.AuditEvents()
+	if err != nil {
+		return r, err
+	}
+	r.window = to.Sub(from)
+	r.requests = countRequests(events, from, to)
+	return r, nil
+}
+
+// sleepCtx waits d, the length of a measurement, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// readProc reads a process's memory and CPU from /proc.
+func readProc(pid int) (procStat, error) {
+	st := procStat{at: time.Now()}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	if st.rss, st.peak, err = parseProcStatus(b); err != nil {
+		return st, err
+	}
+	if b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil {
+		return st, err
+	}
+	st.cpuTicks, err = parseProcStat(b)
+	return st, err
+}
+
+// productWrites counts the product's writes, by verb and resource, among
+// events received from begin to end, but the leader elections' and registrations' Lease renewals
+// (the storm guard's Lease is the failover's own work and counts).
+func productWrites(events []framework.AuditEvent, begin, end time.Time) map[string]int {
+	by := map[string]int{}
+	for _, e := range events {
+		if roleOf(e.User) == "" || !isWrite(e.Verb) || e.Time.Before(begin) || e.Time.After(end) {
+			continue
+		}
+		if e.Resource == "leases" && e.Name != failover.StormGuardLeaseName {
+			continue
+		}
+		r := e.Resource
+		if e.Subresource != "" {
+			r += "/" + e.Subresource
+		}
+		by[e.Verb+" "+r]++
+	}
+	return by
+}
+
+// failNode powers off node, whose pods are the set's, and measures each
+// pod's failover. With outOfService, the bench adds the out-of-service
+// taint as an operator would the moment the first pod is eligible.
+func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfService bool) (failoverResult, error) {
+	pods := s.o.hotPods
+	r := failoverResult{path: path, pods: pods}
+	begin := time.Now()
+	if err := s.c.ShutDown(ctx, node); err != nil {
+		return r, err
+	}
+	s.p.Nodes[node].PowerOff()
+	if outOfService {
+		// The operator's taint says the node is shut down, and it is: its
+		// kernel took its mounts and I/O with it. The arrays learn it, so
+		// that the plain unpublish of a driver that cannot fence is not an
+		// S1 violation (it would be on a node still running).
+		for _, d := range s.p.Drivers {
+			if err := d.Array.PowerLoss(node); err != nil {
+				return r, err
+			}
+		}
+	}
+	s.b.Logf("%s: %s powered off", path, node)
+	collect := func() {
+		r.moves = r.moves[:0]
+		for i := 0; i < pods; i++ {
+			pod := podName(set, i)
+			r.moves = append(r.moves, podMove{pod: pod, eligible: s.t.eligibleAt(pod, node), attached: s.t.attachedElsewhere(volumeName(set, i), node, begin)})
+		}
+	}
+	if outOfService {
+		if err := s.poll(ctx, 3*time.Minute, "a pod of "+node+" eligible", func() (bool, string) {
+			collect()
+			for _, m := range r.moves {
+				if !m.eligible.IsZero() {
+					return true, ""
+				}
+			}
+			return false, "none yet"
+		}); err != nil {
+			return r, err
+		}
+		if err := s.c.AddTaint(ctx, node, corev1.Taint{Key: contract.OutOfServiceTaintKey, Value: contract.OutOfServiceTaintValue, Effect: corev1.TaintEffectNoExecute}); err != nil {
+			return r, err
+		}
+		s.b.Logf("%s: out-of-service taint added to %s", path, node)
+	}
+	err := s.poll(ctx, 10*time.Minute, "every pod of "+node+" attached elsewhere", func() (bool, string) {
+		collect()
+		moved := len(r.samples())
+		return moved == pods, fmt.Sprintf("%d/%d moved", moved, pods)
+	})
+	collect()
+	var last time.Time
+	for _, m := range r.moves {
+		if m.attached.After(last) {
+			last = m.attached
+		}
+	}
+	events, aerr := s.c.AuditEvents()
+	if aerr != nil && err == nil {
+		err = aerr
+	}
+	r.writes = productWrites(events, begin, last)
+	if d, ok := r.span(); ok {
+		s.b.Logf("%s: every pod of %s attached elsewhere, %.2fs from the first eligible", path, node, d.Seconds())
+	}
+	return r, err
+}
+
+// inTree adds the in-tree path's driver (the mock without UNPUBLISH_FENCE,
+// so that the product's failover leaves its pods to Kubernetes), runs
+// hotPods pods with its volumes on its node, and fails it with the
+// out-of-service taint.
+func (s *scaleRun) inTree(ctx context.Context) (failoverResult, error) {
+	r := failoverResult{path: "out-of-service", pods: s.o.hotPods}
+	d, err := s.p.AddDriver(ctx, framework.DriverOptions{Name: inTreeDriver, MockArgs: []string{"--disable-fence"},
+		AttacherArgs: append([]string{"--kube-api-qps=" + setupQPS, "--kube-api-burst=" + setupQPS}, measureArgs(s.o.qps, s.plan.percent)...)})
+	if err != nil {
+		return r, err
+	}
+	if err := d.Array.RegisterNodes(0, s.plan.nodes()...); err != nil {
+		return r, err
+	}
+	if _, err := s.p.StartNode(ctx, s.plan.intree, d); err != nil {
+		return r, err
+	}
+	w := workload{name: "intree", group: "intree", replicas: s.o.hotPods}
+	if err := s.createSet(ctx, d, w); err != nil {
+		return r, err
+	}
+	if err := s.waitRunning(ctx, []workload{w}, 10*time.Minute); err != nil {
+		return r, err
+	}
+	if err := s.waitInUse(ctx, s.plan.intree, s.o.hotPods); err != nil {
+		return r, err
+	}
+	if err := s.labelSpares(ctx, "intree"); err != nil {
+		return r, err
+	}
+	return s.failNode(ctx, "out-of-service", s.plan.intree, "intree", true)
+}
+
+// failRack powers off every node of the rack at once and follows the storm
+// guard: never more nodes admitted than it allows, the rest waiting with a
+// FencingDeferred Event, and the admitted nodes' pods moving elsewhere.
+func (s *scaleRun) failRack(ctx context.Context) (rackResult, error) {
+	r := rackResult{nodes: len(s.plan.rack), totalNodes: s.o.nodes, percent: s.plan.percent, slots: s.plan.slots}
+	r.admittedBefore = len(s.t.resetMaxima())
+	room := max(0, min(len(s.plan.rack), s.plan.slots-r.admittedBefore))
+	// Where each rack pod runs, before.
+	podNode := map[int]string{}
+	for i := 0; i < len(s.plan.rack)*s.o.rackPods; i++ {
+		podNode[i] = s.t.nodeOf(podName("rack", i))
+	}
+	begin := time.Now()
+	if err := parallel(len(s.plan.rack), s.plan.rack, func(n string) error { return s.c.ShutDown(ctx, n) }); err != nil {
+		return r, err
+	}
+	for _, n := range s.plan.rack {
+		s.p.Nodes[n].PowerOff()
+	}
+	s.b.Logf("rack: %d nodes powered off; the storm guard has room for %d", len(s.plan.rack), room)
+	collect := func() {
+		admitted := s.t.admittedNow()
+		r.admitted, r.waiting, r.moves = nil, nil, nil
+		for _, n := range s.plan.rack {
+			if slices.Contains(admitted, n) {
+				r.admitted = append(r.admitted, n)
+			} else {
+				r.waiting = append(r.waiting, n)
+			}
+		}
+		for i := 0; i < len(podNode); i++ {
+			if n := podNode[i]; slices.Contains(r.admitted, n) {
+				r.moves = append(r.moves, podMove{pod: podName("rack", i), eligible: s.t.eligibleAt(podName("rack", i), n),
+					attached: s.t.attachedElsewhere(volumeName("rack", i), n, begin)})
+			}
+		}
+		r.maxAdmitted, r.maxQuarantined = s.t.maxima()
+	}
+	// The node lifecycle controller taints one unreachable node per 10 s
+	// (--node-eviction-rate 0.1): the last node's pods become eligible
+	// about rack x 10 s after the power loss.
+	timeout := time.Duration(len(s.plan.rack))*12*time.Second + 5*time.Minute
+	var lastEvents time.Time
+	err := s.poll(ctx, timeout, "the rack's admitted nodes failed over and the others deferred", func() (bool, string) {
+		collect()
+		if time.Since(lastEvents) > 3*time.Second {
+			lastEvents = time.Now()
+			r.deferred = s.deferred(ctx, r.waiting)
+		}
+		res := failoverResult{pods: len(r.moves), moves: r.moves}
+		moved := len(res.samples())
+		done := len(r.admitted) == room && moved == len(r.moves) && r.deferred == len(r.waiting)
+		return done, fmt.Sprintf("%d admitted (room %d), %d/%d of their pods moved, %d/%d waiting nodes with FencingDeferred", len(r.admitted), room, moved, len(r.moves), r.deferred, len(r.waiting))
+	})
+	collect()
+	r.deferred = s.deferred(ctx, r.waiting)
+	res := failoverResult{pods: len(r.moves), moves: r.moves}
+	if _, all := res.span(); all && len(r.admitted) > 0 {
+		var last time.Time
+		for _, m := range r.moves {
+			if m.attached.After(last) {
+				last = m.attached
+			}
+		}
+		r.allMoved = last.Sub(begin)
+	}
+	if err == nil && r.maxAdmitted > r.slots {
+		err = fmt.Errorf("the storm guard admitted %d nodes at once, over its %d", r.maxAdmitted, r.slots)
+	}
+	return r, err
+}
+
+// deferred counts the nodes with a FencingDeferred Event (the storm guard's
+// refusal, with its reason).
+func (s *scaleRun) deferred(ctx context.Context, nodes []string) int {
+	list, err := s.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.kind", "Node"), fields.OneTermEqualSelector("reason", "FencingDeferred")).String()})
+	if err != nil {
+		return 0
+	}
+	seen := map[string]bool{}
+	for _, e := range list.Items {
+		seen[e.InvolvedObject.Name] = true
+	}
+	n := 0
+	for _, node := range nodes {
+		if seen[node] {
+			n++
+		}
+	}
+	return n
+}
+
+// tracker follows, from the bench's own watches, the bench's pods, every
+// VolumeAttachment and Node, and the storm guard's Lease, and remembers
+// when each pod was first seen Terminating and each volume first seen
+// attached on each node.
+type tracker struct {
+	pods, vas, nodes cache.Store
+
+	mu                          sync.Mutex
+	terminating                 map[string]podMark              // by pod name+node: the first time seen Terminating there
+	attached                    map[string]map[string]time.Time // PV -> node -> first seen attached
+	admitted                    []string                        // the storm guard's list now
+	quarantined                 map[string]bool                 // nodes with the quarantine taint now
+	maxAdmitted, maxQuarantined int
+}
+
+type podMark struct{ at time.Time }
+
+// stormGuardListAnnotation is the storm guard's list of admitted nodes on
+// its Lease (pkg/failover's stormGuardAnnotation).
+const stormGuardListAnnotation = contract.Prefix + "/fencing-nodes"
+
+// track starts the bench's watches; the returned stop ends them and waits.
+func (s *scaleRun) track(ctx context.Context) (func(), error) {
+	t := &tracker{terminating: map[string]podMark{}, attached: map[string]map[string]time.Time{}, quarantined: map[string]bool{}}
+	s.t = t
+	trim := informers.WithTransform(func(o interface{}) (interface{}, error) {
+		if a, ok := o.(metav1.ObjectMetaAccessor); ok {
+			a.GetObjectMeta().SetManagedFields(nil)
+		}
+		return o, nil
+	})
+	f := informers.NewSharedInformerFactoryWithOptions(s.client, 0, trim)
+	pods := informers.NewSharedInformerFactoryWithOptions(s.client, 0, trim, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = groupLabel
+	}))
+	guard := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithNamespace(sidecar.DefaultStormGuardNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", failover.StormGuardLeaseName).String()
+		}))
+	podInf := pods.Core().V1().Pods().Informer()
+	vaInf := f.Storage().V1().VolumeAttachments().Informer()
+	nodeInf := f.Core().V1().Nodes().Informer()
+	leaseInf := guard.Coordination().V1().Leases().Informer()
+	t.pods, t.vas, t.nodes = podInf.GetStore(), vaInf.GetStore(), nodeInf.GetStore()
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		fn  func(o interface{})
+	}{{podInf, t.onPod}, {vaInf, t.onVA}, {nodeInf, t.onNode}, {leaseInf, t.onLease}}
+	for _, h := range handlers {
+		fn := h.fn
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: fn, UpdateFunc: func(_, o interface{}) { fn(o) },
+			DeleteFunc: func(o interface{}) {
+				if n, ok := o.(*corev1.Node); ok {
+					t.mu.Lock()
+					delete(t.quarantined, n.Name)
+					t.mu.Unlock()
+				}
+			},
+		}); err != nil {
+			return nil, err
+		}
+	}
+	stop := make(chan struct{})
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			close(stop)
+			f.Shutdown()
+			pods.Shutdown()
+			guard.Shutdown()
+		})
+	}
+	for _, fac := range []informers.SharedInformerFactory{f, pods, guard} {
+		fac.Start(stop)
+	}
+	for _, fac := range []informers.SharedInformerFactory{f, pods, guard} {
+		for typ, ok := range fac.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				end()
+				return nil, fmt.Errorf("the bench's watch of %v did not sync", typ)
+			}
+		}
+	}
+	return end, nil
+}
+
+func (t *tracker) onPod(o interface{}) {
+	p, ok := o.(*corev1.Pod)
+	if !ok || p.DeletionTimestamp == nil || p.Spec.NodeName == "" {
+		return
+	}
+	key := p.Name + "@" + p.Spec.NodeName
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.terminating[key]; !seen {
+		t.terminating[key] = podMark{at: time.Now()}
+	}
+}
+
+func (t *tracker) onVA(o interface{}) {
+	va, ok := o.(*storagev1.VolumeAttachment)
+	if !ok || !va.Status.Attached || va.Spec.Source.PersistentVolumeName == nil {
+		return
+	}
+	pv := *va.Spec.Source.PersistentVolumeName
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.attached[pv] == nil {
+		t.attached[pv] = map[string]time.Time{}
+	}
+	if _, seen := t.attached[pv][va.Spec.NodeName]; !seen {
+		t.attached[pv][va.Spec.NodeName] = time.Now()
+	}
+}
+
+func (t *tracker) onNode(o interface{}) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return
+	}
+	q := podgc.Taint(n, contract.QuarantineTaintKey) != nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q {
+		t.quarantined[n.Name] = true
+	} else {
+		delete(t.quarantined, n.Name)
+	}
+	t.maxQuarantined = max(t.maxQuarantined, len(t.quarantined))
+}
+
+func (t *tracker) onLease(o interface{}) {
+	l, ok := o.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	var list []string
+	if v := l.Annotations[stormGuardListAnnotation]; v != "" {
+		list = strings.Split(v, ",")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.admitted = list
+	t.maxAdmitted = max(t.maxAdmitted, len(list))
+}
+
+// resetMaxima starts the maxima over from now and returns the nodes
+// admitted now.
+func (t *tracker) resetMaxima() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.maxAdmitted, t.maxQuarantined = len(t.admitted), len(t.quarantined)
+	return slices.Clone(t.admitted)
+}
+
+func (t *tracker) maxima() (admitted, quarantined int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.maxAdmitted, t.maxQuarantined
+}
+
+func (t *tracker) admittedNow() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.admitted)
+}
+
+// eligibleAt is when the pod was first seen Terminating on node (zero: not).
+func (t *tracker) eligibleAt(pod, node string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.terminating[pod+"@"+node].at
+}
+
+// attachedElsewhere is when the PV was first seen attached to a node other
+// than node, after since (zero: not yet).
+func (t *tracker) attachedElsewhere(pv, node string, since time.Time) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var first time.Time
+	for n, at := range t.attached[pv] {
+		if n != node && at.After(since) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+// attachedCount counts the PVs seen attached now.
+func (t *tracker) attachedCount(pvs map[string]bool) int {
+	n := 0
+	for _, o := range t.vas.List() {
+		va := o.(*storagev1.VolumeAttachment)
+		if va.Status.Attached && va.Spec.Source.PersistentVolumeName != nil && pvs[*va.Spec.Source.PersistentVolumeName] {
+			n++
+		}
+	}
+	return n
+}
+
+// running counts the pods running of the workloads (by name: replicas).
+func (t *tracker) running(want map[string]int) int {
+	n := 0
+	for _, o := range t.pods.List() {
+		p := o.(*corev1.Pod)
+		if _, ok := want[p.Labels[appLabel]]; ok && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *tracker) nodeOf(pod string) string {
+	o, ok, _ := t.pods.GetByKey("default/" + pod)
+	if !ok {
+		return ""
+	}
+	return o.(*corev1.Pod).Spec.NodeName
+}
+
+// readyNodes counts the nodes Ready and rid of the not-ready taint a new
+// node carries until the node lifecycle controller saw it Ready.
+func (t *tracker) readyNodes(names []string) int {
+	n := 0
+	for _, name := range names {
+		o, ok, _ := t.nodes.GetByKey(name)
+		if !ok {
+			continue
+		}
+		node := o.(*corev1.Node)
+		if framework.NodeReady(node) && !framework.HasTaint(node, corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule) {
+			n++
+		}
+	}
+	return n
+}
+
+// inUse is the length of the node's status.volumesInUse.
+func (t *tracker) inUse(name string) int {
+	o, ok, _ := t.nodes.GetByKey(name)
+	if !ok {
+		return 0
+	}
+	return len(o.(*corev1.Node).Status.VolumesInUse)
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+)
+
+func TestParseProc(t *testing.T) {
+	status := "Name:\tcsi-fence-attac\nVmPeak:\t 1300000 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t12\n"
+	rss, peak, err := parseProcStatus([]byte(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss != 100<<20 || peak != 200<<20 {
+		t.Errorf("rss %d, peak %d; want 100 MiB and 200 MiB", rss, peak)
+	}
+	if _, _, err := parseProcStatus([]byte("Name:\tx\nVmRSS:\t 1 kB\n")); err == nil {
+		t.Error("no error without VmHWM")
+	}
+	for _, tc := range []struct {
+		name, stat string
+		want       int64
+		err        bool
+	}{
+		// Fields 14 and 15 (utime 250, stime 50), counted after the name.
+		{name: "plain", stat: "4242 (csi-fence-attac) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0", want: 300},
+		{name: "a name with spaces and parentheses", stat: "7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0", want: 7},
+		{name: "cut short", stat: "7 (a) R 1 7", err: true},
+		{name: "no name", stat: "7 a R", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseProcStat([]byte(tc.stat))
+			if tc.err != (err != nil) {
+				t.Fatalf("error %v, want one: %v", err, tc.err)
+			}
+			if got != tc.want {
+				t.Errorf("ticks %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUsageOver(t *testing.T) {
+	at := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
+	begin := procStat{rss: 1, peak: 2, cpuTicks: 1000, at: at}
+	end := procStat{rss: 50 << 20, peak: 80 << 20, cpuTicks: 1600, at: at.Add(2 * time.Minute)}
+	u := usageOver("controller", begin, end)
+	// 600 ticks of 10 ms in 120 s: 5% of a core.
+	if u.rss != 50<<20 || u.peak != 80<<20 || u.cpu < 0.0499 || u.cpu > 0.0501 {
+		t.Errorf("%+v, want the end's memory and 0.05 cores", u)
+	}
+}
+
+func TestCountRequests(t *testing.T) {
+	at := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
+	ev := func(user, verb, resource, sub string, after time.Duration) framework.AuditEvent {
+		return framework.AuditEvent{User: user, Verb: verb, Resource: resource, Subresource: sub, Time: at.Add(after)}
+	}
+	node := attacherUser + "-node"
+	events := []framework.AuditEvent{
+		ev(attacherUser, "update", "leases", "", -time.Second), // before the window
+		ev(attacherUser, "update", "leases", "", 0),
+		ev(attacherUser, "update", "leases", "", 10*time.Second),
+		ev(attacherUser, "watch", "pods", "", 20*time.Second),
+		ev(node, "list", "fencingrequests", "", 30*time.Second),
+		ev(attacherUser, "patch", "nodes", "status", 40*time.Second),
+		ev("system:serviceaccount:default:someone", "create", "pods", "", 40*time.Second), // not the product
+		ev(attacherUser, "update", "leases", "", time.Minute),                             // the window's end is out
+	}
+	got := countRequests(events, at, at.Add(time.Minute))
+	want := map[requestKey]int{
+		{"controller", "update", "leases"}:        2,
+		{"controller", "watch", "pods"}:           1,
+		{"node agent", "list", "fencingrequests"}: 1,
+		{"controller", "patch", "nodes/status"}:   1,
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%v: %d, want %d", k, got[k], n)
+		}
+	}
+	writes, leaseWrites, lists := steadyGoals(got)
+	if writes != 1 || leaseWrites != 2 || lists != 1 {
+		t.Errorf("writes %d, lease writes %d, lists %d; want 1, 2, 1", writes, leaseWrites, lists)
+	}
+}
+
+func TestSteadyTable(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		rss      int64
+		peak     int64
+		requests map[requestKey]int
+		restarts int
+		want     []string
+	}{
+		{name: "within the goals", rss: 120 << 20, peak: 200 << 20,
+			requests: map[requestKey]int{{"controller", "update", "leases"}: 24},
+			want: []string{
+				"controller (x)                                         120 MiB   200 MiB    5.0%  RSS < 300 MiB: ok\n",
+				"controller  update   leases                                 24     12.0\n",
+				"goal: zero writes in steady state: ok (0 writes besides 24 Lease renewals)\n",
+				"goal: no periodic full relists: ok (0 lists)\n",
+			}},
+		{name: "over the goals", rss: 310 << 20, peak: 400 << 20, restarts: 2,
+			requests: map[requestKey]int{{"controller", "list", "pods"}: 2, {"controller", "patch", "nodes"}: 3},
+			want: []string{
+				"(the controller exited 2 times while the cluster was filled, its Lease not renewed in time, and was restarted)\n",
+				"RSS < 300 MiB: MISSED (peak MISSED)\n",
+				"goal: zero writes in steady state: MISSED (3 writes besides 0 Lease renewals)\n",
+				"goal: no periodic full relists: MISSED (2 lists)\n",
+			}},
+		{name: "a peak over the goal only", rss: 290 << 20, peak: 310 << 20,
+			want: []string{"RSS < 300 MiB: ok (peak MISSED)\n", "(none)\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := steadyTable(steadyResult{nodes: 100, pods: 3000, volumes: 300, qps: "default", window: 2 * time.Minute,
+				procs:    []procUsage{{name: "controller (x)", rss: tc.rss, peak: tc.peak, cpu: 0.05}, {name: "node agent (y)", rss: 20 << 20, peak: 20 << 20}},
+				requests: tc.requests, setupRestarts: tc.restarts})
+			if !strings.HasPrefix(got, "Steady state: 100 nodes, 3000 pods, 300 volumes attached through the product; 2m0s window, attacher --kube-api-qps/burst 5/10\n") {
+				t.Errorf("title: %q", strings.SplitN(got, "\n", 2)[0])
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("no %q in\n%s", w, got)
+				}
+			}
+		})
+	}
+}
+
+func TestFailoverSummary(t *testing.T) {
+	at := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
+	s := func(x float64) time.Time { return at.Add(time.Duration(x * float64(time.Second))) }
+	for _, tc := range []struct {
+		name       string
+		moves      []podMove
+		pods       int
+		wantMoved  int
+		wantSpan   time.Duration
+		wantAll    bool
+		wantInRows []string
+	}{
+		{name: "every pod moved within the goal", pods: 3, moves: []podMove{
+			{eligible: s(1), attached: s(2)}, {eligible: s(1.5), attached: s(3)}, {eligible: s(1), attached: s(4)},
+		}, wantMoved: 3, wantSpan: 3 * time.Second, wantAll: true,
+			wantInRows: []string{
+				"automatic             3/3   1.50s   3.00s   3.00s        3.00s         2.0  last within 5s of the first eligible: ok\n",
+				"automatic writes per pod: 1.00 delete pods, 1.00 patch volumeattachments/status\n",
+			}},
+		{name: "the last pod late", pods: 2, moves: []podMove{
+			{eligible: s(1), attached: s(2)}, {eligible: s(1), attached: s(7)},
+		}, wantMoved: 2, wantSpan: 6 * time.Second, wantAll: true,
+			wantInRows: []string{"last within 5s of the first eligible: MISSED\n"}},
+		{name: "a pod that never moved", pods: 2, moves: []podMove{
+			{eligible: s(1), attached: s(2)}, {eligible: s(1)},
+		}, wantMoved: 1, wantSpan: time.Second, wantAll: false,
+			wantInRows: []string{"automatic             1/2", "MISSED\n"}},
+		{name: "none moved", pods: 2, moves: []podMove{{}, {eligible: s(1)}},
+			wantInRows: []string{"automatic             0/2       -       -       -            -           -\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := failoverResult{path: "automatic", pods: tc.pods, moves: tc.moves, writes: map[string]int{"delete pods": tc.pods, "patch volumeattachments/status": tc.pods}}
+			if got := len(r.samples()); got != tc.wantMoved {
+				t.Errorf("%d samples, want %d", got, tc.wantMoved)
+			}
+			span, all := r.span()
+			if span != tc.wantSpan || all != tc.wantAll {
+				t.Errorf("span %s (all moved: %v), want %s (%v)", span, all, tc.wantSpan, tc.wantAll)
+			}
+			table := failoverScaleTable(tc.pods, []failoverResult{r})
+			for _, w := range tc.wantInRows {
+				if !strings.Contains(table, w) {
+					t.Errorf("no %q in\n%s", w, table)
+				}
+			}
+		})
+	}
+}
+
+func TestGuardSlots(t *testing.T) {
+	for _, tc := range []struct {
+		total, maxNodes, percent, want int
+	}{
+		{total: 1000, percent: 1, want: 10},
+		{total: 100, percent: 3, want: 3},
+		{total: 30, percent: 10, want: 3},
+		{total: 30, percent: 1, want: 0},
+		{total: 1000, maxNodes: 4, percent: 1, want: 4},
+		{total: 10, percent: 0, want: 10}, // no limit: every node
+	} {
+		if got := guardSlots(tc.total, tc.maxNodes, tc.percent); got != tc.want {
+			t.Errorf("guardSlots(%d, %d, %d%%) = %d, want %d", tc.total, tc.maxNodes, tc.percent, got, tc.want)
+		}
+	}
+}
+
+func TestPlanScale(t *testing.T) {
+	base := scaleOptions{nodes: 1000, pods: 30000, volumes: 3000, hotPods: 110, rack: 20, rackPods: 5, inTree: true, window: time.Minute}
+	with := func(f func(*scaleOptions)) scaleOptions { o := base; f(&o); return o }
+	for _, tc := range []struct {
+		name                                            string
+		o                                               scaleOptions
+		err                                             string
+		general, sets, bulk, setVolumes, percent, slots int
+	}{
+		// 3000 - 110 - 100 = 2790 general volumes: 111 sets of 25 and one
+		// of 15; the guard admits the failed node and 10 of the rack.
+		{name: "issue 22's", o: base, general: 978, sets: 2 + 112, bulk: 270, setVolumes: 3000, percent: 1, slots: 10},
+		{name: "the e2e test's", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack = 100, 3000, 300, 4 }),
+			general: 94, sets: 2 + 7, bulk: 27, setVolumes: 300, percent: 3, slots: 3},
+		{name: "no rack, no in-tree path", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack, o.inTree = 10, 200, 110, 0, false }),
+			general: 9, sets: 1, bulk: 1, setVolumes: 110, percent: 10, slots: 1},
+		{name: "a given limit", o: with(func(o *scaleOptions) { o.guardPercent = 5 }), general: 978, sets: 114, bulk: 270, setVolumes: 3000, percent: 5, slots: 50},
+		{name: "too few nodes", o: with(func(o *scaleOptions) { o.nodes = 23 }), err: "--nodes=23: want at least 24"},
+		{name: "too few volumes", o: with(func(o *scaleOptions) { o.volumes = 200 }), err: "--volumes=200: want at least 210"},
+		{name: "fewer pods than volumes", o: with(func(o *scaleOptions) { o.pods = 2999 }), err: "--pods=2999"},
+		{name: "no window", o: with(func(o *scaleOptions) { o.window = 0 }), err: "--window=0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := planScale(tc.o)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			vols := 0
+			for _, w := range p.sets {
+				vols += w.replicas
+			}
+			pods := vols
+			for _, w := range p.bulk {
+				pods += w.replicas
+			}
+			if len(p.general) != tc.general || len(p.sets) != tc.sets || len(p.bulk) != tc.bulk || vols != tc.setVolumes || p.percent != tc.percent || p.slots != tc.slots {
+				t.Errorf("general %d, sets %d, bulk %d, volumes %d, percent %d, slots %d; want %d, %d, %d, %d, %d, %d",
+					len(p.general), len(p.sets), len(p.bulk), vols, p.percent, p.slots, tc.general, tc.sets, tc.bulk, tc.setVolumes, tc.percent, tc.slots)
+			}
+			if pods != tc.o.pods || len(p.nodes()) != tc.o.nodes {
+				t.Errorf("%d pods on %d nodes, want %d on %d", pods, len(p.nodes()), tc.o.pods, tc.o.nodes)
+			}
+			if len(p.spares) != min(maxSpares, len(p.general)) {
+				t.Errorf("%d spares", len(p.spares))
+			}
+		})
+	}
+}
+
+func TestRackTable(t *testing.T) {
+	at := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
+	r := rackResult{nodes: 4, totalNodes: 100, percent: 3, slots: 3, admittedBefore: 1, maxAdmitted: 3, maxQuarantined: 3,
+		admitted: []string{"rack-00", "rack-01"}, waiting: []string{"rack-02", "rack-03"}, deferred: 2, allMoved: 42 * time.Second,
+		moves: []podMove{{eligible: at, attached: at.Add(time.Second)}, {eligible: at, attached: at.Add(3 * time.Second)}}}
+	got := rackTable(r)
+	for _, w := range []string{
+		"--max-fenced-node-percent=3 of 100 nodes: 3 fenced at most, 1 admitted before\n",
+		"3 of 3 allowed: ok\n",
+		"2 of 2: ok\n",
+		"2/2 moved, p50 1.00s, p95 3.00s, max 3.00s\n",
+		"42.0s\n",
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("no %q in\n%s", w, got)
+		}
+	}
+	r.maxAdmitted, r.deferred, r.allMoved = 4, 1, 0
+	got = rackTable(r)
+	for _, w := range []string{"4 of 3 allowed: MISSED\n", "1 of 2: MISSED\n", "not reached\n"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("no %q in\n%s", w, got)
+		}
+	}
+}
+
+func TestMemoryOverGoal(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		procs []procUsage
+		err   string
+	}{
+		{name: "under", procs: []procUsage{{name: "controller", rss: 299 << 20, peak: 400 << 20}, {name: "node agent", rss: 400 << 20}}},
+		{name: "at the goal", procs: []procUsage{{name: "controller", rss: 300 << 20}}, err: "controller: RSS 300 MiB, over the goal of 300 MiB"},
+		{name: "not measured", err: "not measured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := memoryOverGoal(steadyResult{procs: tc.procs})
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.err && !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("error %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
