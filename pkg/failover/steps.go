@@ -484,10 +484,7 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	active := fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
 	_, annotated := node.Annotations[contract.OutOfServiceProvenanceAnnotation]
 	ownOutOfService := annotated || fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey))
-	// A Complete request that kept its finalizer: a crash of a version
-	// that completed it before removing the finalizer.
-	finalizer := fr != nil && slices.Contains(fr.Finalizers, contract.RecordFinalizer)
-	if !quarantined && !active && !finalizer && !fencerecord.Pending(fr) && !hasFencingCondition(node) && !ownOutOfService &&
+	if !quarantined && !active && !fencerecord.Pending(fr) && !hasFencingCondition(node) && !ownOutOfService &&
 		podgc.Taint(node, contract.FencingTriagedTaintKey) == nil && podgc.Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
 	}
