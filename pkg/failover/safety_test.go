@@ -1200,26 +1200,10 @@ func TestNewAttachmentOnAReturnedNodeDoesNotHoldItsRelease(t *testing.T) {
 		{"an attachment no pod on the node wants", false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, objects(v1.ConditionUnknown, true), true)
-			if err := e.sync(t); err != nil {
-				t.Fatal(err)
-			}
-			if e.csi.fenced("h1") == 0 || e.steps.index("delete db-0") < 0 {
-				t.Fatalf("no failover to start from: %v", e.steps.log)
-			}
+			// The fenced attachment went, the node is back and Ready,
+			// its agent cleaned the volume.
+			e := readyToRelease(t)
 			ctx := context.Background()
-			// The fenced attachment goes, the node is back and Ready,
-			// its agent cleans the volume.
-			if err := e.client.StorageV1().VolumeAttachments().Delete(ctx, "va1", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			e.setReady(t, "n1", v1.ConditionTrue)
-			fr := e.record(t)
-			now := metav1.Now()
-			fencerecord.Find(fr, driver, "h1").CleanedTime = &now
-			if _, err := e.fr.UpdateStatus(ctx, fr); err != nil {
-				t.Fatal(err)
-			}
 			// The claim's PV is bound; the StatefulSet's new pod and
 			// its attachment to the node, under the same name.
 			pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, "pv1", metav1.GetOptions{})
