@@ -30,40 +30,55 @@ import (
 // condition of this system on the Node, the request Complete without its
 // finalizer, the storm guard's admission gone.
 func TestCrashAtEveryWriteOfTheRelease(t *testing.T) {
-	const most = 40 // a release takes far fewer writes: the loop must end
+	crashAtEveryWrite(t, "release", readyToRelease,
+		func(t *testing.T, e *env, kill *killSwitch) {
+			if n := e.node(t, "n1"); podgc.Taint(n, contract.QuarantineTaintKey) == nil && fencerecord.Pending(e.record(t)) {
+				t.Fatalf("killed after %d writes (%v): quarantine lifted with a volume not cleaned", kill.after, kill.done())
+			}
+		},
+		func(t *testing.T, e *env, _ *killSwitch) { expectReleased(t, e) })
+}
+
+// crashAtEveryWrite runs the step of n1 that what names (a sync of a
+// controller on the env setup returns) once for every k from 0 up: the
+// process is killed after its first k writes, atCrash checks what reached
+// the API, a new process syncs n1 again, and afterRestart checks the end.
+// It stops at the first k the step completes within, and fails when that
+// takes more than 40 writes (the loop must end) or none (nothing to break).
+func crashAtEveryWrite(t *testing.T, what string, setup func(*testing.T) *env, atCrash, afterRestart func(*testing.T, *env, *killSwitch)) {
+	t.Helper()
+	const most = 40
 	for k := 0; k <= most; k++ {
 		var completed bool
 		t.Run(fmt.Sprintf("killed after %d writes", k), func(t *testing.T) {
-			e := readyToRelease(t)
+			e := setup(t)
 			kill := &killSwitch{after: k}
 			e.client.PrependReactor("*", "*", kill.react)
 			e.dyn.PrependReactor("*", "*", kill.react)
 			err := e.sync(t)
 			completed = !kill.fired()
 			if completed && err != nil {
-				t.Fatalf("the release failed without a crash: %v", err)
+				t.Fatalf("the %s failed without a crash: %v", what, err)
 			}
-			if n := e.node(t, "n1"); podgc.Taint(n, contract.QuarantineTaintKey) == nil && fencerecord.Pending(e.record(t)) {
-				t.Fatalf("killed after %d writes (%v): quarantine lifted with a volume not cleaned", k, kill.done())
-			}
+			atCrash(t, e, kill)
 
 			// A new process on what reached the API.
 			e.client.ReactionChain = e.client.ReactionChain[1:]
 			e.dyn.ReactionChain = e.dyn.ReactionChain[1:]
 			e.restart(t)
 			if err := e.sync(t); err != nil {
-				t.Fatalf("killed after %d writes (%v), the restarted release: %v", k, kill.done(), err)
+				t.Fatalf("killed after %d writes (%v), the restarted %s: %v", k, kill.done(), what, err)
 			}
-			expectReleased(t, e)
+			afterRestart(t, e, kill)
 		})
 		if completed {
 			if k == 0 {
-				t.Fatal("the release wrote nothing: there was nothing to break")
+				t.Fatalf("the %s wrote nothing: there was nothing to break", what)
 			}
 			return
 		}
 	}
-	t.Fatalf("a release takes more than %d writes", most)
+	t.Fatalf("a %s takes more than %d writes", what, most)
 }
 
 // readyToRelease is n1 after a failover (fenced, its pod deleted, the
@@ -171,35 +186,19 @@ func (k *killSwitch) done() []string {
 // failover with one more fence at most for the volume (fenced at most once
 // per process).
 func TestCrashAtEveryWriteOfTheFailover(t *testing.T) {
-	const most = 40
-	for k := 0; k <= most; k++ {
-		var completed bool
-		t.Run(fmt.Sprintf("killed after %d writes", k), func(t *testing.T) {
-			e := newEnv(t, objects(v1.ConditionUnknown, true), true)
-			kill := &killSwitch{after: k}
-			e.client.PrependReactor("*", "*", kill.react)
-			e.dyn.PrependReactor("*", "*", kill.react)
-			err := e.sync(t)
-			completed = !kill.fired()
-			if completed && err != nil {
-				t.Fatalf("the failover failed without a crash: %v", err)
+	crashAtEveryWrite(t, "failover", func(t *testing.T) *env { return newEnv(t, objects(v1.ConditionUnknown, true), true) },
+		func(t *testing.T, e *env, kill *killSwitch) {
+			if e.steps.index("delete db-0") < 0 {
+				return
 			}
-			if e.steps.index("delete db-0") >= 0 {
-				fr, err := e.fr.Get(context.Background(), "n1")
-				if err != nil || !fencerecord.IsFenced(fr, driver, "h1") || podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
-					t.Fatalf("killed after %d writes (%v): the pod was deleted without its volume recorded fenced on a quarantined node (%v)", k, kill.done(), err)
-				}
+			fr, err := e.fr.Get(context.Background(), "n1")
+			if err != nil || !fencerecord.IsFenced(fr, driver, "h1") || podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+				t.Fatalf("killed after %d writes (%v): the pod was deleted without its volume recorded fenced on a quarantined node (%v)", kill.after, kill.done(), err)
 			}
-
-			e.client.ReactionChain = e.client.ReactionChain[1:]
-			e.dyn.ReactionChain = e.dyn.ReactionChain[1:]
-			e.restart(t)
-			if err := e.sync(t); err != nil {
-				t.Fatalf("killed after %d writes (%v), the restarted failover: %v", k, kill.done(), err)
-			}
-			fr := e.record(t)
-			if !fencerecord.IsFenced(fr, driver, "h1") || e.steps.index("delete db-0") < 0 {
-				t.Fatalf("killed after %d writes (%v): not failed over after the restart: %v", k, kill.done(), e.steps.log)
+		},
+		func(t *testing.T, e *env, kill *killSwitch) {
+			if fr := e.record(t); !fencerecord.IsFenced(fr, driver, "h1") || e.steps.index("delete db-0") < 0 {
+				t.Fatalf("killed after %d writes (%v): not failed over after the restart: %v", kill.after, kill.done(), e.steps.log)
 			}
 			if n := e.csi.fenced("h1"); n > 2 {
 				t.Errorf("h1 fenced %d times", n)
@@ -208,12 +207,4 @@ func TestCrashAtEveryWriteOfTheFailover(t *testing.T) {
 				t.Errorf("the failed node is not quarantined after the restart")
 			}
 		})
-		if completed {
-			if k == 0 {
-				t.Fatal("the failover wrote nothing: there was nothing to break")
-			}
-			return
-		}
-	}
-	t.Fatalf("a failover takes more than %d writes", most)
 }
