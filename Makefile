@@ -9,21 +9,49 @@ all: build
 
 include release-tools/build.make
 
-# Everything CI runs: static checks, unit tests, then the end-to-end suites on
-# real control planes (which build the pinned Kubernetes binaries on first
-# use into ~/.cache/fence-attacher, ~11 minutes cold, seconds warm). The
-# suites run side by side, three at a time, each on a control plane of its
-# own: most of their time is spent waiting out leases, grace periods and
-# backoffs, not on the CPU. Everything they install or build comes first,
-# once; each suite's output is printed whole when it ends, and a failed
-# suite stops none of the others (-k).
-test: verify test-go test-powerfence
-	$(MAKE) test-deps
-	$(MAKE) -k -j3 --output-sync=target test-e2e-slow test-e2e-rest test-trials-run test-realnodes-run test-bench-e2e
+# Everything CI runs, in four lanes side by side, each printed whole when it
+# ends; a failed suite stops no other (-k):
+#   test-units       the static checks, the unit tests (race detector), the
+#                    Helm chart's and the power-fencing tests;
+#   test-lane-e2e    the control plane's binaries, then the e2e tests but the
+#                    slowest;
+#   test-lane-slow   Cluster API's manager, then the slowest e2e tests, then
+#                    fence-bench's;
+#   test-lane-nodes  containerd and the kubelet, then the real-node tests,
+#                    then the randomized trials.
+# On a cold machine the first half hour is mostly compilation on both cores,
+# which the lanes share: the Go build cache (one set of build flags, see
+# GO_FLAGS) and the binary caches (each build script waits for a run of
+# itself that is already building, never builds twice). From then on the
+# suites mostly wait out leases, grace periods and backoffs, each on a
+# control plane of its own.
+test:
+	$(MAKE) -k -j4 --output-sync=target test-units test-lane-e2e test-lane-slow test-lane-nodes
 
-test-deps: test-e2e-deps test-realnodes-deps
-	$(GO) build -o /dev/null ./cmd/fence-trials
-	$(GO) test -tags e2e -count=1 -exec /bin/true ./test/e2e/... ./cmd/fence-bench/ >/dev/null
+test-units:
+	$(MAKE) -k verify test-go test-powerfence
+test-lane-e2e:
+	./hack/install-fence-agents.sh
+	./hack/e2e-binaries.sh >/dev/null
+	$(E2E_COMPILE)
+	$(MAKE) test-e2e-rest
+test-lane-slow:
+	./hack/install-fence-agents.sh
+	./hack/capi-binaries.sh >/dev/null
+	./hack/e2e-binaries.sh >/dev/null
+	$(E2E_COMPILE)
+	$(MAKE) -k test-e2e-slow test-bench-e2e
+test-lane-nodes:
+	./hack/install-node-deps.sh
+	./hack/install-fence-agents.sh
+	./hack/node-binaries.sh >/dev/null
+	$(MAKE) -k test-realnodes-run test-trials-run
+
+# Compiles the e2e test binaries without running them, once: a second lane
+# arriving meanwhile waits for the first one's compilation (flock) instead of
+# compiling the same packages beside it.
+E2E_COMPILE = mkdir -p $(HOME)/.cache/fence-attacher && flock $(HOME)/.cache/fence-attacher/.e2e-compile.lock \
+	$(GO) test $(GO_FLAGS) -tags e2e -count=1 -exec /bin/true ./test/e2e/... ./cmd/fence-bench/ >/dev/null
 
 # Power fencing on real parts: pkg/powerfence drives Debian's fence_ipmilan
 # against openipmi's ipmi_sim on loopback, whose "machine" is a process that
@@ -31,8 +59,8 @@ test-deps: test-e2e-deps test-realnodes-deps
 # apt when missing (CI runs as root); about 20 s of tests.
 test-powerfence:
 	./hack/install-fence-agents.sh
-	$(GO) vet -tags e2e ./test/bmcsim/...
-	$(GO) test -tags e2e -count=1 -timeout 10m ./test/bmcsim/...
+	$(GO) vet $(GO_FLAGS) -tags e2e ./test/bmcsim/...
+	$(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 10m ./test/bmcsim/...
 
 # End-to-end tests against etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and KWOK built from the modules under test/e2e/tools, and
@@ -53,7 +81,7 @@ test-e2e-deps:
 # termination reasons' grace periods, an informer resync, a deleted Node's
 # record) run in a test process of their own beside the others.
 E2E_SLOW = ^Test(Machine|TerminationReason|HealthReflectsInformerSync$$|DeletedDeadNodeFailsOver$$)
-E2E_TEST = $(GO) test -tags e2e -count=1 -v
+E2E_TEST = $(GO) test $(GO_FLAGS) -tags e2e -count=1 -v
 test-e2e-slow:
 	$(E2E_TEST) -timeout 45m -run '$(E2E_SLOW)' ./test/e2e/
 test-e2e-rest:
@@ -89,8 +117,8 @@ test-realnodes-deps:
 	./hack/node-binaries.sh >/dev/null
 
 test-realnodes-run:
-	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
-	FENCE_E2E_REAL_NODES=1 $(GO) test -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop)?$$' ./test/e2e/
+	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
+	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop)?$$' ./test/e2e/
 
 # Randomized failover trials (cmd/fence-trials): one trial of every fault
 # schedule with fixed seeds, so that CI replays the same ones. `make chaos
@@ -101,26 +129,26 @@ test-trials:
 	./hack/e2e-binaries.sh >/dev/null
 	$(MAKE) test-trials-run
 test-trials-run:
-	$(GO) run ./cmd/fence-trials -seed $(TRIAL_SEED) -trials 1
+	$(GO) run $(GO_FLAGS) ./cmd/fence-trials -seed $(TRIAL_SEED) -trials 1
 
 chaos:
 	./hack/e2e-binaries.sh >/dev/null
-	$(GO) run ./cmd/fence-trials -trials $(TRIALS)
+	$(GO) run $(GO_FLAGS) ./cmd/fence-trials -trials $(TRIALS)
 
 # The Helm chart (deploy/helm/csi-fence): linted, rendered and compared with
 # the kustomize build by Helm's own library. A Go module of its own
 # (deploy/helm/go.mod: Helm needs newer k8s.io modules than go.mod pins), so
 # `go test ./...` at the top does not reach it: test-go runs it.
 test-helm:
-	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd deploy/helm && $(GO) vet $(GO_FLAGS) ./... && $(GO) test $(GO_FLAGS) -count=1 ./...
 test-go: test-helm
 
-.PHONY: all test test-deps test-powerfence test-e2e test-e2e-deps test-e2e-slow test-e2e-rest test-bench-e2e test-realnodes test-realnodes-deps test-realnodes-run test-trials test-trials-run chaos demo demo-real-nodes test-helm
+.PHONY: all test test-units test-lane-e2e test-lane-slow test-lane-nodes test-powerfence test-e2e test-e2e-deps test-e2e-slow test-e2e-rest test-bench-e2e test-realnodes test-realnodes-deps test-realnodes-run test-trials test-trials-run chaos demo demo-real-nodes test-helm
 
 # The product's main job on an embedded default: a local real control plane,
 # the mock driver, the sidecar, and a node failure that fails over.
 demo:
-	$(GO) run ./cmd/fence-demo
+	$(GO) run $(GO_FLAGS) ./cmd/fence-demo
 
 # The same on two real nodes (a kubelet and containerd each, the product
 # deployed from deploy/kubernetes/mock-example with images built here); as
@@ -129,4 +157,4 @@ demo-real-nodes:
 	./hack/install-node-deps.sh
 	./hack/e2e-binaries.sh >/dev/null
 	./hack/node-binaries.sh >/dev/null
-	$(GO) run ./cmd/fence-demo --real-nodes
+	$(GO) run $(GO_FLAGS) ./cmd/fence-demo --real-nodes

@@ -47,9 +47,6 @@ build() { # name module-dir tags ldflags packages...
 	log "built $name in $((SECONDS - start))s"
 }
 
-if [ ! -x "$out/kubelet" ]; then
-	build kubelet "$tools/k8s" "" "-s -w $(k8s_version_ldflags "$k8s")" k8s.io/kubernetes/cmd/kubelet
-fi
 if [ ! -x "$out/containerd" ] || [ ! -x "$out/ctr" ] || [ ! -x "$out/containerd-shim-runc-v2" ]; then
 	# Without cgo the btrfs, devmapper and zfs snapshotters cannot build;
 	# the nodes use overlayfs.
@@ -58,5 +55,12 @@ if [ ! -x "$out/containerd" ] || [ ! -x "$out/ctr" ] || [ ! -x "$out/containerd-
 	build containerd "$tools/containerd" "no_btrfs no_devmapper no_zfs" "-s -w $ver" \
 		github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr \
 		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+fi
+if [ ! -x "$out/kubelet" ]; then
+	# The kubelet shares most of its compiled packages with the control
+	# plane: build (or wait for) that first, so that the two builds do not
+	# compile the same packages side by side.
+	"$repo/hack/e2e-binaries.sh" >/dev/null
+	build kubelet "$tools/k8s" "" "-s -w $(k8s_version_ldflags "$k8s")" k8s.io/kubernetes/cmd/kubelet
 fi
 echo "$out"

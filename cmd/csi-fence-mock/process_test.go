@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-fence/fence-attacher/internal/imagebuild"
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/mock-driver/server"
 	"github.com/csi-fence/fence-attacher/mock-driver/workload"
@@ -58,11 +59,14 @@ func binaries(t *testing.T) string {
 		if build.dir, build.err = os.MkdirTemp("", "fence-mock-bin"); build.err != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", build.dir+"/", "./cmd/csi-fence-mock", "./cmd/csi-fence-sanity")
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build: %v\n%s", err, out)
+		// Built as the release images are, as make test builds everything
+		// but the race detector's binaries: one compiled tree, not two.
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			build.err = err
+			return
 		}
+		build.err = imagebuild.GoBuild(context.Background(), root, build.dir, runtime.GOOS, runtime.GOARCH, "", "./cmd/csi-fence-mock", "./cmd/csi-fence-sanity")
 	})
 	if build.err != nil {
 		t.Fatal(build.err)

@@ -27,7 +27,18 @@ apt_installer() {
 # fresh machine may have no package lists at all (or stale ones whose
 # versions the mirror no longer serves): update once, then install; and if an
 # install from lists we did not refresh fails, refresh and try once more.
+#
+# make test's lanes install their packages at the same time, and a second
+# apt-get fails on the first one's locks: one install at a time, the others
+# waiting their turn.
 apt_install_packages() {
+	(
+		flock 8
+		apt_install_packages_unlocked "$@"
+	) 8>>"${TMPDIR:-/tmp}/fence-attacher-apt.lock"
+}
+
+apt_install_packages_unlocked() {
 	local how
 	if ! how=$(apt_installer); then
 		log "cannot install $* (${how#no: }): install them by hand"

@@ -61,20 +61,22 @@ func TestLayerReproducible(t *testing.T) {
 	}
 }
 
-// TestRelease builds the mock driver's release image twice, into two
-// directories: the same digests both times (reproducible), an OCI index of
-// linux/amd64 and linux/arm64 whose images hold that architecture's binary
-// as /entrypoint, run as nonroot, tagged with the version, read back from
-// the OCI layout on disk.
+// TestRelease builds a release image of testdata/cmd/release-fixture twice,
+// into two directories: the same digests both times (reproducible), an OCI
+// index of linux/amd64 and linux/arm64 whose images hold that
+// architecture's binary as /entrypoint, run as nonroot, tagged with the
+// version, read back from the OCI layout on disk. The product's own images
+// are built the same way by the real-node e2e tests (linux/amd64) and by
+// `make images`.
 func TestRelease(t *testing.T) {
 	if testing.Short() {
-		t.Skip("cross-compiles the mock driver")
+		t.Skip("cross-compiles for arm64")
 	}
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := ReleaseOptions{RepoRoot: root, Cmds: []string{"csi-fence-mock"}, Platforms: []string{"linux/amd64", "linux/arm64"},
+	opts := ReleaseOptions{RepoRoot: root, Cmds: []string{fixtureCmd}, Platforms: []string{"linux/amd64", "linux/arm64"},
 		Registry: "ghcr.io/csi-fence", Version: "v9.8.7-test", Commit: "0123456789abcdef"}
 	var digests []v1.Hash
 	for i := range 2 {
@@ -87,7 +89,7 @@ func TestRelease(t *testing.T) {
 			t.Fatalf("built %d images, want 1", len(built))
 		}
 		b := built[0]
-		if want := "ghcr.io/csi-fence/csi-fence-mock:v9.8.7-test"; b.Ref != want {
+		if want := "ghcr.io/csi-fence/" + fixtureCmd + ":v9.8.7-test"; b.Ref != want {
 			t.Errorf("ref %s, want %s", b.Ref, want)
 		}
 		digests = append(digests, b.Digest)
@@ -99,6 +101,9 @@ func TestRelease(t *testing.T) {
 		t.Errorf("two builds of the same sources: index %s, then %s", digests[0], digests[1])
 	}
 }
+
+// fixtureCmd is the command under testdata/cmd that TestRelease releases.
+const fixtureCmd = "release-fixture"
 
 func checkLayout(t *testing.T, b Built) {
 	t.Helper()
@@ -176,7 +181,7 @@ func checkLayout(t *testing.T, b Built) {
 	}
 	// The binary says its version (pkg/version), when it runs here.
 	if runtime.GOOS == "linux" && runtime.GOARCH == "amd64" {
-		out, err := exec.Command(filepath.Join(filepath.Dir(b.Dir), "bin", "linux_amd64", "csi-fence-mock"), "--version").CombinedOutput()
+		out, err := exec.Command(filepath.Join(filepath.Dir(b.Dir), "bin", "linux_amd64", fixtureCmd), "--version").CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte("v9.8.7-test")) {
 			t.Errorf("--version: %s, %v", out, err)
 		}

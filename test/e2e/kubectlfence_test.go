@@ -61,12 +61,11 @@ func nodeStatus(st *fenceview.Status, node string) *fenceview.NodeStatus {
 // enforced by the apiserver.
 func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 	ctx := context.Background()
-	bin := filepath.Join(t.TempDir(), "kubectl-fence")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-fence")
-	build.Dir = framework.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building kubectl-fence: %v\n%s", err, out)
+	binDir := t.TempDir()
+	if err := framework.BuildCommands(ctx, binDir, "./cmd/kubectl-fence"); err != nil {
+		t.Fatalf("building kubectl-fence: %v", err)
 	}
+	bin := filepath.Join(binDir, "kubectl-fence")
 	env, err := scenario.Setup(ctx, cluster, product, tLogger{t}, "kf", 2, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/mod/modfile"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,11 +119,33 @@ type Cluster struct {
 	stops []func()
 }
 
-// RepoRoot is the root of this repository.
+// RepoRoot is the root of this repository: where this file was compiled
+// from, or, in a -trimpath build (make test's, which records no build
+// paths), the nearest directory above the working directory whose go.mod is
+// this module's. Tests run in their package's directory, the commands from
+// the repository's root.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("finding the repository: %v", err))
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modfile.ModulePath(data) == repoModule {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			panic("finding the repository: no go.mod of " + repoModule + " above the working directory; run from the checkout")
+		}
+		dir = parent
+	}
 }
+
+// repoModule is this repository's Go module.
+const repoModule = "github.com/csi-fence/fence-attacher"
 
 // Binaries returns the directory of the control-plane binaries, building
 // them (minutes, once) when they are not cached yet, as `make test` does

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -63,10 +62,8 @@ const PreStopWebhookConfig = "csi-fence-prestop"
 func (c *Cluster) StartPreStop(ctx context.Context) (*PreStop, error) {
 	begin := time.Now()
 	ps := &PreStop{BinDir: filepath.Join(c.WorkDir, "bin-prestop"), c: c}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", ps.BinDir+"/", "./cmd/csi-fence-prestop", "./cmd/csi-fence-prestop-webhook", "./cmd/kubectl-fence")
-	cmd.Dir = RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the preStop binaries: %v\n%s", err, out)
+	if err := BuildCommands(ctx, ps.BinDir, "./cmd/csi-fence-prestop", "./cmd/csi-fence-prestop-webhook", "./cmd/kubectl-fence"); err != nil {
+		return nil, fmt.Errorf("building the preStop binaries: %w", err)
 	}
 	ps.Helper, ps.Plugin = filepath.Join(ps.BinDir, "csi-fence-prestop"), filepath.Join(ps.BinDir, "kubectl-fence")
 	if err := c.ApplyManifest(ctx, "deploy/kubernetes/prestop/rbac.yaml", ""); err != nil {

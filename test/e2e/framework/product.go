@@ -7,8 +7,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/csi-fence/fence-attacher/internal/imagebuild"
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/test/bmcsim"
 	"github.com/csi-fence/fence-attacher/test/kubeletsim"
@@ -131,13 +132,19 @@ type NodePlugin struct {
 
 // BuildProduct builds the product binaries into dir.
 func BuildProduct(ctx context.Context, dir string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/csi-fence-attacher", "./cmd/csi-fence-mock")
-	cmd.Dir = RepoRoot()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("building product: %v\n%s", err, out)
+	if err := BuildCommands(ctx, dir, "./cmd/csi-fence-attacher", "./cmd/csi-fence-mock"); err != nil {
+		return fmt.Errorf("building product: %w", err)
 	}
 	return nil
+}
+
+// BuildCommands builds the packages (./cmd/x) of this repository into dir
+// for this machine, the way the release images are built
+// (imagebuild.GoBuild: static, -trimpath), which is also how make test
+// builds its test binaries: on a cold machine they all compile their
+// dependencies once, not once per set of build flags.
+func BuildCommands(ctx context.Context, dir string, pkgs ...string) error {
+	return imagebuild.GoBuild(ctx, RepoRoot(), dir, runtime.GOOS, runtime.GOARCH, "", pkgs...)
 }
 
 // ProductOptions tune the product processes.
