@@ -37,6 +37,9 @@ type MachineFencer interface {
 	Remediate(ctx context.Context, t fencingv1alpha1.MachineTarget) (string, error)
 	// Check reads whether the infrastructure reports the instance gone.
 	Check(ctx context.Context, t fencingv1alpha1.MachineTarget) (machinefence.Progress, error)
+	// Requested reads whether the Machine carries this system's request
+	// to MachineHealthCheck, not acted on yet.
+	Requested(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error)
 	// Withdraw removes this system's request to MachineHealthCheck from
 	// the Machine, if MHC has not acted on it, and reports whether it did.
 	Withdraw(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error)
@@ -203,11 +206,37 @@ func (c *Controller) withdrawRemediation(ctx context.Context, node *v1.Node, fr 
 	if t == nil || t.DeletionStartedBy != machinefence.StartedByMHC || fr.Status.NodeFence.ConfirmedTime != nil || c.machine == nil {
 		return nil
 	}
-	withdrawn, err := c.machine.Withdraw(ctx, *t)
+	// Write-ahead: the record says the request is being withdrawn before
+	// it is, so that a pass that withdrew it and then failed to record it
+	// leaves the next pass (which finds nothing left to withdraw) what to
+	// finish: the record's outcome and the Event. That intent is read from
+	// the record live: the cache may not show it yet.
+	live, err := c.frClient.Get(ctx, node.Name)
 	if err != nil {
+		return fmt.Errorf("node %s is back: reading its record: %w", node.Name, err)
+	}
+	if t = fencerecord.MachineIntentRecorded(live); t == nil || t.DeletionStartedBy != machinefence.StartedByMHC || live.Status.NodeFence.ConfirmedTime != nil {
+		return nil
+	}
+	withdrawing := fmt.Sprintf("node back before MachineHealthCheck acted: withdrawing the request to remediate Machine %s/%s (%s)", t.Namespace, t.Name, machinefence.RemediateMachineAnnotation)
+	intent := live.Status.NodeFence.Output == withdrawing
+	if !intent {
+		requested, err := c.machine.Requested(ctx, *t)
+		if err != nil {
+			return fmt.Errorf("node %s is back: %w", node.Name, err)
+		}
+		if requested {
+			if err := fencerecord.RecordMachineProgress(ctx, c.frClient, node.Name, "", withdrawing); err != nil {
+				return err
+			}
+			intent = true
+		}
+	}
+	// Also without a request: this system's mark alone goes too.
+	if _, err := c.machine.Withdraw(ctx, *t); err != nil {
 		return fmt.Errorf("node %s is back: %w", node.Name, err)
 	}
-	if !withdrawn {
+	if !intent {
 		return nil
 	}
 	msg := fmt.Sprintf("node back before MachineHealthCheck acted: the request to remediate Machine %s/%s (%s) withdrawn", t.Namespace, t.Name, machinefence.RemediateMachineAnnotation)

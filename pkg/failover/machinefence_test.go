@@ -12,7 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -85,12 +87,19 @@ func (f *fakeMachines) Check(ctx context.Context, t fencingv1alpha1.MachineTarge
 	return machinefence.Progress{Waiting: "waiting: TestMachine m1 being deleted (Ready DeletionRefused: quota exceeded)"}, nil
 }
 
+// Requested: the request is there until a Withdraw removed it.
+func (f *fakeMachines) Requested(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.withdrawals == 0, nil
+}
+
 func (f *fakeMachines) Withdraw(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.withdrawals++
 	f.e.steps.add("withdraw m1")
-	return true, nil
+	return f.withdrawals == 1, nil
 }
 
 func (f *fakeMachines) confirm() {
@@ -358,6 +367,53 @@ func TestDeletedInstanceReleasesAttachments(t *testing.T) {
 				t.Errorf("the record of a released deleted instance stays: %v", err)
 			}
 		})
+	}
+}
+
+// The withdrawal's record is written ahead: when the record's write after
+// the withdrawal fails, the next pass, which finds nothing left to withdraw
+// on the Machine, still records it and says it in an Event before the
+// release completes, instead of completing as if there had been nothing to
+// withdraw.
+func TestMachineRemediationWithdrawalRecordedAfterAFailedWrite(t *testing.T) {
+	objs := objects(v1.ConditionTrue, false)
+	n := objs[0].(*v1.Node)
+	n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
+	n.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
+	machines := &fakeMachines{}
+	e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
+	target := machines.target()
+	target.DeletionStartedBy = machinefence.StartedByMHC
+	e.restartWithMachineFence(t, target, fencingv1alpha1.PhaseFencing, false)
+
+	// The first record of the outcome fails, once.
+	failed := false
+	e.dyn.PrependReactor("update", "fencingrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		u, ok := a.(k8stesting.UpdateAction).GetObject().(*unstructured.Unstructured)
+		if !ok || failed {
+			return false, nil, nil
+		}
+		if out, _, _ := unstructured.NestedString(u.Object, "status", "nodeFence", "output"); strings.HasSuffix(out, " withdrawn") {
+			failed = true
+			return true, nil, errors.New("apiserver unavailable")
+		}
+		return false, nil, nil
+	})
+	if err := e.sync(t); err == nil || !failed {
+		t.Fatalf("the pass whose record write failed returned %v (write failed: %v)", err, failed)
+	}
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.fr.Get(context.Background(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != fencingv1alpha1.PhaseComplete {
+		t.Errorf("the node back is not released: %+v", got.Status)
+	}
+	if !strings.HasSuffix(got.Status.NodeFence.Output, " withdrawn") || !hasEvent(events(e.c), "MachineRemediationWithdrawn") {
+		t.Errorf("the withdrawal is not said in the record and an Event: %+v", got.Status.NodeFence)
 	}
 }
 

@@ -221,28 +221,48 @@ func (b *Backend) Remediate(ctx context.Context, t fencingv1alpha1.MachineTarget
 // nothing to withdraw: MHC acted, or someone else did. It reports whether
 // a request was withdrawn.
 func (b *Backend) Withdraw(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error) {
-	machines := b.Dynamic.Resource(MachineResource).Namespace(t.Namespace)
-	m, err := machines.Get(ctx, t.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("reading Machine %s/%s: %w", t.Namespace, t.Name, err)
-	case m.GetUID() != t.UID || m.GetDeletionTimestamp() != nil:
-		return false, nil
+	m, requested, err := b.ourRequest(ctx, t)
+	if err != nil || m == nil {
+		return false, err
 	}
 	ann := m.GetAnnotations()
-	if _, ours := ann[RemediationRequestedAnnotation]; !ours {
-		return false, nil
-	}
-	_, requested := ann[RemediateMachineAnnotation]
 	delete(ann, RemediateMachineAnnotation)
 	delete(ann, RemediationRequestedAnnotation)
 	m.SetAnnotations(ann)
-	if _, err := machines.Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+	if _, err := b.Dynamic.Resource(MachineResource).Namespace(t.Namespace).Update(ctx, m, metav1.UpdateOptions{}); err != nil {
 		return false, fmt.Errorf("withdrawing the request to MachineHealthCheck to remediate Machine %s/%s: %w", t.Namespace, t.Name, err)
 	}
 	return requested, nil
+}
+
+// Requested reads, live, whether the Machine t names carries this system's
+// request to MachineHealthCheck, not acted on yet: what Withdraw would
+// withdraw. The failover records that it withdraws it before it does.
+func (b *Backend) Requested(ctx context.Context, t fencingv1alpha1.MachineTarget) (bool, error) {
+	_, requested, err := b.ourRequest(ctx, t)
+	return requested, err
+}
+
+// ourRequest reads the Machine t names and returns it when it carries this
+// system's mark (RemediationRequestedAnnotation), with whether the request
+// itself is there too; nil when the Machine is gone, replaced, being
+// deleted or unmarked.
+func (b *Backend) ourRequest(ctx context.Context, t fencingv1alpha1.MachineTarget) (*unstructured.Unstructured, bool, error) {
+	m, err := b.Dynamic.Resource(MachineResource).Namespace(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("reading Machine %s/%s: %w", t.Namespace, t.Name, err)
+	case m.GetUID() != t.UID || m.GetDeletionTimestamp() != nil:
+		return nil, false, nil
+	}
+	ann := m.GetAnnotations()
+	if _, ours := ann[RemediationRequestedAnnotation]; !ours {
+		return nil, false, nil
+	}
+	_, requested := ann[RemediateMachineAnnotation]
+	return m, requested, nil
 }
 
 // Progress is where a Machine fence is.

@@ -230,6 +230,19 @@ func TestWithdraw(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, client := newBackend(ModeMHC, tc.objs...)
+			// Requested reads what Withdraw then removes, and writes nothing.
+			requested, err := b.Requested(context.Background(), target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if requested != tc.want {
+				t.Errorf("requested %v, want %v", requested, tc.want)
+			}
+			for _, a := range client.Actions() {
+				if a.GetVerb() != "get" {
+					t.Errorf("Requested wrote: %s", a.GetVerb())
+				}
+			}
 			got, err := b.Withdraw(context.Background(), target)
 			if err != nil {
 				t.Fatal(err)
