@@ -31,6 +31,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 )
 
 // scaleOptions are the flags of --mode=scale.
@@ -439,19 +440,7 @@ func (s *scaleRun) createSet(ctx context.Context, d *framework.Driver, w workloa
 	}
 	if err := parallel(16, handles, func(h string) error {
 		i, _ := strconv.Atoi(h[strings.LastIndexByte(h, '-')+1:])
-		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: h},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				StorageClassName:              d.StorageClass,
-				ClaimRef:                      &corev1.ObjectReference{Namespace: "default", Name: "data-" + podName(w.name, i)},
-				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-					Driver: d.Name, VolumeHandle: h, FSType: "ext4",
-				}},
-			},
-		}
+		pv := scenario.StaticPV(d, h, &corev1.ObjectReference{Namespace: "default", Name: "data-" + podName(w.name, i)})
 		_, err := s.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 		return err
 	}); err != nil {

@@ -177,7 +177,16 @@ func CreateVolume(ctx context.Context, c *framework.Cluster, d *framework.Driver
 	if err := d.Array.AddVolume(handle, 1<<30); err != nil {
 		return err
 	}
-	pv := &corev1.PersistentVolume{
+	pv := StaticPV(d, handle, claim)
+	_, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	return err
+}
+
+// StaticPV is the PersistentVolume of driver d's volume handle, 1 GiB,
+// statically provisioned (pre-bound to claim when claim is not nil), as
+// CreateVolume and fence-bench's scale mode create them.
+func StaticPV(d *framework.Driver, handle string, claim *corev1.ObjectReference) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: handle},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
@@ -190,8 +199,6 @@ func CreateVolume(ctx context.Context, c *framework.Cluster, d *framework.Driver
 			}},
 		},
 	}
-	_, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
-	return err
 }
 
 // Teardown removes what Setup made once a scenario is over: the
