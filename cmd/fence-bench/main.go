@@ -200,6 +200,11 @@ func (b *bench) run(ctx context.Context, trials int, paths []string) error {
 	}
 	if len(results) > 0 {
 		b.printf("\n%s", failoverTable(results))
+		for _, r := range results {
+			if t := budgetTable(r); t != "" {
+				b.printf("\n%s", t)
+			}
+		}
 	}
 	return err
 }
@@ -209,6 +214,8 @@ type pathResult struct {
 	path    string
 	trials  int             // asked for
 	samples []time.Duration // one per trial that ended, in order
+	// timelines are the milestones of the same trials, for the budget.
+	timelines [][]timeline.Event
 }
 
 // failoverTable is the table of the paths' p50, p95, min and max; a path
@@ -253,18 +260,19 @@ func (b *bench) measure(ctx context.Context, trials int, path string) (r pathRes
 		return r, err
 	}
 	for i := 0; i < trials; i++ {
-		d, err := trial(ctx, c, p, fmt.Sprintf("b%s%d", path[:1], i), path)
+		d, events, err := trial(ctx, c, p, fmt.Sprintf("b%s%d", path[:1], i), path)
 		if err != nil {
 			return r, fmt.Errorf("%s trial %d: %w", path, i, err)
 		}
 		b.printf("%s trial %d: %.2fs\n", path, i, d.Seconds())
 		r.samples = append(r.samples, d)
+		r.timelines = append(r.timelines, events)
 	}
 	return r, nil
 }
 
 // trial fails one node and returns eligible -> attached elsewhere.
-func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, path string) (time.Duration, error) {
+func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, path string) (time.Duration, []timeline.Event, error) {
 	if path == "power" {
 		// Each node's plugin is the machine of a BMC: the power fence
 		// really stops it.
@@ -274,38 +282,38 @@ func trial(ctx context.Context, c *framework.Cluster, p *framework.Product, pref
 			node := fmt.Sprintf("%s-node-%d", prefix, i)
 			dir := filepath.Join(c.WorkDir, "bmc", node)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			p.SetPowerSwitch(node, p.Driver, bmcsim.Config{Dir: dir, User: "admin", Password: "bench-secret"})
 		}
 	}
 	env, err := scenario.Setup(ctx, c, p, quiet{}, prefix, 2, 1)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if path == "power" {
 		unconfigure, err := p.ConfigurePowerSwitches(ctx, prefix+"-bmc", p.Driver, env.Nodes, "admin", "bench-secret")
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		defer unconfigure()
 	}
 	victim, err := env.WaitAttached(ctx, 0, "", 30*time.Second)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	rec := timeline.New(timeline.Target{Node: victim, Namespace: env.NS, Pod: env.PodName(0), PVName: env.Volumes[0]}, nil)
 	stop := make(chan struct{})
 	defer func() { close(stop); rec.Wait() }()
 	if err := rec.Watch(c.Client, c.Dynamic, stop); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := env.Failover(ctx, rec, scenario.FailoverOptions{OutOfServiceTaint: path == "out-of-service", Partition: path == "power", Return: false}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	d, ok := rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere)
 	if !ok {
-		return 0, fmt.Errorf("milestones missing: %v", rec.Events())
+		return 0, nil, fmt.Errorf("milestones missing: %v", rec.Events())
 	}
-	return d, nil
+	return d, rec.Events(), nil
 }

@@ -34,7 +34,9 @@ const (
 	StorageFenced     = "storage fenced"
 	PodForceDeleted   = "pod force-deleted"
 	OldVADeleted      = "old attachment removed"
+	PodRecreated      = "replacement pod created"
 	PodReplaced       = "pod replaced on another node"
+	NewAttachment     = "new attachment created"
 	AttachedElsewhere = "volume attached elsewhere"
 	NodeBack          = "node back"
 	NodeReady         = "node Ready"
@@ -232,8 +234,11 @@ func (r *Recorder) onPod(obj interface{}) {
 	if string(p.UID) == old && p.DeletionTimestamp != nil {
 		r.Mark(PodEvicted, "on "+p.Spec.NodeName)
 	}
-	if old != "" && string(p.UID) != old && p.Spec.NodeName != "" && p.Spec.NodeName != r.target.Node {
-		r.Mark(PodReplaced, "on "+p.Spec.NodeName)
+	if old != "" && string(p.UID) != old {
+		r.Mark(PodRecreated, "")
+		if p.Spec.NodeName != "" && p.Spec.NodeName != r.target.Node {
+			r.Mark(PodReplaced, "on "+p.Spec.NodeName)
+		}
 	}
 }
 
@@ -242,8 +247,11 @@ func (r *Recorder) onVA(obj interface{}) {
 	if !ok || va.Spec.Source.PersistentVolumeName == nil || *va.Spec.Source.PersistentVolumeName != r.target.PVName {
 		return
 	}
-	if va.Spec.NodeName != r.target.Node && va.Status.Attached {
-		r.Mark(AttachedElsewhere, "on "+va.Spec.NodeName)
+	if va.Spec.NodeName != r.target.Node {
+		r.Mark(NewAttachment, va.Name)
+		if va.Status.Attached {
+			r.Mark(AttachedElsewhere, "on "+va.Spec.NodeName)
+		}
 	}
 }
 

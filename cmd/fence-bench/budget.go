@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+// budgetStep is one step of a failover, from the pod eligible (its
+// eviction seen) to its volume attached elsewhere: the milestone that ends
+// it, the milestones that had to happen before it could start (the latest
+// of them starts it), and who takes it.
+type budgetStep struct {
+	what  string
+	after []string
+	who   string
+}
+
+// budgetSteps are the failover's steps in causal order. The replacement's
+// scheduling and the old attachment's removal run side by side; the new
+// attachment waits for both (a ReadWriteOnce volume is attached to one
+// node at a time).
+var budgetSteps = []budgetStep{
+	{timeline.StorageFenced, []string{timeline.PodEvicted}, "product: quarantine, fence (one RPC)"},
+	{timeline.PodForceDeleted, []string{timeline.StorageFenced}, "product: force delete"},
+	{timeline.PodRecreated, []string{timeline.PodForceDeleted}, "StatefulSet controller"},
+	{timeline.PodReplaced, []string{timeline.PodRecreated}, "kube-scheduler"},
+	{timeline.OldVADeleted, []string{timeline.PodForceDeleted}, "A/D controller's detach, attacher"},
+	{timeline.NewAttachment, []string{timeline.OldVADeleted, timeline.PodReplaced}, "A/D controller's attach"},
+	{timeline.AttachedElsewhere, []string{timeline.NewAttachment}, "attacher: ControllerPublish"},
+}
+
+// budgetTable says where the time of r's trials went, step by step: when
+// each step ended after the pod became eligible (p50, p95) and how long
+// the step itself took (from the latest of the milestones it waited for),
+// as the bench's watches saw them. A step a path does not take (no fence
+// on the in-tree path) is left out; a milestone a trial missed is left out
+// of that trial's figures. Empty without timelines.
+func budgetTable(r pathResult) string {
+	if len(r.timelines) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Where the time goes, %s path (%d trials; from the pod eligible):\n", r.path, len(r.timelines))
+	fmt.Fprintf(&sb, "  %-30s %8s %8s | %8s %8s  %s\n", "step ends", "at p50", "p95", "step p50", "p95", "taken by")
+	for _, st := range budgetSteps {
+		var at, took []time.Duration
+		for _, events := range r.timelines {
+			when := map[string]time.Time{}
+			for _, e := range events {
+				when[e.What] = e.At
+			}
+			eligible, ok1 := when[timeline.PodEvicted]
+			end, ok2 := when[st.what]
+			if !ok1 || !ok2 {
+				continue
+			}
+			at = append(at, end.Sub(eligible))
+			var start time.Time
+			for _, a := range st.after {
+				if t, ok := when[a]; ok && t.After(start) {
+					start = t
+				}
+			}
+			if !start.IsZero() {
+				took = append(took, max(end.Sub(start), 0))
+			}
+		}
+		if len(at) == 0 {
+			continue
+		}
+		fmt.Fprintf(&sb, "  %-30s %7.2fs %7.2fs | %7.2fs %7.2fs  %s\n", st.what,
+			timeline.Percentile(at, 50).Seconds(), timeline.Percentile(at, 95).Seconds(),
+			timeline.Percentile(took, 50).Seconds(), timeline.Percentile(took, 95).Seconds(), st.who)
+	}
+	return sb.String()
+}

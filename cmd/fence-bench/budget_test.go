@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
+)
+
+// trialAt is a trial's milestones at the given seconds after t0.
+func trialAt(marks map[string]float64) []timeline.Event {
+	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	var out []timeline.Event
+	for what, s := range marks {
+		out = append(out, timeline.Event{At: t0.Add(time.Duration(s * float64(time.Second))), What: what})
+	}
+	return out
+}
+
+// The budget says when each step ended after the pod was eligible, and how
+// long it took from the latest milestone it waited for: the new attachment
+// waits for both the old one's removal and the replacement's scheduling.
+// A step a path does not take is left out.
+func TestBudgetTable(t *testing.T) {
+	automatic := pathResult{path: "automatic", timelines: [][]timeline.Event{
+		trialAt(map[string]float64{timeline.PodEvicted: 10, timeline.StorageFenced: 10.1, timeline.PodForceDeleted: 10.2,
+			timeline.PodRecreated: 10.25, timeline.PodReplaced: 10.3, timeline.OldVADeleted: 10.7,
+			timeline.NewAttachment: 10.9, timeline.AttachedElsewhere: 11.0}),
+		// The scheduler last: the new attachment waits for it.
+		trialAt(map[string]float64{timeline.PodEvicted: 0, timeline.StorageFenced: 0.2, timeline.PodForceDeleted: 0.3,
+			timeline.PodRecreated: 0.4, timeline.PodReplaced: 0.9, timeline.OldVADeleted: 0.5,
+			timeline.NewAttachment: 1.0, timeline.AttachedElsewhere: 1.2}),
+	}}
+	got := budgetTable(automatic)
+	for _, want := range []string{
+		"automatic path (2 trials",
+		// at p50 0.10 s (nearest rank of 0.1, 0.2), p95 0.20 s.
+		"storage fenced                    0.10s    0.20s |    0.10s    0.20s",
+		"old attachment removed            0.50s    0.70s |    0.20s    0.50s",
+		// 0.9-0.7 = 0.2 after the old one's removal; 1.0-0.9 = 0.1 after
+		// the scheduling.
+		"new attachment created            0.90s    1.00s |    0.10s    0.20s",
+		"volume attached elsewhere         1.00s    1.20s |    0.10s    0.20s",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("budget lacks %q:\n%s", want, got)
+		}
+	}
+
+	inTree := pathResult{path: "out-of-service", timelines: [][]timeline.Event{
+		trialAt(map[string]float64{timeline.PodEvicted: 0, timeline.PodForceDeleted: 16, timeline.AttachedElsewhere: 17}),
+	}}
+	got = budgetTable(inTree)
+	if strings.Contains(got, timeline.StorageFenced) || !strings.Contains(got, timeline.PodForceDeleted) {
+		t.Errorf("the in-tree path's budget:\n%s", got)
+	}
+}
