@@ -65,7 +65,7 @@ test-powerfence:
 # End-to-end tests against etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and KWOK built from the modules under test/e2e/tools, and
 # Cluster API's core manager from hack/tools/capi (the machine backend's
-# tests; about 9 minutes cold, cached like the others); then fence-bench at
+# tests; about 2 minutes cold, cached like the others); then fence-bench at
 # its smallest (--trials=1, and interrupted), which must leave nothing
 # running and say nothing of a control plane after its teardown.
 test-e2e: test-e2e-deps
