@@ -93,7 +93,11 @@ func newEnv(t *testing.T, cfg driver.Config) *env {
 		t.Fatal(err)
 	}
 	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
+	// GracefulStop, not Stop: a test may end while the driver still
+	// handles an RPC the stopped kubelet gave up on (a NodePublish making
+	// its target directory); the test's directories are removed only once
+	// every handler has returned.
+	t.Cleanup(srv.GracefulStop)
 	if e.conn, err = grpc.NewClient("unix://"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
