@@ -23,8 +23,8 @@ type budgetStep struct {
 // attachment waits for both (a ReadWriteOnce volume is attached to one
 // node at a time).
 var budgetSteps = []budgetStep{
-	{timeline.StorageFenced, []string{timeline.PodEvicted}, "product: quarantine, fence (one RPC)"},
-	{timeline.PodForceDeleted, []string{timeline.StorageFenced}, "product: force delete"},
+	{timeline.StorageFenced, []string{timeline.PodEvicted}, "the product: quarantine, fence (one RPC)"},
+	{timeline.PodForceDeleted, []string{timeline.StorageFenced}, "force delete (the product; the pod GC on the in-tree path)"},
 	{timeline.PodRecreated, []string{timeline.PodForceDeleted}, "StatefulSet controller"},
 	{timeline.PodReplaced, []string{timeline.PodRecreated}, "kube-scheduler"},
 	{timeline.OldVADeleted, []string{timeline.PodForceDeleted}, "A/D controller's detach, attacher"},
