@@ -8,6 +8,16 @@ import (
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
 )
 
+// expectLines fails t for each of wants that got (a table) does not hold.
+func expectLines(t *testing.T, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Errorf("no %q in\n%s", w, got)
+		}
+	}
+}
+
 // trialAt is a trial's milestones at the given seconds after t0.
 func trialAt(marks map[string]float64) []timeline.Event {
 	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
@@ -33,7 +43,7 @@ func TestBudgetTable(t *testing.T) {
 			timeline.NewAttachment: 1.0, timeline.AttachedElsewhere: 1.2}),
 	}}
 	got := budgetTable(automatic)
-	for _, want := range []string{
+	expectLines(t, got,
 		"automatic path (2 trials",
 		// at p50 0.10 s (nearest rank of 0.1, 0.2), p95 0.20 s.
 		"storage fenced                    0.10s    0.20s |    0.10s    0.20s",
@@ -42,11 +52,7 @@ func TestBudgetTable(t *testing.T) {
 		// the scheduling.
 		"new attachment created            0.90s    1.00s |    0.10s    0.20s",
 		"volume attached elsewhere         1.00s    1.20s |    0.10s    0.20s",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("budget lacks %q:\n%s", want, got)
-		}
-	}
+	)
 
 	inTree := pathResult{path: "out-of-service", timelines: [][]timeline.Event{
 		trialAt(map[string]float64{timeline.PodEvicted: 0, timeline.PodForceDeleted: 16, timeline.AttachedElsewhere: 17}),

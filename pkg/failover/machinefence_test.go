@@ -370,12 +370,11 @@ func TestDeletedInstanceReleasesAttachments(t *testing.T) {
 	}
 }
 
-// The withdrawal's record is written ahead: when the record's write after
-// the withdrawal fails, the next pass, which finds nothing left to withdraw
-// on the Machine, still records it and says it in an Event before the
-// release completes, instead of completing as if there had been nothing to
-// withdraw.
-func TestMachineRemediationWithdrawalRecordedAfterAFailedWrite(t *testing.T) {
+// backBeforeMachineFence is node n1 Ready again, still quarantined, with
+// the record a crashed leader left of a machine fence of Machine m1 that
+// startedBy started (confirmed or not), and the controller restarted on it.
+func backBeforeMachineFence(t *testing.T, startedBy string, confirmed bool) (*env, *fakeMachines) {
+	t.Helper()
 	objs := objects(v1.ConditionTrue, false)
 	n := objs[0].(*v1.Node)
 	n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
@@ -383,8 +382,18 @@ func TestMachineRemediationWithdrawalRecordedAfterAFailedWrite(t *testing.T) {
 	machines := &fakeMachines{}
 	e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
 	target := machines.target()
-	target.DeletionStartedBy = machinefence.StartedByMHC
-	e.restartWithMachineFence(t, target, fencingv1alpha1.PhaseFencing, false)
+	target.DeletionStartedBy = startedBy
+	e.restartWithMachineFence(t, target, fencingv1alpha1.PhaseFencing, confirmed)
+	return e, machines
+}
+
+// The withdrawal's record is written ahead: when the record's write after
+// the withdrawal fails, the next pass, which finds nothing left to withdraw
+// on the Machine, still records it and says it in an Event before the
+// release completes, instead of completing as if there had been nothing to
+// withdraw.
+func TestMachineRemediationWithdrawalRecordedAfterAFailedWrite(t *testing.T) {
+	e, _ := backBeforeMachineFence(t, machinefence.StartedByMHC, false)
 
 	// The first record of the outcome fails, once.
 	failed := false
@@ -436,15 +445,7 @@ func TestMachineRemediationWithdrawnWhenTheNodeIsBack(t *testing.T) {
 		{name: "a fence through MachineHealthCheck confirmed", startedBy: machinefence.StartedByMHC, confirmed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := objects(v1.ConditionTrue, false)
-			n := objs[0].(*v1.Node)
-			n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
-			n.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
-			machines := &fakeMachines{}
-			e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
-			target := machines.target()
-			target.DeletionStartedBy = tc.startedBy
-			e.restartWithMachineFence(t, target, fencingv1alpha1.PhaseFencing, tc.confirmed)
+			e, machines := backBeforeMachineFence(t, tc.startedBy, tc.confirmed)
 			if err := e.sync(t); err != nil {
 				t.Fatal(err)
 			}
