@@ -137,7 +137,7 @@ chaos:
 
 # The Helm chart (deploy/helm/csi-fence): linted, rendered and compared with
 # the kustomize build by Helm's own library. A Go module of its own
-# (deploy/helm/go.mod: Helm needs newer k8s.io modules than go.mod pins), so
+# (deploy/helm/go.mod: Helm's dependency tree stays out of the product's), so
 # `go test ./...` at the top does not reach it: test-go runs it.
 test-helm:
 	cd deploy/helm && $(GO) vet $(GO_FLAGS) ./... && $(GO) test $(GO_FLAGS) -count=1 ./...

@@ -1,7 +1,7 @@
-// The Helm chart's tests, in a module of their own: helm.sh/helm/v4 needs
-// newer k8s.io/* modules than the product pins (go.mod), and its dependency
-// tree (OCI registries, credential helpers...) should not become the
-// product's. The product comes from this repository (replace below), so the
+// The Helm chart's tests, in a module of their own: helm.sh/helm/v4's
+// dependency tree (OCI registries, credential helpers...) should not become
+// the product's. The product (go.mod) pins the k8s.io/* releases Helm needs,
+// so that a cold make test compiles client-go once for both. The product comes from this repository (replace below), so the
 // tests build the kustomize manifests and check-manifests of this very
 // checkout. Run by `make test-helm` (part of `make test-go`).
 module github.com/csi-fence/fence-attacher/deploy/helm
