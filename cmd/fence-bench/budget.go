@@ -45,13 +45,18 @@ func budgetTable(r pathResult) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Where the time goes, %s path (%d trials; from the pod eligible):\n", r.path, len(r.timelines))
 	fmt.Fprintf(&sb, "  %-30s %8s %8s | %8s %8s  %s\n", "step ends", "at p50", "p95", "step p50", "p95", "taken by")
+	// Each trial's milestones by name, once.
+	var trials []map[string]time.Time
+	for _, events := range r.timelines {
+		when := map[string]time.Time{}
+		for _, e := range events {
+			when[e.What] = e.At
+		}
+		trials = append(trials, when)
+	}
 	for _, st := range budgetSteps {
 		var at, took []time.Duration
-		for _, events := range r.timelines {
-			when := map[string]time.Time{}
-			for _, e := range events {
-				when[e.What] = e.At
-			}
+		for _, when := range trials {
 			eligible, ok1 := when[timeline.PodEvicted]
 			end, ok2 := when[st.what]
 			if !ok1 || !ok2 {
