@@ -206,16 +206,26 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 }
 
 // newFailover builds the failover controller on API clients of its own,
-// with the same --kube-api-qps and --kube-api-burst: its fences and
-// force-deletes never wait behind the attacher's requests, nor the attaches
-// of the replacements behind a burst of fences.
+// rate-limited by --failover-kube-api-qps and --failover-kube-api-burst:
+// its fences and force-deletes never wait behind the attacher's requests,
+// nor the attaches of the replacements behind a burst of fences. Its Events
+// and its election have clients of their own too.
 func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherMode, opts *sidecar.Options,
 	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory, power, machine bool) (func(context.Context), error) {
-	failoverClient, err := kubernetes.NewForConfig(env.restConfig)
+	limit := func(c *rest.Config) *rest.Config {
+		c = rest.CopyConfig(c)
+		c.QPS, c.Burst = float32(failoverOpts.KubeAPIQPS), failoverOpts.KubeAPIBurst
+		return c
+	}
+	failoverClient, err := kubernetes.NewForConfig(limit(env.restConfig))
 	if err != nil {
 		return nil, err
 	}
-	failoverDynamic, err := dynamic.NewForConfig(env.dynamicConfig)
+	failoverDynamic, err := dynamic.NewForConfig(limit(env.dynamicConfig))
+	if err != nil {
+		return nil, err
+	}
+	eventClient, err := kubernetes.NewForConfig(limit(env.restConfig))
 	if err != nil {
 		return nil, err
 	}
@@ -232,6 +242,7 @@ func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherM
 		Client:         failoverClient,
 		Dynamic:        failoverDynamic,
 		ElectionClient: electionClient,
+		EventClient:    eventClient,
 		Informers:      factory,
 		CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
 		Power:          power,

@@ -134,6 +134,8 @@ func TestHelpListsEveryExternalAttacherFlag(t *testing.T) {
 		"node-name":               "",
 		"disable-fencing":         "",
 		"machine-remediation":     `"delete"`,
+		"failover-kube-api-qps":   "20",
+		"failover-kube-api-burst": "30",
 		// The registrar role's, named as node-driver-registrar's.
 		"kubelet-registration-path": "",
 		"plugin-registration-path":  `"/registration"`,

@@ -27,7 +27,7 @@ var budgetSteps = []budgetStep{
 	{timeline.PodForceDeleted, []string{timeline.StorageFenced}, "force delete (the product; the pod GC on the in-tree path)"},
 	{timeline.PodRecreated, []string{timeline.PodForceDeleted}, "StatefulSet controller"},
 	{timeline.PodReplaced, []string{timeline.PodRecreated}, "kube-scheduler"},
-	{timeline.OldVADeleted, []string{timeline.PodForceDeleted}, "A/D controller's detach, attacher"},
+	{timeline.OldVADeleted, []string{timeline.PodForceDeleted}, "the product (its attachment deleted; the A/D controller on the in-tree path), attacher"},
 	{timeline.NewAttachment, []string{timeline.OldVADeleted, timeline.PodReplaced}, "A/D controller's attach"},
 	{timeline.AttachedElsewhere, []string{timeline.NewAttachment}, "attacher: ControllerPublish"},
 }

@@ -613,10 +613,14 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 			fenceErr = errors.Join(fenceErr, err)
 		}
 		// 4. The pod GC: the pods whose storage is fenced go.
-		c.deleteFenced(ctx, node, fr, candidates)
-		// 5. Let the attach/detach controller detach the fenced volumes now.
+		deleted := c.deleteFenced(ctx, node, fr, candidates)
+		// 5. Their fenced attachments go, then the attach/detach
+		//    controller may detach the fenced volumes now.
+		if err := c.releaseFencedAttachments(ctx, node.Name, fr, pods, deleted); err != nil {
+			fenceErr = errors.Join(fenceErr, err)
+		}
 		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
-			return err
+			return errors.Join(fenceErr, err)
 		}
 	}
 	if !manual && time.Since(aliveChecked) > c.liveReadValidity {
@@ -739,8 +743,10 @@ func (c *Controller) fenceStorage(ctx context.Context, node *v1.Node, fr *fencin
 // deleteFenced is the pod GC's SafeDetach rule: each candidate whose every
 // volume is confirmed fenced (or whose node is confirmed off) goes, if the
 // node is still down by a live read (S3, in the guarded delete).
-func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate) {
+// It returns the UIDs of the pods it deleted.
+func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate) map[types.UID]bool {
 	nodeOff := c.nodeFencedLive(ctx, node, fr)
+	deleted := map[types.UID]bool{}
 	for _, cand := range candidates {
 		if ok, why := podgc.SafeDetach(cand.pod, cand.vols, c.failsOver(node), func(v podgc.Volume) bool {
 			return nodeOff || fencerecord.IsFenced(fr, v.Driver, v.VolumeHandle)
@@ -750,8 +756,10 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 		}
 		if c.forceDelete(ctx, cand.pod, podgc.ReasonSafeDetach) {
 			c.eligible.deleted(cand.pod)
+			deleted[cand.pod.UID] = true
 		}
 	}
+	return deleted
 }
 
 // candidates returns the Terminating pods that fail over once their volumes

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -238,6 +240,66 @@ func TestSafeDetachOrder(t *testing.T) {
 	}
 	if !podgc.ConditionTrue(node, contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete not set: %+v", node.Status.Conditions)
+	}
+}
+
+// The fenced attachment of a force-deleted pod goes right after the pod,
+// before the volume leaves the node's volumesInUse (which lets the
+// attach/detach controller detach it: its detach then finds nothing to wait
+// for). While a pod on the node may still use the volume, it stays.
+func TestFencedAttachmentReleasedOnceItsPodsAreGone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// refuse: pods whose delete the apiserver refuses.
+		refuse []string
+		// secondPod: another Terminating pod on the node using the same claim.
+		secondPod    bool
+		wantReleased bool
+	}{
+		{name: "its pod force-deleted", wantReleased: true},
+		{name: "its pod's delete refused", refuse: []string{"db-0"}},
+		{name: "both pods of the claim force-deleted", secondPod: true, wantReleased: true},
+		{name: "the other pod of the claim still there", secondPod: true, refuse: []string{"db-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(v1.ConditionUnknown, true)
+			if tc.secondPod {
+				objs = append(objs, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-1", Namespace: "ns", UID: "u9", DeletionTimestamp: ptr.To(metav1.Now())},
+					Spec: v1.PodSpec{NodeName: "n1", Volumes: []v1.Volume{pvcVol("data")}}})
+			}
+			e := newEnv(t, objs, true)
+			e.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if slices.Contains(tc.refuse, a.(k8stesting.DeleteAction).GetName()) {
+					return true, nil, errors.New("apiserver unavailable")
+				}
+				return false, nil, nil
+			})
+			e.client.PrependReactor("delete", "volumeattachments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				e.steps.add("release " + a.(k8stesting.DeleteAction).GetName())
+				return false, nil, nil
+			})
+			e.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "status" && strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), "volumesInUse") {
+					e.steps.add("volumesInUse")
+				}
+				return false, nil, nil
+			})
+			_ = e.sync(t)
+			if e.csi.fenced("h1") == 0 {
+				t.Fatalf("no fence: %v", e.steps.log)
+			}
+			_, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{})
+			if released := apierrors.IsNotFound(err); released != tc.wantReleased {
+				t.Fatalf("fenced attachment released: %v, want %v (steps %v)", released, tc.wantReleased, e.steps.log)
+			}
+			if !tc.wantReleased {
+				return
+			}
+			d, r, u := e.steps.index("delete db-0"), e.steps.index("release va1"), e.steps.index("volumesInUse")
+			if !(d >= 0 && d < r && r < u) {
+				t.Errorf("want the pod deleted, then its attachment, then volumesInUse released: %v", e.steps.log)
+			}
+		})
 	}
 }
 

@@ -94,9 +94,7 @@ func readyToRelease(t *testing.T) *env {
 		t.Fatalf("no failover to start from: %v", e.steps.log)
 	}
 	ctx := context.Background()
-	if err := e.client.StorageV1().VolumeAttachments().Delete(ctx, "va1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.attachmentReleased(t, "va1")
 	e.setReady(t, "n1", v1.ConditionTrue)
 	fr := e.record(t)
 	now := metav1.Now()

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -73,8 +75,23 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 	if err != nil {
 		return fr, errors.Join(fenceErr, err)
 	}
+	err = c.deleteFencedAttachments(ctx, vas, fr, usedVolumes(c, pods, nil), func(va *storagev1.VolumeAttachment) bool {
+		return va.Spec.Attacher == c.opts.DriverName
+	}, func(handle string) string {
+		return fmt.Sprintf("Node %s is deleted and volume %s is fenced from it: VolumeAttachment deleted so that the volume may attach elsewhere at once", nodeName, handle)
+	})
+	fenceErr = errors.Join(fenceErr, err)
+	return fr, fenceErr
+}
+
+// usedVolumes returns the PersistentVolumes (by name) that pods use, but
+// those of the pods in gone (by UID).
+func usedVolumes(c *Controller, pods []*v1.Pod, gone map[types.UID]bool) map[string]bool {
 	used := map[string]bool{}
 	for _, p := range pods {
+		if gone[p.UID] {
+			continue
+		}
 		for _, vol := range p.Spec.Volumes {
 			claim, ok := podgc.ClaimName(p, vol)
 			if !ok {
@@ -85,28 +102,38 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 			}
 		}
 	}
+	return used
+}
+
+// deleteFencedAttachments deletes the VolumeAttachments among vas that mine
+// selects, whose volume is recorded fenced and that no pod uses (used, by
+// PV name): a pod still there keeps the attach/detach controller wanting the
+// attachment, and it would only create it again. Each delete names the
+// UID it decided about. The attacher then finds the volume fenced and lets
+// the attachment go without a call to the driver; the attach/detach
+// controller's own detach finds it gone and does not wait for it.
+func (c *Controller) deleteFencedAttachments(ctx context.Context, vas []*storagev1.VolumeAttachment, fr *fencingv1alpha1.FencingRequest, used map[string]bool,
+	mine func(*storagev1.VolumeAttachment) bool, say func(handle string) string) error {
+	var errs error
 	for _, va := range vas {
 		pv := va.Spec.Source.PersistentVolumeName
-		if va.Spec.Attacher != c.opts.DriverName || pv == nil || used[*pv] || va.DeletionTimestamp != nil {
-			// A pod still there keeps the attach/detach controller wanting
-			// it: it would only create the attachment again.
+		if !mine(va) || pv == nil || used[*pv] || va.DeletionTimestamp != nil {
 			continue
 		}
 		driver, handle := c.pvHandle(*pv)
-		if driver == "" || !fencerecord.IsFenced(fr, driver, handle) {
+		if driver == "" || driver != va.Spec.Attacher || !fencerecord.IsFenced(fr, driver, handle) {
 			continue
 		}
 		uid := va.UID
 		err := c.client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil && !apierrors.IsNotFound(err) {
-			fenceErr = errors.Join(fenceErr, fmt.Errorf("deleting VolumeAttachment %s of deleted node %s: %w", va.Name, nodeName, err))
+			errs = errors.Join(errs, fmt.Errorf("deleting the fenced VolumeAttachment %s of node %s: %w", va.Name, va.Spec.NodeName, err))
 			continue
 		}
-		logger.V(2).Info("Released the fenced attachment of a deleted node", "VolumeAttachment", va.Name, "volume", handle)
-		c.recorder.Eventf(va, v1.EventTypeNormal, "AttachmentReleased",
-			"Node %s is deleted and volume %s is fenced from it: VolumeAttachment deleted so that the volume may attach elsewhere at once", nodeName, handle)
+		klog.FromContext(ctx).V(2).Info("Released a fenced attachment", "VolumeAttachment", va.Name, "volume", handle)
+		c.recorder.Eventf(va, v1.EventTypeNormal, "AttachmentReleased", "%s", say(handle))
 	}
-	return fr, fenceErr
+	return errs
 }
 
 // nodeGone handles a deleted Node. Its record stays while anything in it is

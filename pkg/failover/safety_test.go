@@ -68,6 +68,17 @@ func (e *env) node(t *testing.T, name string) *v1.Node {
 	return n
 }
 
+// attachmentReleased checks that the failover deleted the fenced attachment
+// name once its pod was force-deleted (releaseFencedAttachments), as the
+// attach/detach controller would have later: the fake clientset has no
+// attacher, the delete removes it at once.
+func (e *env) attachmentReleased(t *testing.T, name string) {
+	t.Helper()
+	if _, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the fenced attachment %s of the force-deleted pod was not deleted: %v (steps %v)", name, err, e.steps.log)
+	}
+}
+
 // setReady writes the node's Ready condition through the API.
 func (e *env) setReady(t *testing.T, name string, s v1.ConditionStatus) {
 	t.Helper()
@@ -803,9 +814,7 @@ func TestFencingCompleteAfterThePodIsGone(t *testing.T) {
 		t.Fatalf("no failover: %v", e.steps.log)
 	}
 	e.client.ReactionChain = e.client.ReactionChain[1:]
-	if err := e.client.StorageV1().VolumeAttachments().Delete(context.Background(), "va1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.attachmentReleased(t, "va1")
 	e.restart(t)
 	if err := e.sync(t); err != nil {
 		t.Fatal(err)

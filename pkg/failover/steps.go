@@ -433,6 +433,29 @@ func (c *Controller) forceDelete(ctx context.Context, pod *v1.Pod, reason string
 	return true
 }
 
+// releaseFencedAttachments deletes the VolumeAttachments on a dead node of
+// the volumes fenced there whose pods are gone (deleted: the pods this pass
+// force-deleted, which the cache may still hold). The attach/detach
+// controller would delete them too, once the pods are gone from its cache
+// and the volumes from the node's volumesInUse, but its detach then polls
+// for the attachment to go, first after half a second: deleted here first,
+// its delete finds nothing and it attaches the volume elsewhere at its next
+// reconcile. A pod the cache still misses is no danger: the attachment
+// would be created again, and no publish reaches a node where a volume is
+// fenced (S2).
+func (c *Controller) releaseFencedAttachments(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest, pods []*v1.Pod, deleted map[types.UID]bool) error {
+	if len(deleted) == 0 {
+		return nil
+	}
+	vas, err := c.vasOn(nodeName)
+	if err != nil {
+		return err
+	}
+	return c.deleteFencedAttachments(ctx, vas, fr, usedVolumes(c, pods, deleted), func(*storagev1.VolumeAttachment) bool { return true }, func(handle string) string {
+		return fmt.Sprintf("Node %s is down, volume %s is fenced from it and its pods are deleted: VolumeAttachment deleted so that the volume attaches elsewhere at once", nodeName, handle)
+	})
+}
+
 // releaseVolumesInUse removes the volumes fenced on a dead node from its
 // status.volumesInUse, which no kubelet will update: the attach/detach
 // controller then detaches them at once instead of after 6 minutes. A fenced

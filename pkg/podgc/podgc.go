@@ -257,7 +257,7 @@ func (g *GC) NodeDown(ctx context.Context, nodeName string) error {
 // guarded delete of this system (S3): it reads the node live first and
 // refuses (ErrNodeAlive) unless it is down; it then records why on the pod,
 // as the in-tree pod GC does (phase Failed and a DisruptionTarget condition,
-// by server-side apply, plus the termination reason), and deletes the pod it
+// by server-side apply, with the termination reason), and deletes the pod it
 // decided about. Each request names the pod's UID: a decision made from a
 // cache may be about a pod that is gone and replaced under the same name
 // (a StatefulSet's), on a healthy node, which must not be touched. A pod
@@ -268,19 +268,20 @@ func (g *GC) ForceDelete(ctx context.Context, pod *v1.Pod, reason, terminationRe
 		forceDeletePodsRefused.WithLabelValues(reason).Inc()
 		return fmt.Errorf("not force-deleting pod %s: %w", klog.KObj(pod), err)
 	}
+	// One write records why, before the delete: the termination reason
+	// (an annotation, which the pod status subresource accepts) with the
+	// phase and the condition.
 	pods := g.Client.CoreV1().Pods(pod.Namespace)
-	ann := corev1apply.Pod(pod.Name, pod.Namespace).WithUID(pod.UID).WithAnnotations(map[string]string{contract.TerminationReasonAnnotation: terminationReason})
-	if _, err := pods.Apply(ctx, ann, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-		return g.failed(pod, reason, fmt.Errorf("recording the termination reason: %w", err))
-	}
-	status := corev1apply.Pod(pod.Name, pod.Namespace).WithUID(pod.UID).WithStatus(corev1apply.PodStatus().
-		WithPhase(v1.PodFailed).
-		WithConditions(corev1apply.PodCondition().
-			WithType(v1.DisruptionTarget).
-			WithStatus(v1.ConditionTrue).
-			WithReason(DisruptionReasonPodGC).
-			WithMessage(message).
-			WithLastTransitionTime(metav1.Now())))
+	status := corev1apply.Pod(pod.Name, pod.Namespace).WithUID(pod.UID).
+		WithAnnotations(map[string]string{contract.TerminationReasonAnnotation: terminationReason}).
+		WithStatus(corev1apply.PodStatus().
+			WithPhase(v1.PodFailed).
+			WithConditions(corev1apply.PodCondition().
+				WithType(v1.DisruptionTarget).
+				WithStatus(v1.ConditionTrue).
+				WithReason(DisruptionReasonPodGC).
+				WithMessage(message).
+				WithLastTransitionTime(metav1.Now())))
 	if _, err := pods.ApplyStatus(ctx, status, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		return g.failed(pod, reason, fmt.Errorf("marking the pod failed: %w", err))
 	}

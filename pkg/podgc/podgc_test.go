@@ -184,6 +184,9 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 			if !bytes.Contains(a.GetPatch(), []byte(`"uid":"uid-1"`)) {
 				t.Errorf("%s %s/%s does not name the pod's UID: %s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), a.GetPatch())
 			}
+			if a.GetSubresource() != "status" || !bytes.Contains(a.GetPatch(), []byte(contract.TerminationReasonAnnotation)) {
+				t.Errorf("want the termination reason in the status write: %s %s/%s %s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), a.GetPatch())
+			}
 		case k8stesting.DeleteAction:
 			writes++
 			if pre := a.GetDeleteOptions().Preconditions; pre == nil || pre.UID == nil || *pre.UID != p.UID {
@@ -191,8 +194,8 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 			}
 		}
 	}
-	if writes != 3 {
-		t.Errorf("want the termination reason, the status and the delete written; got %d writes: %v", writes, client.Actions())
+	if writes != 2 {
+		t.Errorf("want the status (with the termination reason) and the delete written; got %d writes: %v", writes, client.Actions())
 	}
 }
 

@@ -45,7 +45,22 @@ type FailoverOptions struct {
 	FenceAgents []string
 	// MachineRemediation is --machine-remediation (machine.go).
 	MachineRemediation string
+	// KubeAPIQPS and KubeAPIBurst rate-limit the failover's API clients
+	// (--failover-kube-api-qps, --failover-kube-api-burst).
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 }
+
+// The failover's client rate limits by default: kube-controller-manager's,
+// whose controllers (its pod GC, its attach/detach controller) the failover
+// works beside. One node's failover takes about a dozen requests before its
+// first pod is force-deleted and five per pod after that: under
+// external-attacher's 5 QPS and burst of 10, the force-delete of a node's
+// first pod already waited for the rate limiter.
+const (
+	DefaultFailoverKubeAPIQPS   = 20
+	DefaultFailoverKubeAPIBurst = 30
+)
 
 // AddFlags registers the failover flags on fs.
 func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
@@ -64,6 +79,8 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	o.addMachineFlags(fs)
+	fs.Float64Var(&o.KubeAPIQPS, "failover-kube-api-qps", DefaultFailoverKubeAPIQPS, "QPS of the failover's API clients (its fences' records, force-deletes, taints and conditions; its Events on a client of their own with the same limits), apart from --kube-api-qps, which paces the attacher.")
+	fs.IntVar(&o.KubeAPIBurst, "failover-kube-api-burst", DefaultFailoverKubeAPIBurst, "Burst of the failover's API clients, apart from --kube-api-burst.")
 	fs.DurationVar(&o.FencingRequiredAfter, "fencing-required-after", 0, "Mark a node FencingRequired once it has been NotReady this long, even before a pod qualifies for failover (0: only when a pod qualifies).")
 }
 
@@ -71,6 +88,9 @@ func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 func (o *FailoverOptions) Validate() error {
 	if o.FencingRequiredAfter < 0 {
 		return errors.New("--fencing-required-after must not be negative")
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
+		return errors.New("--failover-kube-api-qps must be positive and --failover-kube-api-burst at least 1")
 	}
 	if o.MaxFencedNodes < 0 || o.MaxFencedNodePercent < 0 || o.MaxFencedNodePercent > 100 {
 		return errors.New("--max-fenced-nodes must be >= 0 and --max-fenced-node-percent between 0 and 100")
@@ -119,7 +139,11 @@ type FailoverDeps struct {
 	// ElectionClient runs for ownership of node-level fencing state: a
 	// client of its own, as csi-lib-utils gives leader election.
 	ElectionClient kubernetes.Interface
-	CSI            csiclient.Attacher
+	// EventClient posts the failover's Events: a client of its own, so
+	// that Events never wait for a token the force-deletes need; nil:
+	// Client.
+	EventClient kubernetes.Interface
+	CSI         csiclient.Attacher
 	// Informers is the controller role's shared factory (NewInformerFactory);
 	// nil: one of its own.
 	Informers informers.SharedInformerFactory
@@ -142,8 +166,12 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	if factory == nil {
 		factory = NewInformerFactory(d.Client, d.Options.Resync)
 	}
+	events := d.EventClient
+	if events == nil {
+		events = d.Client
+	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events(v1.NamespaceAll)})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events(v1.NamespaceAll)})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: fmt.Sprintf("csi-fence-failover %s", d.DriverName)})
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, d.Options.Resync)
 	var power *powerFencer

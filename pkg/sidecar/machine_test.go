@@ -6,7 +6,9 @@ import (
 	"testing"
 )
 
-func TestMachineFlags(t *testing.T) {
+// TestFailoverFlags checks the failover flags' validation (the machine
+// backend's and the client rate limits).
+func TestFailoverFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
 		wantErr string
@@ -15,6 +17,9 @@ func TestMachineFlags(t *testing.T) {
 		{args: []string{"--fencing-backends=machine,storage", "--machine-remediation=mhc"}},
 		{args: []string{"--fencing-backends=machine", "--machine-remediation=reboot"}, wantErr: "--machine-remediation"},
 		{args: []string{"--fencing-backends=storage,machines"}, wantErr: "unknown backend"},
+		{args: []string{"--failover-kube-api-qps=100", "--failover-kube-api-burst=200"}},
+		{args: []string{"--failover-kube-api-qps=0"}, wantErr: "--failover-kube-api-qps"},
+		{args: []string{"--failover-kube-api-burst=0"}, wantErr: "--failover-kube-api-burst"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		var o FailoverOptions

@@ -214,6 +214,14 @@ func runFailover(t *testing.T, prefix string, opts scenario.FailoverOptions) {
 	if !rec.Has(timeline.Quarantined) {
 		t.Errorf("the node was never quarantined")
 	}
+	// The pod GC's one write before its delete says why, as Kubernetes'
+	// own pod GC does, with the termination reason: all three reach the
+	// pod through its status subresource.
+	for _, e := range rec.Events() {
+		if e.What == timeline.PodForceDeleted && e.Detail != "phase Failed, DisruptionTarget True DeletionByPodGC, termination reason IntolerableTaint" {
+			t.Errorf("the force-deleted pod does not record why: %s", e.Detail)
+		}
+	}
 	rec.Print(&testWriter{t})
 	expectNoViolations(t)
 }

@@ -284,13 +284,29 @@ func (r *Recorder) onDelete(obj interface{}) {
 		old := r.oldUID
 		r.mu.Unlock()
 		if o.Namespace == r.target.Namespace && o.Name == r.target.Pod && string(o.UID) == old {
-			r.Mark(PodForceDeleted, "")
+			r.Mark(PodForceDeleted, deletedAs(o))
 		}
 	case *storagev1.VolumeAttachment:
 		if o.Spec.NodeName == r.target.Node && o.Spec.Source.PersistentVolumeName != nil && *o.Spec.Source.PersistentVolumeName == r.target.PVName {
 			r.Mark(OldVADeleted, o.Name)
 		}
 	}
+}
+
+// deletedAs says what the last state seen of a deleted pod records of why:
+// its phase, its DisruptionTarget condition and its termination reason.
+func deletedAs(p *corev1.Pod) string {
+	disruption := "none"
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget {
+			disruption = string(c.Status) + " " + c.Reason
+		}
+	}
+	reason, ok := p.Annotations[contract.TerminationReasonAnnotation]
+	if !ok {
+		reason = "none"
+	}
+	return fmt.Sprintf("phase %s, DisruptionTarget %s, termination reason %s", p.Status.Phase, disruption, reason)
 }
 
 // Since returns the duration between two milestones, if both were observed.
