@@ -150,16 +150,22 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	factory := sidecar.NewInformerFactory(env.client, opts.Resync)
 	health := sidecar.NewSyncHealth()
 	health.Install(env.mux)
+	// The attacher's Events have a client of their own (same limits).
+	attacherEvents, err := kubernetes.NewForConfig(env.restConfig)
+	if err != nil {
+		return err
+	}
 	runAttacher, err := sidecar.NewAttacher(ctx, sidecar.AttacherDeps{
-		Informers:  factory,
-		DriverName: env.driverName,
-		Mode:       mode,
-		Options:    opts,
-		Client:     env.client,
-		Dynamic:    env.dynamic,
-		CSI:        sidecar.NewCSIClients(env.conn, opts.MaxEntries),
-		Access:     access,
-		Health:     health,
+		Informers:   factory,
+		DriverName:  env.driverName,
+		Mode:        mode,
+		Options:     opts,
+		Client:      env.client,
+		EventClient: attacherEvents,
+		Dynamic:     env.dynamic,
+		CSI:         sidecar.NewCSIClients(env.conn, opts.MaxEntries),
+		Access:      access,
+		Health:      health,
 	})
 	if err != nil {
 		return err

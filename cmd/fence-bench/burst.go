@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +41,8 @@ type burstResult struct {
 	frWrites, frConflicts, frReads int
 	writes, reads                  int // every request of the attacher
 	gaveUpIntent, gaveUpOutcome    int
+	// writesBy counts the writes by resource (and subresource).
+	writesBy map[string]int
 }
 
 // runBurst measures a burst of detaches from one node, as when a node with
@@ -98,6 +102,13 @@ func burstTable(volumes int, results []burstResult) string {
 		fmt.Fprintf(&sb, "%-7s %7.1fs %10.0f %9d %10d %6d %16s %10.2f %10.2f %10.2f\n", r.kind, r.elapsed.Seconds(), r.unpub, r.recorded,
 			r.frWrites, r.frConflicts, fmt.Sprintf("%d/%d", r.gaveUpIntent, r.gaveUpOutcome),
 			float64(r.frReads)/n, float64(r.writes)/n, float64(r.reads)/n)
+	}
+	for _, r := range results {
+		fmt.Fprintf(&sb, "%s writes per detach:", r.kind)
+		for _, res := range slices.Sorted(maps.Keys(r.writesBy)) {
+			fmt.Fprintf(&sb, " %s %.2f", res, float64(r.writesBy[res])/float64(r.volumes))
+		}
+		fmt.Fprintln(&sb)
 	}
 	return sb.String()
 }
@@ -211,6 +222,14 @@ func (r *burstResult) countRequests(events []framework.AuditEvent) {
 		}
 		if write {
 			r.writes++
+			if r.writesBy == nil {
+				r.writesBy = map[string]int{}
+			}
+			res := e.Resource
+			if e.Subresource != "" {
+				res += "/" + e.Subresource
+			}
+			r.writesBy[res]++
 		}
 		if e.Resource != "fencingrequests" {
 			continue

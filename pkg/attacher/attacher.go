@@ -54,6 +54,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/liveread"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -117,6 +118,12 @@ type Attacher struct {
 	recorder *fencerecord.Recorder
 	// fences runs the fences; nil when nothing is ever fenced (no record).
 	fences *fencePool
+	// nodeReads and recordReads share the live reads of a node's Node and
+	// FencingRequest among the workers that need them at the same time
+	// (a burst of detaches from a failed node), each read begun after its
+	// callers asked; the results are shared and never modified.
+	nodeReads   liveread.Group[*v1.Node]
+	recordReads liveread.Group[*fencingv1alpha1.FencingRequest]
 }
 
 var _ upstream.Attacher = &Attacher{}
@@ -710,8 +717,12 @@ func (a *Attacher) cachedNode(name string) (*v1.Node, error) {
 	return n, nil
 }
 
+// liveNode reads the Node live (a read shared with the workers asking at
+// the same time, begun after this call), nil when it does not exist.
 func (a *Attacher) liveNode(ctx context.Context, name string) (*v1.Node, error) {
-	n, err := a.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := a.nodeReads.Do(ctx, name, func(ctx context.Context) (*v1.Node, error) {
+		return a.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -734,11 +745,15 @@ func (a *Attacher) cachedFencingRequest(nodeName string) (*fencingv1alpha1.Fenci
 	return fr, nil
 }
 
+// liveFencingRequest reads the node's FencingRequest live (shared as
+// liveNode's read is), nil when it has none or the API is not available.
 func (a *Attacher) liveFencingRequest(ctx context.Context, nodeName string) (*fencingv1alpha1.FencingRequest, error) {
 	if a.FenceRecord == nil {
 		return nil, nil
 	}
-	fr, err := a.FenceRecord.Get(ctx, nodeName)
+	fr, err := a.recordReads.Do(ctx, nodeName, func(ctx context.Context) (*fencingv1alpha1.FencingRequest, error) {
+		return a.FenceRecord.Get(ctx, nodeName)
+	})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -97,6 +97,10 @@ type AttacherDeps struct {
 	Mode       AttacherMode
 	Options    *Options
 	Client     kubernetes.Interface
+	// EventClient posts the attacher's Events: a client of its own, with
+	// the same limits, so that an Event per fenced detach never waits in
+	// front of the detaches' own requests; nil: Client.
+	EventClient kubernetes.Interface
 	// Dynamic serves FencingRequests, when Access says they may be used.
 	Dynamic dynamic.Interface
 	CSI     CSIClients
@@ -150,7 +154,11 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		}
 		broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 		if d.Access.Events {
-			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events(v1.NamespaceAll)})
+			events := d.EventClient
+			if events == nil {
+				events = d.Client
+			}
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events(v1.NamespaceAll)})
 		} else {
 			broadcaster.StartStructuredLogging(0)
 		}

@@ -1,0 +1,112 @@
+// Package liveread shares live reads of the same object among concurrent
+// callers without ever handing one a read that began before it asked.
+//
+// A burst of fenced detaches from one failed node makes every attacher
+// worker read the same Node and the same FencingRequest live, each on its
+// own request: under the client's rate limit those reads queue behind each
+// other, and the writes of the fences' record behind them, until the
+// fences' deadlines pass. A caller of Group.Do joins the next read of its
+// key, one that has not started yet; while a read of the key is under way,
+// every caller that arrives waits for the one after it, which starts when
+// it ends. So there is at most one read of a key in flight, and one more
+// gathering callers, and what each caller gets was read after it asked:
+// as live as a read of its own (golang.org/x/sync/singleflight would hand a
+// late caller the result of a read already under way when it asked).
+package liveread
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// Group coalesces the live reads of keys of one kind. Its zero value is
+// ready to use; it is safe for concurrent use.
+type Group[V any] struct {
+	mu   sync.Mutex
+	keys map[string]*key[V]
+}
+
+// key is the state of one key: whether a read is under way, and the next
+// read, gathering callers until it starts.
+type key[V any] struct {
+	running bool
+	next    *read[V]
+}
+
+// read is one read and the callers waiting for it.
+type read[V any] struct {
+	done    chan struct{}
+	val     V
+	err     error
+	waiting atomic.Int64
+	// rctx is the read's context: the first caller's values (its
+	// logger), ended by cancel once every caller waiting for it has gone.
+	rctx   context.Context
+	cancel context.CancelFunc
+}
+
+// Do returns the result of a call of fetch for k that begins after Do was
+// called, shared with the other callers of k that joined the same read.
+// fetch runs with a context that carries the values of the read's first
+// caller and ends when every caller of the read has given up. A caller whose ctx ends first
+// returns ctx.Err().
+func (g *Group[V]) Do(ctx context.Context, k string, fetch func(context.Context) (V, error)) (V, error) {
+	g.mu.Lock()
+	if g.keys == nil {
+		g.keys = map[string]*key[V]{}
+	}
+	st := g.keys[k]
+	if st == nil {
+		st = &key[V]{}
+		g.keys[k] = st
+	}
+	r := st.next
+	if r == nil {
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		r = &read[V]{done: make(chan struct{}), rctx: rctx, cancel: cancel}
+		st.next = r
+	}
+	r.waiting.Add(1)
+	start := !st.running
+	if start {
+		st.running, st.next = true, nil
+	}
+	g.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		if r.waiting.Add(-1) == 0 {
+			r.cancel()
+		}
+	})
+	defer stop()
+	if start {
+		go g.run(k, r, fetch)
+	}
+	select {
+	case <-r.done:
+		return r.val, r.err
+	case <-ctx.Done():
+		var zero V
+		return zero, ctx.Err()
+	}
+}
+
+// run performs r; then the next read of k, if callers gathered for it
+// meanwhile, starts in a goroutine of its own (r's callers have their
+// result and go on); else the key is idle again.
+func (g *Group[V]) run(k string, r *read[V], fetch func(context.Context) (V, error)) {
+	r.val, r.err = fetch(r.rctx)
+	r.cancel()
+	close(r.done)
+	g.mu.Lock()
+	st := g.keys[k]
+	next := st.next
+	st.next = nil
+	if next == nil {
+		delete(g.keys, k)
+	}
+	g.mu.Unlock()
+	if next != nil {
+		go g.run(k, next, fetch)
+	}
+}
