@@ -73,22 +73,38 @@ func (g *Group[V]) Do(ctx context.Context, k string, fetch func(context.Context)
 		st.running, st.next = true, nil
 	}
 	g.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() {
+	leave := func() {
 		if r.waiting.Add(-1) == 0 {
 			r.cancel()
 		}
-	})
-	defer stop()
+	}
+	stop := context.AfterFunc(ctx, leave)
 	if start {
 		go g.run(k, r, fetch)
 	}
 	select {
 	case <-r.done:
+		stop()
 		return r.val, r.err
 	case <-ctx.Done():
+		if stop() {
+			// leave had not started: this caller leaves here.
+			leave()
+		}
 		var zero V
 		return zero, ctx.Err()
 	}
+}
+
+// Gathering returns how many callers of k wait for its next read, one that
+// has not started yet.
+func (g *Group[V]) Gathering(k string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st := g.keys[k]; st != nil && st.next != nil {
+		return int(st.next.waiting.Load())
+	}
+	return 0
 }
 
 // run performs r; then the next read of k, if callers gathered for it

@@ -75,12 +75,7 @@ func TestCallersShareTheNextRead(t *testing.T) {
 			}
 			// Every caller has joined the next read (it has not started:
 			// the first one holds the key) once the gate opens.
-			waitFor(t, "the callers to join", func() bool {
-				g.mu.Lock()
-				defer g.mu.Unlock()
-				st := g.keys["n1"]
-				return st != nil && st.next != nil && st.next.waiting.Load() == int64(tc.callers)
-			})
+			waitFor(t, "the callers to join", func() bool { return g.Gathering("n1") == tc.callers })
 			close(r.gate)
 			wg.Wait()
 			if v := <-first; v != 1 {

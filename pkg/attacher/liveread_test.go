@@ -1,0 +1,57 @@
+package attacher
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// A burst of detaches from one node reads its Node live once per wave of
+// callers, not once per caller: the workers that ask while a read is under
+// way share the next one (pkg/liveread).
+func TestBurstOfDetachesSharesTheLiveNodeRead(t *testing.T) {
+	const callers = 20
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
+	var gets atomic.Int64
+	release := make(chan struct{})
+	client.PrependReactor("get", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1) == 1 {
+			<-release // the first read is under way while the others ask
+		}
+		return false, nil, nil
+	})
+	a := &Attacher{Config: Config{Client: client}}
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := a.liveNode(context.Background(), "node-1")
+			if err != nil || n == nil || n.Name != "node-1" {
+				t.Errorf("liveNode: %v, %v", n, err)
+			}
+		}()
+	}
+	// The first read is under way; every other caller has asked and
+	// waits for the next one.
+	deadline := time.Now().Add(10 * time.Second)
+	for gets.Load() != 1 || a.nodeReads.Gathering("node-1") != callers-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads started, %d callers waiting", gets.Load(), a.nodeReads.Gathering("node-1"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if n := gets.Load(); n != 2 {
+		t.Errorf("%d live reads of the Node for %d callers at once, want 2", n, callers)
+	}
+}
