@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -23,6 +22,8 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	"github.com/csi-fence/fence-attacher/mock-driver/workload"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
+
+	"github.com/csi-fence/fence-attacher/internal/testpoll"
 )
 
 func TestParseEndpoint(t *testing.T) {
@@ -297,13 +298,5 @@ func TestFaultsAtRunTime(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitFor waits for cond (testpoll.Until).
+func waitFor(t *testing.T, what string, cond func() bool) { t.Helper(); testpoll.Until(t, what, cond) }

@@ -7,19 +7,12 @@ import (
 	"time"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/array"
+
+	"github.com/csi-fence/fence-attacher/internal/testpoll"
 )
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitFor waits for cond (testpoll.Until).
+func waitFor(t *testing.T, what string, cond func() bool) { t.Helper(); testpoll.Until(t, what, cond) }
 
 // A writer keeps writing through a fence: its writes are then refused, and
 // counted as such.

@@ -5,13 +5,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/csi-fence/fence-attacher/internal/testpoll"
 )
 
 // A burst of detaches from one node reads its Node live once per wave of
@@ -42,13 +43,9 @@ func TestBurstOfDetachesSharesTheLiveNodeRead(t *testing.T) {
 	}
 	// The first read is under way; every other caller has asked and
 	// waits for the next one.
-	deadline := time.Now().Add(10 * time.Second)
-	for gets.Load() != 1 || a.nodeReads.Gathering("node-1") != callers-1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d reads started, %d callers waiting", gets.Load(), a.nodeReads.Gathering("node-1"))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testpoll.Until(t, "one read under way and every other caller waiting for the next", func() bool {
+		return gets.Load() == 1 && a.nodeReads.Gathering("node-1") == callers-1
+	})
 	close(release)
 	wg.Wait()
 	if n := gets.Load(); n != 2 {

@@ -6,7 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/csi-fence/fence-attacher/internal/testpoll"
 )
 
 // reads is a fake API: each read returns its sequence number, and waits
@@ -28,17 +29,8 @@ func (r *reads) fetch(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor waits for cond (testpoll.Until).
+func waitFor(t *testing.T, what string, cond func() bool) { t.Helper(); testpoll.Until(t, what, cond) }
 
 // Callers that arrive while a read is under way share the one after it:
 // never the one under way, which began before they asked.
