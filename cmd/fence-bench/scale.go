@@ -499,9 +499,14 @@ func (s *scaleRun) podTemplate(w workload) corev1.PodTemplateSpec {
 		},
 	}
 	if w.group == "rack" {
+		// The nodes that lost power (tainted) do not count: their
+		// replacements spread over the spares. Counted, the admitted
+		// nodes' empty hostnames kept the skew at one pod per spare.
+		honor := corev1.NodeInclusionPolicyHonor
 		t.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 			MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: w.name}},
+			LabelSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: w.name}},
+			NodeTaintsPolicy: &honor,
 		}}
 	}
 	return t
