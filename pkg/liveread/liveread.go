@@ -49,7 +49,9 @@ type read[V any] struct {
 // Do returns the result of a call of fetch for k that begins after Do was
 // called, shared with the other callers of k that joined the same read.
 // fetch runs with a context that carries the values of the read's first
-// caller and ends when every caller of the read has given up. A caller whose ctx ends first
+// caller and ends when every caller of the read has given up. A read runs
+// the fetch of its first caller: every caller of a key must pass a fetch
+// that reads the same object. A caller whose ctx ends first
 // returns ctx.Err().
 func (g *Group[V]) Do(ctx context.Context, k string, fetch func(context.Context) (V, error)) (V, error) {
 	g.mu.Lock()
