@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -199,36 +200,49 @@ func nodeReady(n *corev1.Node) bool {
 }
 
 // runRelease withdraws the admin's FencingRequest for the node through its
-// spec: spec.released=true, by an update of the object it read (a conflict
-// means someone wrote it meanwhile: nothing changed, run it again). Nothing
-// new is fenced for it from then on; the failover lifts the quarantine once
-// the node agent has cleaned every volume recorded in it, and marks it
+// spec: spec.released=true, by an update of the object it read. The
+// failover writes the request's status while it fences (its intents and
+// outcomes), which conflicts with the update without changing what it
+// decides: on a conflict it reads the request again, decides again and
+// retries (client-go's default backoff, a few tries). Nothing new is
+// fenced for it from then on; the failover lifts the quarantine once the
+// node agent has cleaned every volume recorded in it, and marks it
 // Complete. The request is never deleted: it stays as the record of what
 // was done. The failover's automatic record is refused: the controller
 // releases that node itself once it is clean.
 func runRelease(ctx context.Context, o *adminOptions, _ kubernetes.Interface, dyn dynamic.Interface, out io.Writer) error {
 	frs := fencingv1alpha1.NewClient(dyn)
-	fr, err := frs.Get(ctx, o.node)
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("release: node %q has no FencingRequest: nothing to release", o.node)
-	}
-	if err != nil {
-		return fmt.Errorf("release: reading fencingrequest/%s: %w", o.node, err)
-	}
-	if fr.Spec.Origin == fencingv1alpha1.OriginAutomatic {
-		return fmt.Errorf("release: fencingrequest/%s is the failover's automatic record (%s), not an admin's request: nothing changed; the controller releases the node itself once every volume recorded there is cleaned (kubectl fence timeline %s)", o.node, describe(fr), o.node)
-	}
-	if fr.Withdrawn() {
-		fmt.Fprintf(out, "fencingrequest/%s already withdrawn (%s)\n", o.node, describe(fr))
+	var updated, withdrawn *fencingv1alpha1.FencingRequest
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fr, err := frs.Get(ctx, o.node)
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("release: node %q has no FencingRequest: nothing to release", o.node)
+		}
+		if err != nil {
+			return fmt.Errorf("release: reading fencingrequest/%s: %w", o.node, err)
+		}
+		if fr.Spec.Origin == fencingv1alpha1.OriginAutomatic {
+			return fmt.Errorf("release: fencingrequest/%s is the failover's automatic record (%s), not an admin's request: nothing changed; the controller releases the node itself once every volume recorded there is cleaned (kubectl fence timeline %s)", o.node, describe(fr), o.node)
+		}
+		if fr.Withdrawn() {
+			withdrawn = fr
+			return nil
+		}
+		fr.Spec.Released = true
+		if updated, err = frs.Update(ctx, fr); err != nil {
+			return fmt.Errorf("release: setting spec.released on fencingrequest/%s: %w", o.node, err)
+		}
 		return nil
-	}
-	fr.Spec.Released = true
-	updated, err := frs.Update(ctx, fr)
+	})
 	if apierrors.IsConflict(err) {
-		return fmt.Errorf("release: fencingrequest/%s changed since it was read: nothing changed; run it again", o.node)
+		return fmt.Errorf("release: fencingrequest/%s kept changing while it was released: nothing changed; run it again", o.node)
 	}
 	if err != nil {
-		return fmt.Errorf("release: setting spec.released on fencingrequest/%s: %w", o.node, err)
+		return err
+	}
+	if withdrawn != nil {
+		fmt.Fprintf(out, "fencingrequest/%s already withdrawn (%s)\n", o.node, describe(withdrawn))
+		return nil
 	}
 	pending := 0
 	for _, v := range updated.Status.Volumes {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -341,6 +343,53 @@ func TestRelease(t *testing.T) {
 		if want := map[bool]int{true: 0, false: 1}[start == deleted]; updates != want {
 			t.Errorf("%d updates over two releases, want %d", updates, want)
 		}
+	}
+}
+
+// The failover writes the request's status while it fences: a release
+// that meets that write (a conflict) reads the request again and releases
+// it (seen failing the e2e test TestKubectlFenceOnRealAPIServer when it
+// told the admin to run it again).
+func TestReleaseRetriesAConflict(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	fenced := fencingv1alpha1.FencedVolume{Driver: "d", VolumeHandle: "v1", FencedTime: &t0}
+	for _, tc := range []struct {
+		name      string
+		conflicts int
+		wantErr   string
+	}{
+		{name: "one conflict", conflicts: 1},
+		{name: "conflicts every time", conflicts: 100, wantErr: "kept changing while it was released: nothing changed; run it again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dyn := fakeDynamic(request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced))
+			left := tc.conflicts
+			dyn.PrependReactor("update", "fencingrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if left == 0 {
+					return false, nil, nil
+				}
+				left--
+				return true, nil, apierrors.NewConflict(fencingv1alpha1.Resource.GroupResource(), "node-a", errors.New("the object has been modified"))
+			})
+			var out strings.Builder
+			err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj, err := dyn.Tracker().Get(fencingv1alpha1.Resource, "", "node-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fr, err := fencingv1alpha1.FromUnstructured(obj); err != nil || !fr.Spec.Released {
+				t.Errorf("not released after a conflict: %+v, %v", fr, err)
+			}
+		})
 	}
 }
 

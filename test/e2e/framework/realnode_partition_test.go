@@ -77,8 +77,13 @@ func TestPartitionCutsAndHeals(t *testing.T) {
 		return cmd.Run() == nil
 	}
 	c := &Cluster{log: t}
-	if !connects() {
-		t.Fatal("the node's namespace cannot reach the bridge before any partition")
+	// A new link's carrier comes up asynchronously too (seen failing a
+	// single try under load): wait for the first connection, with a
+	// deadline.
+	if err := WaitFor(ctx, 10*time.Second, "the node's namespace reaching the bridge before any partition", func(context.Context) (bool, error) {
+		return connects(), nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.partitionReal(ctx, n); err != nil {
 		t.Fatal(err)
