@@ -40,6 +40,15 @@ func (s apiSetting) args() []string {
 	return []string{"--kube-api-qps=" + string(s), "--kube-api-burst=" + string(s)}
 }
 
+// failoverArgs are the same setting for the failover's own API clients
+// (--failover-kube-api-qps and -burst), which default to 20 and 30.
+func (s apiSetting) failoverArgs() []string {
+	if s == "default" {
+		return nil
+	}
+	return []string{"--failover-kube-api-qps=" + string(s), "--failover-kube-api-burst=" + string(s)}
+}
+
 func (s apiSetting) String() string {
 	if s == "default" {
 		return "5/10"

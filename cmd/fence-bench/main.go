@@ -101,7 +101,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	inTree := fs.Bool("in-tree", true, "With --mode=scale: measure the in-tree out-of-service path beside the product's on a node of its own")
 	window := fs.Duration("window", 2*time.Minute, "With --mode=scale: the steady-state window")
 	settle := fs.Duration("settle", 30*time.Second, "With --mode=scale: from the restarted attacher leading to the steady-state window")
-	controllerQPS := fs.String("controller-qps", "default", "With --mode=scale: the attacher's --kube-api-qps (and burst) while measuring; default is external-attacher's 5 (10)")
+	controllerQPS := fs.String("controller-qps", "default", "With --mode=scale: the attacher's --kube-api-qps (and burst) while measuring, and its --failover-kube-api-qps (and burst); default is external-attacher's 5 (10), and 20 (30) for the failover")
+	controlPlaneQPS := fs.Int("control-plane-qps", 0, "With --mode=scale: kube-controller-manager's and kube-scheduler's --kube-api-qps (burst twice as much); 0 is their defaults, 20 (30) and 50 (100)")
 	enforceMemory := fs.Bool("enforce-memory-goal", false, "With --mode=scale: fail when the controller role's RSS in steady state is over the goal (300 MiB)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -133,7 +134,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		})
 		so.nodes, so.pods, so.hotPods, so.rack, so.rackPods = *nodes, *pods, *hotPods, *rack, *rackPods
 		so.guardPercent, so.inTree, so.window, so.settle = *guardPercent, *inTree, *window, *settle
-		so.qps, so.enforceMemory = apiSetting(*controllerQPS), *enforceMemory
+		so.qps, so.controlPlaneQPS, so.enforceMemory = apiSetting(*controllerQPS), *controlPlaneQPS, *enforceMemory
 		if _, err := planScale(so); err != nil {
 			return fail(err)
 		}

@@ -48,11 +48,28 @@ type scaleOptions struct {
 	// inTree adds the in-tree out-of-service path beside the product's.
 	inTree         bool
 	window, settle time.Duration
-	// qps is the attachers' API client setting while measuring.
+	// qps is the attachers' API client setting while measuring, their
+	// failover's too.
 	qps apiSetting
+	// controlPlaneQPS is kube-controller-manager's and kube-scheduler's
+	// --kube-api-qps; 0: their defaults.
+	controlPlaneQPS int
 	// enforceMemory fails the run when the controller role's RSS is over
 	// the goal.
 	enforceMemory bool
+}
+
+// clients says what the API clients that pace a failover may send.
+func (o scaleOptions) clients() string {
+	failover := "20/30"
+	if o.qps != "default" {
+		failover = o.qps.String()
+	}
+	cp := "20/30 and 50/100"
+	if o.controlPlaneQPS > 0 {
+		cp = fmt.Sprintf("%d/%d", o.controlPlaneQPS, 2*o.controlPlaneQPS)
+	}
+	return fmt.Sprintf("API clients (qps/burst): attacher %s, its failover %s, kube-controller-manager and kube-scheduler %s", o.qps, failover, cp)
 }
 
 // inTreeDriver is the driver of the in-tree path's volumes: the mock without
@@ -197,7 +214,8 @@ type scaleRun struct {
 
 // measureArgs are the attachers' flags while measuring: external-attacher's
 // retry, timeout and resync defaults (the e2e harness shortens them), the
-// API client setting q, and the storm guard's limit.
+// API client setting q (of the failover's clients too), and the storm
+// guard's limit.
 func measureArgs(q apiSetting, percent int) []string {
 	args := []string{"--v=2", "--timeout=15s", "--retry-interval-start=1s", "--retry-interval-max=5m", "--reconcile-sync=1m",
 		"--max-fenced-node-percent=" + strconv.Itoa(percent)}
@@ -205,7 +223,7 @@ func measureArgs(q apiSetting, percent int) []string {
 		// Explicit: the setup's flags stay before these.
 		return append(args, "--kube-api-qps=5", "--kube-api-burst=10")
 	}
-	return append(args, q.args()...)
+	return append(append(args, q.args()...), q.failoverArgs()...)
 }
 
 // runScale builds a cluster of o.nodes KWOK nodes, o.pods pods and
@@ -223,6 +241,7 @@ func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
 	// everything measured, and a late one would turn a node NotReady.
 	opts := b.opts
 	opts.NodeLeaseDuration, opts.NodeMonitorGracePeriod = 40*time.Second, 40*time.Second
+	opts.ControlPlaneQPS = o.controlPlaneQPS
 	c, err := framework.Start(ctx, b, opts)
 	if err != nil {
 		return err
@@ -262,7 +281,7 @@ func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
 	var moves []failoverResult
 	printMoves := func() {
 		if len(moves) > 0 {
-			b.printf("\n%s\n", failoverScaleTable(o.hotPods, moves))
+			b.printf("\n%s\n", failoverScaleTable(o.hotPods, o.clients(), moves))
 		}
 	}
 	r, ferr := s.failNode(ctx, "automatic", plan.hot, "hot", false)

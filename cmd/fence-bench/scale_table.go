@@ -297,9 +297,10 @@ func (r failoverResult) span() (d time.Duration, ok bool) {
 }
 
 // failoverScaleTable is the table of one failed node's pods, per path.
-func failoverScaleTable(hotPods int, results []failoverResult) string {
+func failoverScaleTable(hotPods int, clients string, results []failoverResult) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "One node with %d pods and %d volumes fails: each pod eligible (Terminating on the NotReady node) -> its volume attached elsewhere\n", hotPods, hotPods)
+	fmt.Fprintf(&sb, "%s\n", clients)
 	fmt.Fprintf(&sb, "%-16s %8s %7s %7s %7s %12s %11s  %s\n", "path", "moved", "p50", "p95", "max", "first->last", "writes/pod", "goal")
 	for _, r := range results {
 		s := r.samples()

@@ -170,7 +170,7 @@ func TestFailoverSummary(t *testing.T) {
 			if span != tc.wantSpan || all != tc.wantAll {
 				t.Errorf("span %s (all moved: %v), want %s (%v)", span, all, tc.wantSpan, tc.wantAll)
 			}
-			table := failoverScaleTable(tc.pods, []failoverResult{r})
+			table := failoverScaleTable(tc.pods, "API clients", []failoverResult{r})
 			for _, w := range tc.wantInRows {
 				if !strings.Contains(table, w) {
 					t.Errorf("no %q in\n%s", w, table)
@@ -292,5 +292,36 @@ func TestMemoryOverGoal(t *testing.T) {
 				t.Errorf("error %v, want %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// --controller-qps sets the failover's API clients too, and the table says
+// what every client that paces a failover may send.
+func TestScaleAPIClients(t *testing.T) {
+	for _, tc := range []struct {
+		o           scaleOptions
+		wantArgs    []string
+		notArgs     []string
+		wantClients string
+	}{
+		{o: scaleOptions{qps: "default"}, wantArgs: []string{"--kube-api-qps=5", "--kube-api-burst=10"}, notArgs: []string{"--failover-kube-api-qps"},
+			wantClients: "attacher 5/10, its failover 20/30, kube-controller-manager and kube-scheduler 20/30 and 50/100"},
+		{o: scaleOptions{qps: "100", controlPlaneQPS: 100}, wantArgs: []string{"--kube-api-qps=100", "--failover-kube-api-qps=100", "--failover-kube-api-burst=100"},
+			wantClients: "attacher 100/100, its failover 100/100, kube-controller-manager and kube-scheduler 100/200"},
+	} {
+		args := strings.Join(measureArgs(tc.o.qps, 50), " ")
+		for _, w := range tc.wantArgs {
+			if !strings.Contains(args, w) {
+				t.Errorf("%s: no %s in %s", tc.o.qps, w, args)
+			}
+		}
+		for _, w := range tc.notArgs {
+			if strings.Contains(args, w) {
+				t.Errorf("%s: %s in %s", tc.o.qps, w, args)
+			}
+		}
+		if got := tc.o.clients(); !strings.HasSuffix(got, tc.wantClients) {
+			t.Errorf("clients() = %q, want it to end with %q", got, tc.wantClients)
+		}
 	}
 }

@@ -613,12 +613,12 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 			fenceErr = errors.Join(fenceErr, err)
 		}
 		// 4. The pod GC: the pods whose storage is fenced go.
-		deleted := c.deleteFenced(ctx, node, fr, candidates)
-		// 5. Their fenced attachments go, then the attach/detach
-		//    controller may detach the fenced volumes now.
-		if err := c.releaseFencedAttachments(ctx, node.Name, fr, pods, deleted); err != nil {
+		//    Each pod's fenced attachments go as the pod goes.
+		if err := c.deleteFenced(ctx, node, fr, candidates, pods); err != nil {
 			fenceErr = errors.Join(fenceErr, err)
 		}
+		// 5. The attach/detach controller may detach the fenced volumes
+		//    now.
 		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
 			return errors.Join(fenceErr, err)
 		}
@@ -647,14 +647,18 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 // out-of-service taint and the Node Fencing KEP's FencingComplete, whoever
 // set them (each delete guarded by a live read, S3).
 func (c *Controller) honourSignals(ctx context.Context, node *v1.Node, pods []*v1.Pod) {
+	var freed []*v1.Pod
 	for _, p := range pods {
-		switch {
-		case podgc.OutOfService(p, node):
-			c.forceDelete(ctx, p, podgc.ReasonOutOfService)
-		case podgc.FencingComplete(p, node):
-			c.forceDelete(ctx, p, podgc.ReasonFencingComplete)
+		if podgc.OutOfService(p, node) || podgc.FencingComplete(p, node) {
+			freed = append(freed, p)
 		}
 	}
+	c.forceDeleteAll(ctx, node.Name, freed, func(p *v1.Pod) string {
+		if podgc.OutOfService(p, node) {
+			return podgc.ReasonOutOfService
+		}
+		return podgc.ReasonFencingComplete
+	}, nil)
 }
 
 // notAutomatically reports whether a node must not be fenced or signalled
@@ -742,11 +746,14 @@ func (c *Controller) fenceStorage(ctx context.Context, node *v1.Node, fr *fencin
 
 // deleteFenced is the pod GC's SafeDetach rule: each candidate whose every
 // volume is confirmed fenced (or whose node is confirmed off) goes, if the
-// node is still down by a live read (S3, in the guarded delete).
-// It returns the UIDs of the pods it deleted.
-func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate) map[types.UID]bool {
+// node is still down by a live read (S3, in the guarded delete). Right
+// after a pod goes, the fenced attachments of the volumes that no pod left
+// on the node (pods, the cache's) uses go too: each volume is free to
+// attach elsewhere as soon as its last pod is gone, not when the node's
+// last pod is.
+func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate, pods []*v1.Pod) error {
 	nodeOff := c.nodeFencedLive(ctx, node, fr)
-	deleted := map[types.UID]bool{}
+	var ready []*v1.Pod
 	for _, cand := range candidates {
 		if ok, why := podgc.SafeDetach(cand.pod, cand.vols, c.failsOver(node), func(v podgc.Volume) bool {
 			return nodeOff || fencerecord.IsFenced(fr, v.Driver, v.VolumeHandle)
@@ -754,12 +761,37 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 			klog.FromContext(ctx).V(2).Info("Pod waits", "pod", klog.KObj(cand.pod), "why", why)
 			continue
 		}
-		if c.forceDelete(ctx, cand.pod, podgc.ReasonSafeDetach) {
-			c.eligible.deleted(cand.pod)
-			deleted[cand.pod.UID] = true
-		}
+		ready = append(ready, cand.pod)
 	}
-	return deleted
+	if len(ready) == 0 {
+		return nil
+	}
+	vas, err := c.vasOn(node.Name)
+	users := c.volumeUsers(pods)
+	var (
+		mu      sync.Mutex
+		deleted = map[types.UID]bool{}
+	)
+	c.forceDeleteAll(ctx, node.Name, ready, func(*v1.Pod) string { return podgc.ReasonSafeDetach }, func(p *v1.Pod) {
+		c.eligible.deleted(p)
+		// The pods that share a volume decide under one lock: the
+		// last of them to go frees it.
+		mu.Lock()
+		deleted[p.UID] = true
+		freed := map[string]bool{}
+		for pv, uids := range users {
+			if slices.Contains(uids, p.UID) && !slices.ContainsFunc(uids, func(uid types.UID) bool { return !deleted[uid] }) {
+				freed[pv] = true
+			}
+		}
+		mu.Unlock()
+		if relErr := c.releaseFencedAttachments(ctx, node.Name, fr, vas, freed); relErr != nil {
+			mu.Lock()
+			err = errors.Join(err, relErr)
+			mu.Unlock()
+		}
+	})
+	return err
 }
 
 // candidates returns the Terminating pods that fail over once their volumes

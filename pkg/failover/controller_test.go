@@ -21,11 +21,13 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-fence/fence-attacher/internal/testpoll"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
@@ -301,6 +303,79 @@ func TestFencedAttachmentReleasedOnceItsPodsAreGone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node's pods go in parallel, and each pod's fenced attachment goes as
+// soon as that pod is gone: a pod whose delete hangs holds up neither the
+// other pods nor their volumes.
+func TestEachPodsAttachmentReleasedAsItGoes(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, true)
+	objs[0].(*v1.Node).Status.VolumesInUse = append(objs[0].(*v1.Node).Status.VolumesInUse, "kubernetes.io/csi/"+driver+"^h2")
+	objs = append(objs, volumeUser{node: "n1", driver: driver, pod: "db-1", uid: "u2", claim: "data2", pv: "pv2", handle: "h2", va: "va2", nodeID: "n1-id", terminating: true}.objects()...)
+	e := newEnv(t, objs, true)
+	e.client.PrependReactor("delete", "volumeattachments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		e.steps.add("release " + a.(k8stesting.DeleteAction).GetName())
+		return false, nil, nil
+	})
+	// db-0's delete hangs in the client, outside the fake's lock, which
+	// a reactor would hold for every other request too.
+	hang := make(chan struct{})
+	_, ctx := ktesting.NewTestContext(t)
+	c := e.startOn(ctx, t, hangingPodDeletes{Interface: e.client, hang: func(name string) {
+		if name == "db-0" {
+			<-hang
+		}
+	}}, true)
+	done := make(chan error, 1)
+	go func() { done <- c.sync(ctx, "n1") }()
+	testpoll.Until(t, "db-1 and its attachment gone while db-0's delete hangs", func() bool {
+		return e.steps.index("release va2") >= 0
+	})
+	if e.steps.index("release va1") >= 0 {
+		t.Errorf("db-0's attachment released before db-0 went: %v", e.steps.log)
+	}
+	close(hang)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, va := range []string{"va1", "va2"} {
+		if _, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), va, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("fenced attachment %s not released: %v (steps %v)", va, err, e.steps.log)
+		}
+	}
+}
+
+// hangingPodDeletes calls hang with the name of each pod before deleting it.
+type hangingPodDeletes struct {
+	kubernetes.Interface
+	hang func(name string)
+}
+
+// IsWatchListSemanticsUnSupported tells the informers, as the fake
+// clientset it wraps does, to list and then watch.
+func (h hangingPodDeletes) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (h hangingPodDeletes) CoreV1() corev1client.CoreV1Interface {
+	return hangingCore{CoreV1Interface: h.Interface.CoreV1(), hang: h.hang}
+}
+
+type hangingCore struct {
+	corev1client.CoreV1Interface
+	hang func(name string)
+}
+
+func (h hangingCore) Pods(namespace string) corev1client.PodInterface {
+	return hangingPods{PodInterface: h.CoreV1Interface.Pods(namespace), hang: h.hang}
+}
+
+type hangingPods struct {
+	corev1client.PodInterface
+	hang func(name string)
+}
+
+func (h hangingPods) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	h.hang(name)
+	return h.PodInterface.Delete(ctx, name, opts)
 }
 
 // A refused fence moves nothing: no pod is deleted, the error is recorded,

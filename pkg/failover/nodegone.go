@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -75,7 +76,7 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 	if err != nil {
 		return fr, errors.Join(fenceErr, err)
 	}
-	err = c.deleteFencedAttachments(ctx, vas, fr, usedVolumes(c, pods, nil), func(va *storagev1.VolumeAttachment) bool {
+	err = c.deleteFencedAttachments(ctx, vas, fr, usedBeside(c.volumeUsers(pods), nil), func(va *storagev1.VolumeAttachment) bool {
 		return va.Spec.Attacher == c.opts.DriverName
 	}, func(handle string) string {
 		return fmt.Sprintf("Node %s is deleted and volume %s is fenced from it: VolumeAttachment deleted so that the volume may attach elsewhere at once", nodeName, handle)
@@ -84,22 +85,31 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 	return fr, fenceErr
 }
 
-// usedVolumes returns the PersistentVolumes (by name) that pods use, but
-// those of the pods in gone (by UID).
-func usedVolumes(c *Controller, pods []*v1.Pod, gone map[types.UID]bool) map[string]bool {
-	used := map[string]bool{}
+// volumeUsers returns, for each PersistentVolume (by name) that pods use,
+// the UIDs of the pods that use it.
+func (c *Controller) volumeUsers(pods []*v1.Pod) map[string][]types.UID {
+	users := map[string][]types.UID{}
 	for _, p := range pods {
-		if gone[p.UID] {
-			continue
-		}
 		for _, vol := range p.Spec.Volumes {
 			claim, ok := podgc.ClaimName(p, vol)
 			if !ok {
 				continue
 			}
 			if pv, err := c.pvOf(p.Namespace, claim); err == nil {
-				used[pv.Name] = true
+				users[pv.Name] = append(users[pv.Name], p.UID)
 			}
+		}
+	}
+	return users
+}
+
+// usedBeside returns the volumes of users that a pod not in gone (by UID)
+// uses.
+func usedBeside(users map[string][]types.UID, gone map[types.UID]bool) map[string]bool {
+	used := map[string]bool{}
+	for pv, uids := range users {
+		if slices.ContainsFunc(uids, func(uid types.UID) bool { return !gone[uid] }) {
+			used[pv] = true
 		}
 	}
 	return used
@@ -117,7 +127,7 @@ func (c *Controller) deleteFencedAttachments(ctx context.Context, vas []*storage
 	var errs error
 	for _, va := range vas {
 		pv := va.Spec.Source.PersistentVolumeName
-		if !mine(va) || pv == nil || used[*pv] || va.DeletionTimestamp != nil {
+		if pv == nil || !mine(va) || used[*pv] || va.DeletionTimestamp != nil {
 			continue
 		}
 		driver, handle := c.pvHandle(*pv)

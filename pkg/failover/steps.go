@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -408,50 +409,66 @@ func setFRCondition(fr *fencingv1alpha1.FencingRequest, t string, s metav1.Condi
 	fr.Status.Conditions = append(fr.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, LastTransitionTime: now})
 }
 
-// forceDelete hands the pod to the pod GC's one guarded delete, which
-// reads the node live and refuses if it is alive (S3).
+// forceDeleteWorkers is how many of a node's pods the pod GC deletes at
+// once. Each delete is a live read of the node, shared by the deletes that
+// ask at the same time (pkg/nodehealth), and two writes: one after another,
+// their round trips would keep the last of a hundred pods waiting seconds
+// longer than the API client's rate limit (--failover-kube-api-qps), which
+// is to pace them.
+const forceDeleteWorkers = 16
+
+// forceDeleteAll hands each pod to the pod GC's one guarded delete, which
+// reads the node live and refuses if it is alive (S3), for the reason that
+// reason gives it, forceDeleteWorkers at a time; gone is called after each
+// pod that went, from the worker that deleted it.
 //
-// A pod that asked for its termination reason (termreason.OptedIn) gets it
-// recorded in the node's FencingRequest first: its containers' preStop
-// hooks run when the node is back, once the pod and the ServiceAccount
-// token bound to it are gone from the API, and the node's agent serves the
-// reason from the record. A record that cannot be written does not hold up
-// the failover: those hooks get Unknown.
-func (c *Controller) forceDelete(ctx context.Context, pod *v1.Pod, reason string) bool {
-	msg := fmt.Sprintf("csi-fence-attacher: node %s is not Ready (%s)", pod.Spec.NodeName, reason)
-	termReason := podgc.TerminationReason(pod)
-	if termreason.OptedIn(pod) {
-		if err := fencerecord.RecordForceDeletedPod(ctx, c.frClient, pod.Spec.NodeName, fencingv1alpha1.ForceDeletedPod{
-			Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, TerminationReason: termReason}); err != nil {
-			klog.FromContext(ctx).Error(err, "Termination reason not recorded; the pod's preStop hooks will get Unknown", "pod", klog.KObj(pod))
+// The pods that asked for their termination reason (termreason.OptedIn)
+// get it recorded in the node's FencingRequest first, in one write: their
+// containers' preStop hooks run when the node is back, once the pod and the
+// ServiceAccount token bound to it are gone from the API, and the node's
+// agent serves the reason from the record. A record that cannot be written
+// does not hold up the failover: those hooks get Unknown.
+func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods []*v1.Pod, reason func(*v1.Pod) string, gone func(*v1.Pod)) {
+	var record []fencingv1alpha1.ForceDeletedPod
+	for _, pod := range pods {
+		if termreason.OptedIn(pod) {
+			record = append(record, fencingv1alpha1.ForceDeletedPod{
+				Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, TerminationReason: podgc.TerminationReason(pod)})
 		}
 	}
-	if err := c.pgc.ForceDelete(ctx, pod, reason, termReason, msg); err != nil {
-		klog.FromContext(ctx).Error(err, "Pod not force-deleted", "pod", klog.KObj(pod), "reason", reason)
-		return false
+	if err := fencerecord.RecordForceDeletedPods(ctx, c.frClient, nodeName, record); err != nil {
+		klog.FromContext(ctx).Error(err, "Termination reasons not recorded; the pods' preStop hooks will get Unknown", "pods", len(record))
 	}
-	return true
+	workqueue.ParallelizeUntil(ctx, forceDeleteWorkers, len(pods), func(i int) {
+		pod, why := pods[i], reason(pods[i])
+		msg := fmt.Sprintf("csi-fence-attacher: node %s is not Ready (%s)", nodeName, why)
+		if err := c.pgc.ForceDelete(ctx, pod, why, podgc.TerminationReason(pod), msg); err != nil {
+			klog.FromContext(ctx).Error(err, "Pod not force-deleted", "pod", klog.KObj(pod), "reason", why)
+			return
+		}
+		if gone != nil {
+			gone(pod)
+		}
+	})
 }
 
-// releaseFencedAttachments deletes the VolumeAttachments on a dead node of
-// the volumes fenced there whose pods are gone (deleted: the pods this pass
-// force-deleted, which the cache may still hold). The attach/detach
-// controller would delete them too, once the pods are gone from its cache
-// and the volumes from the node's volumesInUse, but its detach then polls
-// for the attachment to go, first after half a second: deleted here first,
-// its delete finds nothing and it attaches the volume elsewhere at its next
-// reconcile. A pod the cache still misses is no danger: the attachment
-// would be created again, and no publish reaches a node where a volume is
-// fenced (S2).
-func (c *Controller) releaseFencedAttachments(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest, pods []*v1.Pod, deleted map[types.UID]bool) error {
-	if len(deleted) == 0 {
+// releaseFencedAttachments deletes the VolumeAttachments among vas (a dead
+// node's) of the volumes in freed (PV names: their last pod on the node is
+// gone, force-deleted by this pass, which the cache may not know yet) that
+// are fenced there. The attach/detach controller would delete them too,
+// once the pods are gone from its cache and the volumes from the node's
+// volumesInUse, but its detach then polls for the attachment to go, first
+// after half a second: deleted here first, its delete finds nothing and it
+// attaches the volume elsewhere at its next reconcile. A pod the cache still
+// misses is no danger: the attachment would be created again, and no
+// publish reaches a node where a volume is fenced (S2).
+func (c *Controller) releaseFencedAttachments(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest, vas []*storagev1.VolumeAttachment, freed map[string]bool) error {
+	if len(freed) == 0 {
 		return nil
 	}
-	vas, err := c.vasOn(nodeName)
-	if err != nil {
-		return err
-	}
-	return c.deleteFencedAttachments(ctx, vas, fr, usedVolumes(c, pods, deleted), func(*storagev1.VolumeAttachment) bool { return true }, func(handle string) string {
+	return c.deleteFencedAttachments(ctx, vas, fr, nil, func(va *storagev1.VolumeAttachment) bool {
+		return freed[*va.Spec.Source.PersistentVolumeName]
+	}, func(handle string) string {
 		return fmt.Sprintf("Node %s is down, volume %s is fenced from it and its pods are deleted: VolumeAttachment deleted so that the volume attaches elsewhere at once", nodeName, handle)
 	})
 }

@@ -161,21 +161,30 @@ func ReadyTransition(node *v1.Node) *metav1.Time {
 // the next ones until the node is back.
 const MaxForceDeletedPods = 256
 
-// RecordForceDeletedPod records, before the pod is force-deleted, the
-// termination reason its containers' preStop hooks are to get when the node
-// is back (status.forceDeletedPods); its agent serves it from there. A node
-// without a request has none to keep it in: the hooks get Unknown.
-func RecordForceDeletedPod(ctx context.Context, c Client, nodeName string, pod fencingv1alpha1.ForceDeletedPod) error {
+// RecordForceDeletedPods records, before the pods are force-deleted, the
+// termination reason their containers' preStop hooks are to get when the
+// node is back (status.forceDeletedPods), in one write for all of them; its
+// agent serves them from there. A node without a request has none to keep
+// them in: the hooks get Unknown.
+func RecordForceDeletedPods(ctx context.Context, c Client, nodeName string, deleted []fencingv1alpha1.ForceDeletedPod) error {
+	if len(deleted) == 0 {
+		return nil
+	}
 	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
-		pods := fr.Status.ForceDeletedPods
-		if i := slices.IndexFunc(pods, func(p fencingv1alpha1.ForceDeletedPod) bool { return p.UID == pod.UID }); i >= 0 {
-			if pods[i].TerminationReason == pod.TerminationReason {
-				return false
+		pods, changed := fr.Status.ForceDeletedPods, false
+		for _, pod := range deleted {
+			if i := slices.IndexFunc(pods, func(p fencingv1alpha1.ForceDeletedPod) bool { return p.UID == pod.UID }); i >= 0 {
+				if pods[i].TerminationReason == pod.TerminationReason {
+					continue
+				}
+				pods = slices.Delete(slices.Clone(pods), i, i+1)
 			}
-			pods = slices.Delete(slices.Clone(pods), i, i+1)
+			pod.DeletedTime = &now
+			pods, changed = append(slices.Clip(pods), pod), true
 		}
-		pod.DeletedTime = &now
-		pods = append(pods, pod)
+		if !changed {
+			return false
+		}
 		if n := len(pods) - MaxForceDeletedPods; n > 0 {
 			pods = pods[n:]
 		}

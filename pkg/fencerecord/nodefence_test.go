@@ -9,11 +9,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 )
 
-func TestRecordForceDeletedPod(t *testing.T) {
+func TestRecordForceDeletedPods(t *testing.T) {
 	ctx := context.Background()
 	pod := func(uid, reason string) fencingv1alpha1.ForceDeletedPod {
 		return fencingv1alpha1.ForceDeletedPod{Namespace: "ns", Name: "p-" + uid, UID: types.UID(uid), TerminationReason: reason}
@@ -28,6 +29,7 @@ func TestRecordForceDeletedPod(t *testing.T) {
 		name     string
 		objs     []*fencingv1alpha1.FencingRequest
 		record   []fencingv1alpha1.ForceDeletedPod
+		batch    bool     // recorded in one call (else one call each)
 		wantUIDs []string // in order; nil: no request
 		want     map[string]string
 	}{
@@ -46,6 +48,14 @@ func TestRecordForceDeletedPod(t *testing.T) {
 			want:     map[string]string{"a": "IntolerableTaint"},
 		},
 		{
+			name:     "a batch is one write, the last reason of a pod in it kept",
+			objs:     []*fencingv1alpha1.FencingRequest{fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing)},
+			record:   []fencingv1alpha1.ForceDeletedPod{pod("a", "Eviction"), pod("b", "Eviction"), pod("a", "IntolerableTaint")},
+			batch:    true,
+			wantUIDs: []string{"b", "a"},
+			want:     map[string]string{"a": "IntolerableTaint", "b": "Eviction"},
+		},
+		{
 			name:     "bounded: the oldest goes",
 			objs:     []*fencingv1alpha1.FencingRequest{full},
 			record:   []fencingv1alpha1.ForceDeletedPod{pod("new", "Eviction")},
@@ -58,11 +68,21 @@ func TestRecordForceDeletedPod(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, c := newClient(t, tc.objs...)
-			for _, p := range tc.record {
-				if err := RecordForceDeletedPod(ctx, c, "node-1", p); err != nil {
+			dyn, c := newClient(t, tc.objs...)
+			calls := [][]fencingv1alpha1.ForceDeletedPod{tc.record}
+			if !tc.batch {
+				calls = nil
+				for _, p := range tc.record {
+					calls = append(calls, []fencingv1alpha1.ForceDeletedPod{p})
+				}
+			}
+			for _, call := range calls {
+				if err := RecordForceDeletedPods(ctx, c, "node-1", call); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if writes := countWrites(dyn); tc.wantUIDs != nil && writes != len(calls) {
+				t.Errorf("%d writes for %d calls", writes, len(calls))
 			}
 			got, err := c.Get(ctx, "node-1")
 			if tc.wantUIDs == nil {
@@ -136,4 +156,15 @@ func TestNodeFencedAcrossClocks(t *testing.T) {
 			t.Errorf("%s: NodeFenced = %v, want %v", tc.name, got, tc.fenced)
 		}
 	}
+}
+
+// countWrites returns how many writes the client was asked for.
+func countWrites(dyn *dynamicfake.FakeDynamicClient) int {
+	n := 0
+	for _, a := range dyn.Actions() {
+		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+			n++
+		}
+	}
+	return n
 }

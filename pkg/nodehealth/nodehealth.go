@@ -32,6 +32,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/csi-fence/fence-attacher/pkg/liveread"
 )
 
 // LeaseNamespace holds the kubelets' heartbeat Leases.
@@ -50,6 +52,11 @@ var ErrNodeAlive = errors.New("the node is alive")
 type Observer struct {
 	Client kubernetes.Interface
 	clock  clock.PassiveClock
+
+	// reads shares the live reads of a node among concurrent callers: the
+	// pod GC force-deletes a failed node's pods in parallel, each delete
+	// deciding on a read begun after it asked (pkg/liveread).
+	reads liveread.Group[*coordinationv1.Lease]
 
 	mu   sync.Mutex
 	seen map[string]observation
@@ -118,31 +125,47 @@ func (o *Observer) Forget(node string) {
 // re-registers it. A Node whose Lease is missing is decided by its
 // condition alone (a kubelet without Leases, or a Node deleted with them).
 func (o *Observer) Down(ctx context.Context, nodeName string) error {
-	node, err := o.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		node = nil
-	case err != nil:
-		return fmt.Errorf("reading node %s: %w", nodeName, err)
+	lease, err := o.reads.Do(ctx, nodeName, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		return o.readHeartbeat(ctx, nodeName)
+	})
+	if err != nil {
+		return err
 	}
-	if node != nil {
-		if err := reportedAlive(node); err != nil {
-			return err
-		}
-	}
-	lease, err := o.Client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, nodeName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
+	if lease == nil {
 		o.Forget(nodeName)
 		return nil
-	case err != nil:
-		return fmt.Errorf("reading the heartbeat Lease of node %s: %w", nodeName, err)
 	}
 	obs := o.observe(lease)
 	if unchanged := o.clock.Since(obs.since); unchanged < obs.duration {
 		return &LeaseFreshError{Node: nodeName, Unchanged: unchanged, Duration: obs.duration}
 	}
 	return nil
+}
+
+// readHeartbeat reads a node and then its Lease live. It fails when the
+// node reports itself alive (its Lease is not read then) or a read fails,
+// and returns no Lease when the node has none.
+func (o *Observer) readHeartbeat(ctx context.Context, nodeName string) (*coordinationv1.Lease, error) {
+	node, err := o.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		node = nil
+	case err != nil:
+		return nil, fmt.Errorf("reading node %s: %w", nodeName, err)
+	}
+	if node != nil {
+		if err := reportedAlive(node); err != nil {
+			return nil, err
+		}
+	}
+	lease, err := o.Client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the heartbeat Lease of node %s: %w", nodeName, err)
+	}
+	return lease, nil
 }
 
 // LeaseFreshError says that a node's heartbeat Lease changed less than a
