@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -228,14 +229,25 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 		pvs[handle], vaOf[handle] = pv, va
 	}
 	if len(todo) > 0 {
+		// The fences run concurrently (fencerecord.FenceConcurrency).
+		var aliveMu sync.Mutex
+		stillDown := func(ctx context.Context) error {
+			aliveMu.Lock()
+			defer aliveMu.Unlock()
+			if manual || time.Since(aliveChecked) <= c.liveReadValidity {
+				return nil
+			}
+			// A node not explicitly requested is fenced only while it is
+			// down by a live read.
+			if err := c.down(ctx, node.Name); err != nil {
+				return err
+			}
+			aliveChecked = time.Now()
+			return nil
+		}
 		errs, err := c.records.Fence(ctx, node.Name, "NodeUnreachable", todo, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
-			if !manual && time.Since(aliveChecked) > c.liveReadValidity {
-				// A node not explicitly requested is fenced only while
-				// it is down by a live read.
-				if err := c.down(ctx, node.Name); err != nil {
-					return fmt.Errorf("%w: %w", fencerecord.ErrNotSent, err)
-				}
-				aliveChecked = time.Now()
+			if err := stillDown(ctx); err != nil {
+				return fmt.Errorf("%w: %w", fencerecord.ErrNotSent, err)
 			}
 			secrets, err := csiclient.PublishSecrets(ctx, c.client, pvs[v.VolumeHandle].Spec.CSI.ControllerPublishSecretRef)
 			if err != nil {

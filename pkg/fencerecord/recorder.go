@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -52,13 +53,19 @@ type change struct {
 	refused error
 }
 
+// FenceConcurrency is how many fences of one Fence call run at once: a
+// failed node's hundred volumes, one RPC after another, would wait for each
+// other as long as the driver takes for each, times a hundred.
+const FenceConcurrency = 10
+
 // NewRecorder returns a Recorder writing through c.
 func NewRecorder(c Client) *Recorder {
 	return &Recorder{c: c, queues: map[string][]*change{}}
 }
 
 // Fence fences vols on nodeName, write-ahead: one write records the intent
-// for all of them, then fence is called for each, then one write records the
+// for all of them, then fence is called for each, up to FenceConcurrency at
+// once (it must be safe for concurrent use), then one write records the
 // outcomes; both writes are shared with the other callers fencing on the
 // node at the time. It returns each volume's fence error (nil: fenced and
 // recorded), or an error alone when the intent could not be recorded, in
@@ -75,9 +82,13 @@ func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fe
 		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
 	}
 	errs := make([]error, len(vols))
-	for i, v := range vols {
-		errs[i] = fence(ctx, v)
+	for i := range errs {
+		// What ctx's end leaves uncalled is not fenced.
+		errs[i] = fmt.Errorf("%w: %w", ErrNotSent, context.Canceled)
 	}
+	workqueue.ParallelizeUntil(ctx, FenceConcurrency, len(vols), func(i int) {
+		errs[i] = fence(ctx, vols[i])
+	})
 	if err := r.write(ctx, nodeName, reason, MaxVolumes, outcomes(vols, fresh, errs)); err != nil {
 		for i := range errs {
 			if errs[i] == nil {

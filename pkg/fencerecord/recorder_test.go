@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -373,5 +374,47 @@ func TestRecorderWriteStopsWhenEveryCallerGaveUp(t *testing.T) {
 	// caller left fails the bubble instead: its clock no longer moves.)
 	if c.statusWrites != 1 {
 		t.Errorf("%d status writes, want 1: the write went on with nobody waiting for it", c.statusWrites)
+	}
+}
+
+// The fences of one call run concurrently: a failed node's volumes do not
+// wait for each other's RPCs. Each fence here waits until every one has
+// started, which one after another would never be.
+func TestRecorderFencesOfOneCallRunAtOnce(t *testing.T) {
+	const n = FenceConcurrency
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	dyn, c := newClient(t)
+	vols := make([]fencingv1alpha1.FencedVolume, n)
+	for i := range vols {
+		vols[i] = fencingv1alpha1.FencedVolume{Driver: "d.csi", VolumeHandle: handle(i), NodeID: "n"}
+	}
+	var started sync.WaitGroup
+	started.Add(n)
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	errs, err := NewRecorder(c).Fence(ctx, "node-1", "NodeUnreachable", vols, func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
+		started.Done()
+		select {
+		case <-all:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Errorf("%s: %v", vols[i].VolumeHandle, e)
+		}
+	}
+	fr := stored(t, dyn)
+	for _, v := range vols {
+		if !IsFenced(fr, v.Driver, v.VolumeHandle) {
+			t.Errorf("%s not recorded fenced", v.VolumeHandle)
+		}
 	}
 }
