@@ -398,9 +398,8 @@ func (a *Attacher) accessModes(va *storagev1.VolumeAttachment) ([]v1.PersistentV
 // under the previous ID is the failed node's as much as the other, and a
 // plain unpublish does not promise that the node can no longer write.
 //
-// A fence goes to the fence pool (submitFence). Detach waits for it, as
-// long as external-attacher lets a Detach take (--timeout) and only while
-// no attach waits for a worker, and
+// A fence goes to the fence pool (submitFence). Detach waits for it, a
+// little (fenceWaitMax) and only while no attach waits for a worker, and
 // then decides again on live reads, as the VolumeAttachment's next sync
 // would: a fence over in that time costs neither that sync nor the status
 // write of its "fence in progress" error.

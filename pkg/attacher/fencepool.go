@@ -46,6 +46,14 @@ type fenceQueuedError struct {
 func (e *fenceQueuedError) Error() string { return e.msg + ": " + ErrFencePending.Error() }
 func (e *fenceQueuedError) Unwrap() error { return ErrFencePending }
 
+// fenceWaitMax bounds how long a Detach waits, in one of
+// external-attacher's workers, for the fence it queued (fencePool.await):
+// long enough for a driver's fenced unpublish and its record, short enough
+// that a slow one does not hold the worker as the pool exists to avoid
+// (#761). A fence not over by then ends as before: the pool requeues its
+// VolumeAttachment.
+const fenceWaitMax = 2 * time.Second
+
 // fencePool runs the fenced unpublishes outside external-attacher's
 // workers. external-attacher has one pool of workers for every
 // VolumeAttachment (issue #761): a fence that takes the driver seconds
@@ -62,11 +70,8 @@ func (e *fenceQueuedError) Unwrap() error { return ErrFencePending }
 type fencePool struct {
 	workers int
 	timeout time.Duration
-	// wait bounds await: --timeout, the bound external-attacher puts on
-	// a Detach, which runs in its worker. It gives way to attaches
-	// waiting for a worker all the same, which a slow Detach of
-	// external-attacher does not (#761). 0: the Detach that queued a fence
-	// never waits for it.
+	// wait bounds await (fenceWaitMax; 0: the Detach that queued a fence
+	// never waits for it).
 	wait time.Duration
 	jobs chan *fenceJob
 	// fence does the work of a job (Attacher.fence).
@@ -148,7 +153,7 @@ func newFencePool(workers int, timeout time.Duration, fence func(context.Context
 		workers = DefaultFenceWorkers
 	}
 	return &fencePool{
-		workers: workers, timeout: timeout, wait: timeout, fence: fence,
+		workers: workers, timeout: timeout, wait: fenceWaitMax, fence: fence,
 		jobs:    make(chan *fenceJob, fenceQueueSize),
 		pending: map[fenceKey]bool{}, pendingVAs: map[string]bool{}, failed: map[fenceKey]fenceFailure{}, succeeded: map[fenceKey]time.Time{},
 		waiters: map[fenceKey]chan struct{}{},

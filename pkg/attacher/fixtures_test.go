@@ -242,7 +242,7 @@ type envConfig struct {
 	// fenceWorkers: 0 is 2, so that fences may run at once.
 	fenceWorkers int
 	// fenceWait is how long the Detach that queued a fence waits for it
-	// (--timeout in production); 0: it returns the fence pending at
+	// (fenceWaitMax in production); 0: it returns the fence pending at
 	// once, and the pool's requeue brings the next Detach.
 	fenceWait time.Duration
 	// restart is an env whose process crashed: the new one starts over
