@@ -397,23 +397,7 @@ func (a *Attacher) accessModes(va *storagev1.VolumeAttachment) ([]v1.PersistentV
 // be published under both. A fenced detach fences both: the publication
 // under the previous ID is the failed node's as much as the other, and a
 // plain unpublish does not promise that the node can no longer write.
-//
-// A fence goes to the fence pool (submitFence). Detach waits for it, a
-// little (fenceWaitMax) and only while no attach waits for a worker, and
-// then decides again on live reads, as the VolumeAttachment's next sync
-// would: a fence over in that time costs neither that sync nor the status
-// write of its "fence in progress" error.
 func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
-	err := a.detach(ctx, volumeID, nodeID, secrets)
-	var queued *fenceQueuedError
-	if !errors.As(err, &queued) || !a.fences.await(ctx, queued.key) {
-		return err // the pool requeues the VolumeAttachment once the fence is over
-	}
-	return a.detach(ctx, volumeID, nodeID, secrets)
-}
-
-// detach is one decision of Detach.
-func (a *Attacher) detach(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
 	logger := klog.FromContext(ctx)
 	va := volumeAttachmentFrom(ctx)
 	nodeID = a.publishedNodeID(logger, va, volumeID, nodeID)

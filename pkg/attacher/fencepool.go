@@ -36,24 +36,6 @@ var ErrFencePending = errors.New("fence in progress")
 // IsFencePending reports whether err says a fence is still in progress.
 func IsFencePending(err error) bool { return errors.Is(err, ErrFencePending) }
 
-// fenceQueuedError is the ErrFencePending of the Detach that queued the
-// fence of key: that one may wait for it (fencePool.await).
-type fenceQueuedError struct {
-	key fenceKey
-	msg string
-}
-
-func (e *fenceQueuedError) Error() string { return e.msg + ": " + ErrFencePending.Error() }
-func (e *fenceQueuedError) Unwrap() error { return ErrFencePending }
-
-// fenceWaitMax bounds how long a Detach waits, in one of
-// external-attacher's workers, for the fence it queued (fencePool.await):
-// long enough for a driver's fenced unpublish and its record, short enough
-// that a slow one does not hold the worker as the pool exists to avoid
-// (#761). A fence not over by then ends as before: the pool requeues its
-// VolumeAttachment.
-const fenceWaitMax = 2 * time.Second
-
 // fencePool runs the fenced unpublishes outside external-attacher's
 // workers. external-attacher has one pool of workers for every
 // VolumeAttachment (issue #761): a fence that takes the driver seconds
@@ -70,10 +52,7 @@ const fenceWaitMax = 2 * time.Second
 type fencePool struct {
 	workers int
 	timeout time.Duration
-	// wait bounds await (fenceWaitMax; 0: the Detach that queued a fence
-	// never waits for it).
-	wait time.Duration
-	jobs chan *fenceJob
+	jobs    chan *fenceJob
 	// fence does the work of a job (Attacher.fence).
 	fence func(ctx context.Context, j *fenceJob) error
 
@@ -91,11 +70,8 @@ type fencePool struct {
 	// the fence done, not start another one (and another, as long as the
 	// agent keeps cleaning).
 	succeeded map[fenceKey]time.Time
-	// requeue is told the VolumeAttachment whose fence is over, unless
-	// the Detach that queued it waits for it (waiters): that one decides
-	// again itself.
+	// requeue is told the VolumeAttachment whose fence is over.
 	requeue func(vaName string)
-	waiters map[fenceKey]chan struct{}
 	now     func() time.Time
 
 	// attachesWaiting reports an attach waiting for one of
@@ -153,11 +129,10 @@ func newFencePool(workers int, timeout time.Duration, fence func(context.Context
 		workers = DefaultFenceWorkers
 	}
 	return &fencePool{
-		workers: workers, timeout: timeout, wait: fenceWaitMax, fence: fence,
+		workers: workers, timeout: timeout, fence: fence,
 		jobs:    make(chan *fenceJob, fenceQueueSize),
 		pending: map[fenceKey]bool{}, pendingVAs: map[string]bool{}, failed: map[fenceKey]fenceFailure{}, succeeded: map[fenceKey]time.Time{},
-		waiters: map[fenceKey]chan struct{}{},
-		now:     time.Now, giveWayFor: maxDetachDeferral,
+		now: time.Now, giveWayFor: maxDetachDeferral,
 	}
 }
 
@@ -185,7 +160,7 @@ func (p *fencePool) submit(j *fenceJob) error {
 	}
 	p.prune()
 	// Once sent, j is the worker's.
-	queued := &fenceQueuedError{key: j.key, msg: fmt.Sprintf("fencing volume %s from node %s (%s)", j.key.volumeID, j.nodeName, j.reason)}
+	queued := fmt.Errorf("fencing volume %s from node %s (%s): %w", j.key.volumeID, j.nodeName, j.reason, ErrFencePending)
 	select {
 	case p.jobs <- j:
 		p.pending[j.key] = true
@@ -195,48 +170,6 @@ func (p *fencePool) submit(j *fenceJob) error {
 		return queued
 	default:
 		return fmt.Errorf("%d fences are queued already, volume %s will be fenced from node %s on a retry", fenceQueueSize, j.key.volumeID, j.nodeName)
-	}
-}
-
-// await waits until the fence of key is over, at most p.wait, and only while
-// no attach waits for one of external-attacher's workers (as the fence
-// workers give way to them, giveWay), and reports whether it is over. Its
-// outcome stays for the next submit of key, as always; a fence over while
-// its Detach waits does not requeue the VolumeAttachment: that Detach
-// decides again. One that is not over when it gives up requeues it when it
-// is.
-func (p *fencePool) await(ctx context.Context, key fenceKey) bool {
-	p.mu.Lock()
-	if p.wait <= 0 || !p.pending[key] || p.waiters[key] != nil {
-		p.mu.Unlock()
-		return false
-	}
-	over := make(chan struct{})
-	p.waiters[key] = over
-	attachesWaiting := p.attachesWaiting
-	p.mu.Unlock()
-	deadline := time.NewTimer(p.wait)
-	defer deadline.Stop()
-	poll := time.NewTicker(giveWayPoll)
-	defer poll.Stop()
-	for {
-		select {
-		case <-over:
-			return true
-		case <-poll.C:
-			if attachesWaiting == nil || !attachesWaiting() {
-				continue
-			}
-		case <-deadline.C:
-		case <-ctx.Done():
-		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.waiters[key] == over {
-			delete(p.waiters, key) // the fence's end requeues it
-			return false
-		}
-		return true // it ended meanwhile
 	}
 }
 
@@ -360,11 +293,6 @@ func (p *fencePool) do(ctx context.Context, j *fenceJob) {
 		p.succeeded[j.key] = started
 	}
 	requeue := p.requeue
-	if over, ok := p.waiters[j.key]; ok {
-		delete(p.waiters, j.key)
-		close(over)
-		requeue = nil // its Detach decides again
-	}
 	p.mu.Unlock()
 	if requeue != nil && j.va != nil {
 		requeue(j.va.Name)

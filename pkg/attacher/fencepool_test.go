@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -383,75 +381,4 @@ func TestFencesGiveWayToWaitingAttaches(t *testing.T) {
 	}
 	waiting.Store(false)
 	expectFenced("vol-5")
-}
-
-// Issue 22: the Detach that queued a fence waits for it, bounded, and
-// decides again once it is over: a fence over in that time is one sync of
-// the VolumeAttachment, with no "fence in progress" error to save and no
-// requeue. A fence that outlasts the wait, or an attach that waits for a
-// worker, sends the Detach back with the fence pending, and the fence's end
-// requeues it as before.
-func TestDetachWaitsForItsFence(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		// wait is the pool's bound; attachWaiting: an attach waits for a
-		// worker all along; hold: the driver holds the fence until the
-		// Detach has returned; refuse: the driver refuses the fence.
-		wait          time.Duration
-		attachWaiting bool
-		hold, refuse  bool
-		wantErr       func(error) bool
-		wantRequeue   bool
-	}{
-		{name: "fence over in time: detached in one sync", wait: time.Hour,
-			wantErr: func(err error) bool { return err == nil }},
-		{name: "fence refused: the refusal in the same sync", wait: time.Hour, refuse: true,
-			wantErr: func(err error) bool { return err != nil && !IsFencePending(err) }},
-		{name: "fence outlasts the wait: pending, requeued at its end", wait: 10 * time.Millisecond, hold: true,
-			wantErr: IsFencePending, wantRequeue: true},
-		{name: "an attach waits: the detach gives way, requeued at the fence's end", wait: time.Hour, hold: true, attachWaiting: true,
-			wantErr: IsFencePending, wantRequeue: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			release := make(chan struct{})
-			e := newEnv(t, envConfig{objects: manyObjs(1), timeout: time.Minute, fenceWait: tc.wait,
-				unpublish: func(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) error {
-					if tc.hold {
-						select {
-						case <-release:
-						case <-ctx.Done():
-							return ctx.Err()
-						}
-					}
-					if tc.refuse {
-						return status.Error(codes.FailedPrecondition, "the node still writes")
-					}
-					return nil
-				}})
-			if tc.attachWaiting {
-				e.a.fences.setAttachesWaiting(func() bool { return true })
-			}
-			// No deadline: only the fence's end, the wait's bound or
-			// an attach waiting can end the wait.
-			err := e.a.Detach(withVolumeAttachment(e.ctx, detachingVA("va0", "pv0", "node-1")), "vol-0", "node-1-id", nil)
-			close(release)
-			if !tc.wantErr(err) {
-				t.Fatalf("Detach returned %v", err)
-			}
-			if tc.wantRequeue {
-				e.waitFenceDone("va0")
-				if err := e.detachVol(0); err != nil {
-					t.Fatalf("Detach after the fence's requeue: %v", err)
-				}
-			} else if len(e.fenceDone) != 0 {
-				t.Errorf("the VolumeAttachment was requeued although its Detach took the fence's end")
-			}
-			if got := e.sent(); len(got) != 1 || got[0] != "unpublish vol-0 node-1-id fence" {
-				t.Errorf("the driver received %q, want one fence", got)
-			}
-			if fenced := fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-0"); fenced == tc.refuse {
-				t.Errorf("recorded fenced: %v, want %v", fenced, !tc.refuse)
-			}
-		})
-	}
 }

@@ -241,10 +241,6 @@ type envConfig struct {
 	timeout time.Duration
 	// fenceWorkers: 0 is 2, so that fences may run at once.
 	fenceWorkers int
-	// fenceWait is how long the Detach that queued a fence waits for it
-	// (fenceWaitMax in production); 0: it returns the fence pending at
-	// once, and the pool's requeue brings the next Detach.
-	fenceWait time.Duration
 	// restart is an env whose process crashed: the new one starts over
 	// on its API and its driver, with caches filled from what the API
 	// holds now (objects, cache, frs, frCache, frReactors, publish and
@@ -313,9 +309,6 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	if e.a, err = NewAttacher(c); err != nil {
 		t.Fatal(err)
-	}
-	if e.a.fences != nil {
-		e.a.fences.wait = cfg.fenceWait
 	}
 	e.a.OnFenceDone(func(va string) { e.fenceDone <- va })
 	fenceCtx, stopFences := context.WithCancel(ctx)
