@@ -107,7 +107,7 @@ func (b *bench) runAttach(ctx context.Context, o attachOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
+	defer func() { b.cleanup(ctx, c, err) }()
 	// NonGracefulFailover off: only the attacher acts on the node that
 	// fails in the burst, so that its fences are the attacher's.
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=false"}})

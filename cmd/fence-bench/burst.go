@@ -58,7 +58,7 @@ func (b *bench) runBurst(ctx context.Context, volumes int) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
+	defer func() { b.cleanup(ctx, c, err) }()
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--feature-gates=NonGracefulFailover=false"}})
 	if err != nil {
 		return err

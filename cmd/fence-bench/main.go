@@ -64,6 +64,15 @@ type bench struct {
 	opts framework.Options
 	// measurePath measures one failover path (measure; a test's fake).
 	measurePath func(ctx context.Context, trials int, path string) (pathResult, error)
+	// keep keeps each control plane's work dir (its components' logs and
+	// the audit log) after a run that went well too.
+	keep bool
+}
+
+// cleanup stops a control plane, keeping its logs if the run failed (not
+// when it was interrupted) or when asked to.
+func (b *bench) cleanup(ctx context.Context, c *framework.Cluster, err error) {
+	c.Cleanup(b.keep || (err != nil && ctx.Err() == nil))
 }
 
 // Logf prints the framework's progress.
@@ -103,6 +112,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	settle := fs.Duration("settle", 30*time.Second, "With --mode=scale: from the restarted attacher leading to the steady-state window")
 	controllerQPS := fs.String("controller-qps", "default", "With --mode=scale: the attacher's --kube-api-qps (and burst) while measuring, and its --failover-kube-api-qps (and burst); default is external-attacher's 5 (10), and 20 (30) for the failover")
 	controlPlaneQPS := fs.Int("control-plane-qps", 0, "With --mode=scale: kube-controller-manager's and kube-scheduler's --kube-api-qps (burst twice as much); 0 is their defaults, 20 (30) and 50 (100)")
+	keep := fs.Bool("keep-work-dir", false, "Keep each control plane's work dir (its components' logs and the API audit log; not etcd's data) after a run that went well too, to trace where the time went")
 	enforceMemory := fs.Bool("enforce-memory-goal", false, "With --mode=scale: fail when the controller role's RSS in steady state is over the goal (300 MiB)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -155,7 +165,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	code := func() int {
 		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer cancel()
-		b := &bench{out: stdout}
+		b := &bench{out: stdout, keep: *keep}
 		b.measurePath = b.measure
 		if b.opts, err = b.preflight(ctx, need); err != nil {
 			return fail(fmt.Errorf("preflight: %w", err))
@@ -248,7 +258,7 @@ func (b *bench) measure(ctx context.Context, trials int, path string) (r pathRes
 	if err != nil {
 		return r, err
 	}
-	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
+	defer func() { b.cleanup(ctx, c, err) }()
 	var args, mockArgs []string
 	switch path {
 	case "out-of-service":

@@ -246,7 +246,7 @@ func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { c.Cleanup(err != nil && ctx.Err() == nil) }()
+	defer func() { b.cleanup(ctx, c, err) }()
 	p, err := c.StartProduct(ctx, framework.ProductOptions{AttacherArgs: []string{"--v=2",
 		"--kube-api-qps=" + setupQPS, "--kube-api-burst=" + setupQPS, "--max-fenced-node-percent=" + strconv.Itoa(plan.percent)}})
 	if err != nil {
@@ -729,7 +729,7 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 		r.moves = r.moves[:0]
 		for i := 0; i < pods; i++ {
 			pod := podName(set, i)
-			r.moves = append(r.moves, podMove{pod: pod, eligible: s.t.eligibleAt(pod, node), attached: s.t.attachedElsewhere(volumeName(set, i), node, begin)})
+			r.moves = append(r.moves, s.t.moveOf(pod, volumeName(set, i), node, begin))
 		}
 	}
 	if outOfService {
@@ -837,8 +837,7 @@ func (s *scaleRun) failRack(ctx context.Context) (rackResult, error) {
 		}
 		for i := 0; i < len(podNode); i++ {
 			if n := podNode[i]; slices.Contains(r.admitted, n) {
-				r.moves = append(r.moves, podMove{pod: podName("rack", i), eligible: s.t.eligibleAt(podName("rack", i), n),
-					attached: s.t.attachedElsewhere(volumeName("rack", i), n, begin)})
+				r.moves = append(r.moves, s.t.moveOf(podName("rack", i), volumeName("rack", i), n, begin))
 			}
 		}
 		r.maxAdmitted, r.maxQuarantined = s.t.maxima()
@@ -904,12 +903,20 @@ func (s *scaleRun) deferred(ctx context.Context, nodes []string) int {
 // attached on each node.
 type tracker struct {
 	pods, vas, nodes cache.Store
+	now              func() time.Time // when an event is seen
 
-	mu                          sync.Mutex
-	terminating                 map[string]podMark              // by pod name+node: the first time seen Terminating there
-	attached                    map[string]map[string]time.Time // PV -> node -> first seen attached
-	admitted                    []string                        // the storm guard's list now
-	quarantined                 map[string]bool                 // nodes with the quarantine taint now
+	mu          sync.Mutex
+	terminating map[string]podMark              // by pod name+node: the first time seen Terminating there
+	attached    map[string]map[string]time.Time // PV -> node -> first seen attached
+	// The milestones of a move (moveSteps), first seen: a pod's delete
+	// (by name+node), each pod's UIDs, where each pod name was placed,
+	// and each volume's attachments created and deleted, by node.
+	podGone                     map[string]time.Time
+	podUIDs                     map[string]map[types.UID]time.Time
+	placed                      map[string]map[string]time.Time
+	vaCreated, vaGone           map[string]map[string]time.Time
+	admitted                    []string        // the storm guard's list now
+	quarantined                 map[string]bool // nodes with the quarantine taint now
 	maxAdmitted, maxQuarantined int
 }
 
@@ -921,7 +928,9 @@ const stormGuardListAnnotation = contract.Prefix + "/fencing-nodes"
 
 // track starts the bench's watches; the returned stop ends them and waits.
 func (s *scaleRun) track(ctx context.Context) (func(), error) {
-	t := &tracker{terminating: map[string]podMark{}, attached: map[string]map[string]time.Time{}, quarantined: map[string]bool{}}
+	t := &tracker{terminating: map[string]podMark{}, attached: map[string]map[string]time.Time{}, quarantined: map[string]bool{},
+		podGone: map[string]time.Time{}, podUIDs: map[string]map[types.UID]time.Time{}, placed: map[string]map[string]time.Time{},
+		vaCreated: map[string]map[string]time.Time{}, vaGone: map[string]map[string]time.Time{}, now: time.Now}
 	s.t = t
 	trim := informers.WithTransform(func(o interface{}) (interface{}, error) {
 		if a, ok := o.(metav1.ObjectMetaAccessor); ok {
@@ -943,19 +952,18 @@ func (s *scaleRun) track(ctx context.Context) (func(), error) {
 	leaseInf := guard.Coordination().V1().Leases().Informer()
 	t.pods, t.vas, t.nodes = podInf.GetStore(), vaInf.GetStore(), nodeInf.GetStore()
 	handlers := []struct {
-		inf cache.SharedIndexInformer
-		fn  func(o interface{})
-	}{{podInf, t.onPod}, {vaInf, t.onVA}, {nodeInf, t.onNode}, {leaseInf, t.onLease}}
+		inf      cache.SharedIndexInformer
+		fn, gone func(o interface{})
+	}{{podInf, t.onPod, t.onPodGone}, {vaInf, t.onVA, t.onVAGone}, {nodeInf, t.onNode, t.onNodeGone}, {leaseInf, t.onLease, func(interface{}) {}}}
 	for _, h := range handlers {
-		fn := h.fn
+		fn, gone := h.fn, h.gone
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: fn, UpdateFunc: func(_, o interface{}) { fn(o) },
 			DeleteFunc: func(o interface{}) {
-				if n, ok := o.(*corev1.Node); ok {
-					t.mu.Lock()
-					delete(t.quarantined, n.Name)
-					t.mu.Unlock()
+				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
 				}
+				gone(o)
 			},
 		}); err != nil {
 			return nil, err
@@ -987,30 +995,111 @@ func (s *scaleRun) track(ctx context.Context) (func(), error) {
 
 func (t *tracker) onPod(o interface{}) {
 	p, ok := o.(*corev1.Pod)
-	if !ok || p.DeletionTimestamp == nil || p.Spec.NodeName == "" {
+	if !ok {
 		return
 	}
-	key := p.Name + "@" + p.Spec.NodeName
+	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, seen := t.terminating[key]; !seen {
-		t.terminating[key] = podMark{at: time.Now()}
+	firstSeen(t.podUIDs, p.Name, p.UID, now)
+	if p.Spec.NodeName == "" {
+		return
 	}
+	firstSeen(t.placed, p.Name, p.Spec.NodeName, now)
+	key := p.Name + "@" + p.Spec.NodeName
+	if _, seen := t.terminating[key]; !seen && p.DeletionTimestamp != nil {
+		t.terminating[key] = podMark{at: now}
+	}
+}
+
+func (t *tracker) onPodGone(o interface{}) {
+	p, ok := o.(*corev1.Pod)
+	if !ok || p.Spec.NodeName == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.podGone[p.Name+"@"+p.Spec.NodeName]; !seen {
+		t.podGone[p.Name+"@"+p.Spec.NodeName] = t.now()
+	}
+}
+
+// firstSeen records at under m[k1][k2] unless a time is there already.
+func firstSeen[K comparable](m map[string]map[K]time.Time, k1 string, k2 K, at time.Time) {
+	if m[k1] == nil {
+		m[k1] = map[K]time.Time{}
+	}
+	if _, seen := m[k1][k2]; !seen {
+		m[k1][k2] = at
+	}
+}
+
+// firstAfter is the earliest time of m[k1] after since whose key is not
+// skip (zero: none).
+func firstAfter[K comparable](m map[string]map[K]time.Time, k1 string, skip K, since time.Time) time.Time {
+	var first time.Time
+	for k, at := range m[k1] {
+		if k != skip && at.After(since) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+// seenAfter is at if it is after since, else zero.
+func seenAfter(at, since time.Time) time.Time {
+	if at.After(since) {
+		return at
+	}
+	return time.Time{}
+}
+
+// moveOf is what the tracker saw of pod's move off node, with its volume
+// pv, since the node failed.
+func (t *tracker) moveOf(pod, pv, node string, since time.Time) podMove {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := podMove{pod: pod, eligible: t.terminating[pod+"@"+node].at, attached: firstAfter(t.attached, pv, node, since)}
+	m.steps = [len(moveSteps)]time.Time{
+		seenAfter(t.podGone[pod+"@"+node], since),
+		seenAfter(t.vaGone[pv][node], since),
+		firstAfter(t.podUIDs, pod, "", since),
+		firstAfter(t.placed, pod, node, since),
+		firstAfter(t.vaCreated, pv, node, since),
+		m.attached,
+	}
+	return m
 }
 
 func (t *tracker) onVA(o interface{}) {
 	va, ok := o.(*storagev1.VolumeAttachment)
-	if !ok || !va.Status.Attached || va.Spec.Source.PersistentVolumeName == nil {
+	if !ok || va.Spec.Source.PersistentVolumeName == nil {
 		return
 	}
-	pv := *va.Spec.Source.PersistentVolumeName
+	pv, now := *va.Spec.Source.PersistentVolumeName, t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.attached[pv] == nil {
-		t.attached[pv] = map[string]time.Time{}
+	firstSeen(t.vaCreated, pv, va.Spec.NodeName, now)
+	if va.Status.Attached {
+		firstSeen(t.attached, pv, va.Spec.NodeName, now)
 	}
-	if _, seen := t.attached[pv][va.Spec.NodeName]; !seen {
-		t.attached[pv][va.Spec.NodeName] = time.Now()
+}
+
+func (t *tracker) onVAGone(o interface{}) {
+	va, ok := o.(*storagev1.VolumeAttachment)
+	if !ok || va.Spec.Source.PersistentVolumeName == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	firstSeen(t.vaGone, *va.Spec.Source.PersistentVolumeName, va.Spec.NodeName, t.now())
+}
+
+func (t *tracker) onNodeGone(o interface{}) {
+	if n, ok := o.(*corev1.Node); ok {
+		t.mu.Lock()
+		delete(t.quarantined, n.Name)
+		t.mu.Unlock()
 	}
 }
 
@@ -1064,27 +1153,6 @@ func (t *tracker) admittedNow() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return slices.Clone(t.admitted)
-}
-
-// eligibleAt is when the pod was first seen Terminating on node (zero: not).
-func (t *tracker) eligibleAt(pod, node string) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.terminating[pod+"@"+node].at
-}
-
-// attachedElsewhere is when the PV was first seen attached to a node other
-// than node, after since (zero: not yet).
-func (t *tracker) attachedElsewhere(pv, node string, since time.Time) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var first time.Time
-	for n, at := range t.attached[pv] {
-		if n != node && at.After(since) && (first.IsZero() || at.Before(first)) {
-			first = at
-		}
-	}
-	return first
 }
 
 // attachedCount counts the PVs seen attached now.

@@ -242,6 +242,20 @@ func memoryOverGoal(r steadyResult) error {
 type podMove struct {
 	pod                string
 	eligible, attached time.Time
+	// steps are when each of moveSteps was first seen (zero: not seen).
+	steps [len(moveSteps)]time.Time
+}
+
+// moveSteps are the milestones of one pod's move between eligible and
+// attached elsewhere, in the order a failover takes them; the table shows
+// how long after eligible each is reached, to say where the time goes.
+var moveSteps = [...]string{
+	"pod deleted",
+	"old attachment deleted",
+	"replacement created",
+	"replacement scheduled",
+	"new attachment created",
+	"attached elsewhere",
 }
 
 // failoverResult is what the failover of one node's pods measured.
@@ -296,6 +310,38 @@ func (r failoverResult) span() (d time.Duration, ok bool) {
 	return last.Sub(first), moved == r.pods
 }
 
+// stepLine is, for eligible and each milestone, when half of the pods and
+// the last one reached it, counted from the first pod eligible (the goal's
+// start); "" if no pod became eligible.
+func stepLine(r failoverResult) string {
+	var first time.Time
+	for _, m := range r.moves {
+		if !m.eligible.IsZero() && (first.IsZero() || m.eligible.Before(first)) {
+			first = m.eligible
+		}
+	}
+	if first.IsZero() {
+		return ""
+	}
+	at := func(name string, of func(podMove) time.Time) string {
+		var d []time.Duration
+		for _, m := range r.moves {
+			if t := of(m); !t.IsZero() {
+				d = append(d, t.Sub(first))
+			}
+		}
+		if len(d) == 0 {
+			return name + " -"
+		}
+		return fmt.Sprintf("%s %.2f/%.2fs", name, timeline.Percentile(d, 50).Seconds(), slices.Max(d).Seconds())
+	}
+	parts := []string{at("eligible", func(m podMove) time.Time { return m.eligible })}
+	for i, name := range moveSteps {
+		parts = append(parts, at(name, func(m podMove) time.Time { return m.steps[i] }))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // failoverScaleTable is the table of one failed node's pods, per path.
 func failoverScaleTable(hotPods int, clients string, results []failoverResult) string {
 	var sb strings.Builder
@@ -314,6 +360,12 @@ func failoverScaleTable(hotPods int, clients string, results []failoverResult) s
 		fmt.Fprintf(&sb, "%-16s %8s %6.2fs %6.2fs %6.2fs %11.2fs %11.1f  %s\n", r.path, moved,
 			timeline.Percentile(s, 50).Seconds(), timeline.Percentile(s, 95).Seconds(), slices.Max(s).Seconds(), span.Seconds(),
 			float64(r.totalWrites())/float64(r.pods), goal)
+	}
+	// Where the time goes: when the pods reached each milestone.
+	for _, r := range results {
+		if line := stepLine(r); line != "" {
+			fmt.Fprintf(&sb, "%s, from the first eligible (half of the pods/the last): %s\n", r.path, line)
+		}
 	}
 	// Where the writes go: the API client's rate (--kube-api-qps) paces them.
 	for _, r := range results {

@@ -5,6 +5,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
 
@@ -323,5 +328,63 @@ func TestScaleAPIClients(t *testing.T) {
 		if got := tc.o.clients(); !strings.HasSuffix(got, tc.wantClients) {
 			t.Errorf("clients() = %q, want it to end with %q", got, tc.wantClients)
 		}
+	}
+}
+
+// The tracker tells each milestone of a pod's move from its watch events,
+// and the table line says when half of the pods and the last reached each,
+// from the first eligible.
+func TestTrackerMilestones(t *testing.T) {
+	at := time.Date(2026, 11, 29, 5, 0, 0, 0, time.UTC)
+	clock := at
+	tr := &tracker{terminating: map[string]podMark{}, attached: map[string]map[string]time.Time{}, quarantined: map[string]bool{},
+		podGone: map[string]time.Time{}, podUIDs: map[string]map[types.UID]time.Time{}, placed: map[string]map[string]time.Time{},
+		vaCreated: map[string]map[string]time.Time{}, vaGone: map[string]map[string]time.Time{}, now: func() time.Time { return clock }}
+	pod := func(uid types.UID, node string, terminating bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hot-0", UID: uid}, Spec: corev1.PodSpec{NodeName: node}}
+		if terminating {
+			p.DeletionTimestamp = &metav1.Time{Time: clock}
+		}
+		return p
+	}
+	va := func(node string, attached bool) *storagev1.VolumeAttachment {
+		pv := "pv-hot-0"
+		return &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
+			Status: storagev1.VolumeAttachmentStatus{Attached: attached}}
+	}
+	step := func(d time.Duration, event func()) {
+		clock = clock.Add(d)
+		event()
+	}
+	// Before the failure: running and attached on hot-0.
+	tr.onPod(pod("a", "hot-0", false))
+	tr.onVA(va("hot-0", true))
+	begin := at.Add(time.Second)
+	step(2*time.Second, func() { tr.onPod(pod("a", "hot-0", true)) })   // eligible at +2s
+	step(time.Second, func() { tr.onPodGone(pod("a", "hot-0", true)) }) // +3s
+	step(time.Second, func() { tr.onVAGone(va("hot-0", true)) })        // +4s
+	step(time.Second, func() { tr.onPod(pod("b", "", false)) })         // +5s
+	step(time.Second, func() { tr.onPod(pod("b", "g-1", false)) })      // +6s
+	step(time.Second, func() { tr.onVA(va("g-1", false)) })             // +7s
+	step(time.Second, func() { tr.onVA(va("g-1", true)) })              // +8s
+	step(time.Second, func() { tr.onPod(pod("b", "g-1", false)) })      // seen again: no change
+	m := tr.moveOf("hot-0", "pv-hot-0", "hot-0", begin)
+	want := []time.Duration{3, 4, 5, 6, 7, 8}
+	if m.eligible != at.Add(2*time.Second) || m.attached != at.Add(8*time.Second) {
+		t.Errorf("eligible %v, attached %v", m.eligible.Sub(at), m.attached.Sub(at))
+	}
+	for i, w := range want {
+		if got := m.steps[i].Sub(at); got != w*time.Second {
+			t.Errorf("%s at +%v, want +%v", moveSteps[i], got, w*time.Second)
+		}
+	}
+	line := stepLine(failoverResult{path: "automatic", pods: 1, moves: []podMove{m}})
+	if wantLine := "eligible 0.00/0.00s, pod deleted 1.00/1.00s, old attachment deleted 2.00/2.00s, replacement created 3.00/3.00s, " +
+		"replacement scheduled 4.00/4.00s, new attachment created 5.00/5.00s, attached elsewhere 6.00/6.00s"; line != wantLine {
+		t.Errorf("step line\n%s\nwant\n%s", line, wantLine)
+	}
+	// What happened before the failure is no milestone of it.
+	if m := tr.moveOf("hot-0", "pv-hot-0", "hot-0", at.Add(9*time.Second)); m.steps != [len(moveSteps)]time.Time{} {
+		t.Errorf("milestones before since: %v", m.steps)
 	}
 }

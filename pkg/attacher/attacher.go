@@ -417,7 +417,18 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	switch {
 	case reason == "":
 		return unpublish()
-	case reason == FenceReasonVolumeInUse && (!fence || a.FenceRecord == nil):
+	case a.recordedFence(fence, reason):
+		if fencerecord.IsFenced(fr, a.DriverName, volumeID) {
+			// The node can no longer access the volume: a fence of it was
+			// confirmed and recorded (by the failover, or by an earlier
+			// detach whose finalizer removal failed), and the node agent
+			// has not cleaned it since.
+			logger.V(2).Info("Volume already fenced from the node: detached without a call to the driver",
+				"volume", volumeID, "node", nodeName, "reason", reason)
+			return nil
+		}
+		return a.submitFence(logger, va, volumeID, previous, nodeID, nodeName, reason, secrets, fr)
+	case reason == FenceReasonVolumeInUse:
 		// A plain unpublish would pull the volume from under the
 		// kubelet's mount: the detach waits, with external-attacher's
 		// backoff and finalizer, until the kubelet unmounts it (Handler
@@ -428,20 +439,11 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 		}
 		return fmt.Errorf("volume %s is still in use on node %s (status.volumesInUse) and %s: the detach waits until the kubelet unmounts it",
 			volumeID, nodeName, why)
-	case !fence && reason == FenceReasonOutOfService && a.FencesOnOutOfService && a.FenceRecord != nil:
-		if fencerecord.IsFenced(fr, a.DriverName, volumeID) {
-			return nil
-		}
-		// The driver fences by itself on the taint (read live by decide):
-		// its plain unpublish is the fence, recorded write-ahead as any
-		// other, so that the volume is not published there again until
-		// the node agent cleaned it (S2, S8).
-		return a.submitFence(logger, va, volumeID, previous, nodeID, nodeName, reason, secrets, fr)
 	case !fence:
 		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
 			"volume", volumeID, "node", nodeName, "reason", reason)
 		return unpublish()
-	case a.FenceRecord == nil:
+	default:
 		// A fence that cannot be recorded would quarantine the volume with
 		// nothing to lift it (S8): detach as external-attacher does.
 		unfencedDetaches.WithLabelValues(a.DriverName, reason).Inc()
@@ -450,16 +452,146 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 		a.event(va, v1.EventTypeWarning, EventReasonFenceFailed,
 			"Volume %s detached from node %s (%s) without a fence: the FencingRequest record is unavailable", volumeID, nodeName, reason)
 		return unpublish()
-	case fencerecord.IsFenced(fr, a.DriverName, volumeID):
-		// The node can no longer access the volume: a fence of it was
-		// confirmed and recorded (by the failover, or by an earlier detach
-		// whose finalizer removal failed), and the node agent has not
-		// cleaned it since.
-		logger.V(2).Info("Volume already fenced from the node: detached without a call to the driver",
-			"volume", volumeID, "node", nodeName, "reason", reason)
+	}
+}
+
+// recordedFence says whether a non-graceful detach (reason, not "") is a
+// fence recorded write-ahead: the fenced unpublish of a driver that can
+// fence, or the plain unpublish of one that fences by itself on the
+// out-of-service taint (read live by decide), which is the fence, so that
+// the volume is not published there again until the node agent cleaned it
+// (S2, S8). Neither is possible without the FencingRequest record.
+func (a *Attacher) recordedFence(fence bool, reason string) bool {
+	if a.FenceRecord == nil || reason == "" {
+		return false
+	}
+	return fence || (reason == FenceReasonOutOfService && a.FencesOnOutOfService)
+}
+
+// aheadOutcome is what detachAhead did.
+type aheadOutcome int
+
+const (
+	// aheadNone: nothing; external-attacher's sync is to detach.
+	aheadNone aheadOutcome = iota
+	// aheadFenceQueued: the fence was handed to the fence pool, whose end
+	// requeues the VolumeAttachment.
+	aheadFenceQueued
+	// aheadDetached: the fence was recorded and the finalizer is gone.
+	aheadDetached
+)
+
+// detachAhead takes, before external-attacher's sync, the two steps of a
+// fenced detach that need nothing of that sync: handing the fence to the
+// pool, and, once the fence is recorded, removing the finalizer. Through the
+// sync, each costs one more VolumeAttachment write than the step itself: a
+// Detach that hands its fence over returns ErrFencePending, which the sync
+// saves as the detachError, and a Detach that finds the fence recorded
+// returns nil, after which the sync removes the finalizer and then patches
+// the status of a VolumeAttachment the removal deleted. Taken here, a fenced
+// detach writes its VolumeAttachment once, like the finalizer removal of a
+// plain one; the fence itself is in the FencingRequest, which says what is
+// under way. A fence that fails still goes through the sync, which saves
+// its error and backs off.
+//
+// It acts only on what Detach would decide the same way from the same live
+// reads (decide, recordedFence), and only where nothing else is to be done
+// first: the VolumeAttachment of a CSI PersistentVolume of this driver
+// without publish secrets (the sync reads them), published under the node
+// ID its node's CSINode names, with no previous node ID to unpublish and no
+// other finalizer. Anything else, an error included, is left to the sync
+// (aheadNone). A cached Node and FencingRequest that say the detach is
+// graceful leave it to the sync too, at no live read.
+func (a *Attacher) detachAhead(ctx context.Context, va *storagev1.VolumeAttachment) aheadOutcome {
+	if a.Nodes == nil || a.fences == nil || va.DeletionTimestamp == nil ||
+		len(va.Finalizers) != 1 || va.Finalizers[0] != a.finalizer {
+		return aheadNone
+	}
+	volumeID, nodeID, ok := a.plainDetach(va)
+	if !ok {
+		return aheadNone
+	}
+	logger := klog.FromContext(ctx)
+	nodeName := va.Spec.NodeName
+	node, err := a.cachedNode(nodeName)
+	if err != nil {
+		return aheadNone
+	}
+	cachedFR, err := a.cachedFencingRequest(nodeName)
+	if err != nil {
+		return aheadNone
+	}
+	if _, reason := DecideFence(a.CanFence, node, cachedFR, a.DriverName, volumeID, false); reason == "" {
+		return aheadNone
+	}
+	fence, reason, fr, err := a.decide(ctx, va, nodeName, volumeID)
+	if err != nil || !a.recordedFence(fence, reason) {
+		return aheadNone
+	}
+	if !fencerecord.IsFenced(fr, a.DriverName, volumeID) {
+		if !a.fences.submitNew(a.fenceJob(logger, va, volumeID, "", nodeID, nodeName, reason, nil, fr)) {
+			return aheadNone
+		}
+		logger.V(4).Info("Fence handed to the fence pool before the detach's sync", "volume", volumeID, "reason", reason)
+		return aheadFenceQueued
+	}
+	if err := a.removeFinalizer(ctx, va); err != nil {
+		logger.V(4).Info("Cannot remove the finalizer of a fenced detach: the sync will", "err", err)
+		return aheadNone
+	}
+	a.fences.forget(fenceKey{volumeID: volumeID, nodeID: nodeID})
+	logger.V(2).Info("Volume already fenced from the node: detached without a call to the driver",
+		"volume", volumeID, "node", nodeName, "reason", reason)
+	return aheadDetached
+}
+
+// plainDetach returns the volume handle and node ID external-attacher's
+// sync would pass Detach for va, and whether detachAhead may act on it (see
+// there): a CSI PV of this driver without publish secrets, published under
+// the ID the node's CSINode names (or under the only one there is), with no
+// previous node ID recorded.
+func (a *Attacher) plainDetach(va *storagev1.VolumeAttachment) (volumeID, nodeID string, ok bool) {
+	if va.Spec.Source.InlineVolumeSpec != nil || pvName(va) == "" {
+		return "", "", false
+	}
+	pv, err := a.PVs.Get(pvName(va))
+	if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != a.DriverName || pv.Spec.CSI.ControllerPublishSecretRef != nil {
+		return "", "", false
+	}
+	published := va.Annotations[contract.NodeIDAnnotation]
+	registered, known := a.NodeIDs.NodeID(va.Spec.NodeName)
+	switch {
+	case published == "" && !known:
+		return "", "", false
+	case published == "":
+		nodeID = registered
+	case known && registered != published:
+		return "", "", false // Detach says so, with an Event
+	default:
+		nodeID = published
+	}
+	if previous := va.Annotations[contract.PreviousNodeIDAnnotation]; previous != "" && previous != nodeID {
+		return "", "", false
+	}
+	return pv.Spec.CSI.VolumeHandle, nodeID, true
+}
+
+// removeFinalizer removes external-attacher's finalizer, va's only one, as
+// its sync does once a detach is over: the VolumeAttachment, deleted, goes.
+// The patch tests that the finalizers are still what va says.
+func (a *Attacher) removeFinalizer(ctx context.Context, va *storagev1.VolumeAttachment) error {
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/finalizers", "value": va.Finalizers},
+		{"op": "remove", "path": "/metadata/finalizers"},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.VolumeAttachments.Patch(ctx, va.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return a.submitFence(logger, va, volumeID, previous, nodeID, nodeName, reason, secrets, fr)
+	return err
 }
 
 // unpublish unpublishes the volume plainly from previous (unless "") and
@@ -477,6 +609,12 @@ func (a *Attacher) unpublish(ctx context.Context, volumeID, previous, nodeID str
 // not wait for it (#761). The pool requeues the VolumeAttachment when it is
 // over; the next Detach then finds it recorded fenced.
 func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, previous, nodeID, nodeName, reason string, secrets map[string]string, fr *fencingv1alpha1.FencingRequest) error {
+	return a.fences.submit(a.fenceJob(logger, va, volumeID, previous, nodeID, nodeName, reason, secrets, fr))
+}
+
+// fenceJob is the fence pool's job for the fence of volumeID from nodeID
+// (and from previous, if not ""), with the fence the record confirms now.
+func (a *Attacher) fenceJob(logger klog.Logger, va *storagev1.VolumeAttachment, volumeID, previous, nodeID, nodeName, reason string, secrets map[string]string, fr *fencingv1alpha1.FencingRequest) *fenceJob {
 	j := &fenceJob{
 		key: fenceKey{volumeID: volumeID, nodeID: nodeID}, previousNodeID: previous, va: va, nodeName: nodeName, reason: reason, secrets: secrets,
 		logger: klog.LoggerWithValues(logger, "volume", volumeID, "node", nodeName),
@@ -485,7 +623,7 @@ func (a *Attacher) submitFence(logger klog.Logger, va *storagev1.VolumeAttachmen
 		t := e.FencedTime.Time
 		j.fencedTime = &t
 	}
-	return a.fences.submit(j)
+	return j
 }
 
 // RunFences sends the fences Detach hands over until ctx is done, and

@@ -159,18 +159,50 @@ func (p *fencePool) submit(j *fenceJob) error {
 		return fmt.Errorf("volume %s is being fenced from node %s: %w", j.key.volumeID, j.nodeName, ErrFencePending)
 	}
 	p.prune()
-	// Once sent, j is the worker's.
 	queued := fmt.Errorf("fencing volume %s from node %s (%s): %w", j.key.volumeID, j.nodeName, j.reason, ErrFencePending)
+	if p.enqueue(j) {
+		return queued
+	}
+	return fmt.Errorf("%d fences are queued already, volume %s will be fenced from node %s on a retry", fenceQueueSize, j.key.volumeID, j.nodeName)
+}
+
+// enqueue queues j unless the queue is full, and reports whether it did.
+// Called with mu held; once queued, j is the worker's.
+func (p *fencePool) enqueue(j *fenceJob) bool {
 	select {
 	case p.jobs <- j:
 		p.pending[j.key] = true
 		if j.va != nil {
 			p.pendingVAs[j.va.Name] = true
 		}
-		return queued
+		return true
 	default:
-		return fmt.Errorf("%d fences are queued already, volume %s will be fenced from node %s on a retry", fenceQueueSize, j.key.volumeID, j.nodeName)
+		return false
 	}
+}
+
+// submitNew queues the job's fence and reports true only when nothing is
+// known of it: no fence of it queued or running, and no outcome waiting for
+// a Detach to report it (submit reports those). It never blocks.
+func (p *fencePool) submitNew(j *fenceJob) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, failed := p.failed[j.key]
+	_, succeeded := p.succeeded[j.key]
+	if failed || succeeded || p.pending[j.key] {
+		return false
+	}
+	p.prune()
+	return p.enqueue(j)
+}
+
+// forget drops the outcome of a fence whose detach is over without a
+// Detach to report it.
+func (p *fencePool) forget(key fenceKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.failed, key)
+	delete(p.succeeded, key)
 }
 
 // prune drops the failures nobody came to collect. Called with mu held.

@@ -69,6 +69,10 @@ const detachRetryDelay = 100 * time.Millisecond
 //     which a detach that cannot be fenced waits for;
 //   - the deletion of a VolumeAttachment requeues the other attachments of
 //     its PV, whose publish the single-node check may have refused;
+//   - a fenced detach hands its fence to Attacher's fence pool, and removes
+//     its finalizer once the fence is recorded, before and instead of
+//     external-attacher's sync, which would add a VolumeAttachment write to
+//     each of the two (Attacher.detachAhead);
 //   - a VolumeAttachment whose fence is under way in Attacher's fence pool
 //     is not synced: its detach could only say so again, with a write of
 //     its detachError and live reads each time its backoff expires, which
@@ -90,7 +94,9 @@ type Handler struct {
 	// recordPreviousNodeID is Attacher.RecordPreviousNodeID; nil: nothing
 	// is recorded.
 	recordPreviousNodeID func(context.Context, *storagev1.VolumeAttachment) (*storagev1.VolumeAttachment, error)
-	clock                clock.PassiveClock
+	// detachAhead is Attacher.detachAhead; nil: every detach is synced.
+	detachAhead func(context.Context, *storagev1.VolumeAttachment) aheadOutcome
+	clock       clock.PassiveClock
 
 	mu sync.Mutex
 	// attaching counts the syncs of each attach under way in a worker.
@@ -132,6 +138,7 @@ func (h *Handler) Init(vaQueue, pvQueue workqueue.TypedRateLimitingInterface[str
 // controller runs.
 func (h *Handler) Connect(a *Attacher) {
 	h.recordPreviousNodeID = a.RecordPreviousNodeID
+	h.detachAhead = a.detachAhead
 	h.fencing = a.Fencing
 	a.OnFenceDone(h.Requeue)
 	if a.fences != nil {
@@ -158,6 +165,20 @@ func (h *Handler) SyncNewOrUpdatedVolumeAttachment(ctx context.Context, va *stor
 	if va.DeletionTimestamp != nil {
 		if h.deferDetach(ctx, va.Name) {
 			return
+		}
+		if h.detachAhead != nil {
+			switch h.detachAhead(ctx, va) {
+			case aheadFenceQueued:
+				// Not Forgotten, not in backoff: the end of the fence adds
+				// it again, and a fence that failed then backs off as the
+				// sync's failures do.
+				return
+			case aheadDetached:
+				if h.vaQueue != nil {
+					h.vaQueue.Forget(va.Name)
+				}
+				return
+			}
 		}
 	} else {
 		name := va.Name

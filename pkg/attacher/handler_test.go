@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
@@ -67,12 +68,16 @@ func next(t *testing.T, queue workqueue.TypedRateLimitingInterface[string], time
 	}
 }
 
-// Through external-attacher's own handler: the sync that hands the fence to
-// the fence pool keeps the finalizer and backs off; the end of the fence
-// requeues the VolumeAttachment at once (the backoff here is an hour). A
-// fence that failed keeps its finalizer (the volume does not move) and is
-// retried with its backoff; a fence that succeeded is recorded before the
-// finalizer goes.
+// Through external-attacher's own handler: the sync of a fenced detach hands
+// the fence to the fence pool before external-attacher's sync, keeping the
+// finalizer, with no write of the VolumeAttachment and no backoff; the end
+// of the fence requeues it at once (the backoff here is an hour). A fence
+// that failed goes through external-attacher's sync, which keeps the
+// finalizer (the volume does not move), saves the error and backs off; a
+// fence that succeeded is recorded before the finalizer goes, and the
+// VolumeAttachment is written once in all: that removal (issue 22: a fenced
+// detach wrote it three times, a detachError saying the fence is under way
+// and, after the finalizer, a status patch of an object already gone).
 func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 	for _, refuse := range []bool{true, false} {
 		t.Run(map[bool]string{true: "refused", false: "fenced"}[refuse], func(t *testing.T) {
@@ -84,9 +89,14 @@ func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 					}
 					return nil
 				}})
-			recordedAtFinalizerRemoval := false
-			e.client.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				if a.GetSubresource() == "" {
+			recordedAtFinalizerRemoval, vaWrites := false, 0
+			e.client.PrependReactor("*", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				switch a.GetVerb() {
+				case "get", "list", "watch":
+					return false, nil, nil
+				}
+				vaWrites++
+				if a.GetVerb() == "patch" && a.GetSubresource() == "" {
 					recordedAtFinalizerRemoval = fencerecord.IsFenced(e.getFR("node-1"), drv, "vol-1")
 				}
 				return false, nil, nil
@@ -101,9 +111,9 @@ func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Contains(va.Finalizers, fin) || va.Status.DetachError == nil || queue.NumRequeues("va1") != 1 {
-				t.Fatalf("a fence under way must keep the finalizer, say so and back off: finalizers %v, detachError %v, requeues %d",
-					va.Finalizers, va.Status.DetachError, queue.NumRequeues("va1"))
+			if !slices.Contains(va.Finalizers, fin) || vaWrites != 0 || queue.NumRequeues("va1") != 0 {
+				t.Fatalf("a fence handed over must keep the finalizer, without a write nor a backoff: finalizers %v, %d writes, requeues %d",
+					va.Finalizers, vaWrites, queue.NumRequeues("va1"))
 			}
 			if item := next(t, queue, 10*time.Second); item != "va1" {
 				t.Fatalf("queued %q once the fence was over, want va1", item)
@@ -111,28 +121,33 @@ func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 			h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
 
 			va, err = e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
-			if err != nil {
+			if err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
 			}
-			hasFinalizer := slices.Contains(va.Finalizers, fin)
+			gone := apierrors.IsNotFound(err)
 			if got := e.sent(); len(got) != 1 {
 				t.Errorf("the driver received %q, want one fence", got)
 			}
 			if refuse {
-				if !hasFinalizer || va.Status.DetachError == nil || queue.NumRequeues("va1") != 2 {
-					t.Errorf("a refused fence must keep the finalizer, save the error and back off: finalizers %v, detachError %v, requeues %d",
-						va.Finalizers, va.Status.DetachError, queue.NumRequeues("va1"))
+				if gone || !slices.Contains(va.Finalizers, fin) || va.Status.DetachError == nil || queue.NumRequeues("va1") != 1 {
+					t.Errorf("a refused fence must keep the finalizer, save the error and back off: gone %v, detachError %v, requeues %d",
+						gone, va.Status.DetachError, queue.NumRequeues("va1"))
 				}
 				checkEvents(t, e.events(), []string{"Warning FenceFailed"})
 				return
 			}
-			if hasFinalizer || queue.NumRequeues("va1") != 0 {
+			// (The fake clientset does not delete an object whose last
+			// finalizer goes, as the apiserver does.)
+			if (!gone && slices.Contains(va.Finalizers, fin)) || queue.NumRequeues("va1") != 0 {
 				t.Errorf("a recorded fence must end the detach: finalizers %v, requeues %d", va.Finalizers, queue.NumRequeues("va1"))
 			}
 			if !recordedAtFinalizerRemoval {
 				t.Error("the finalizer was removed before the fence was recorded")
 			}
-			// The Attacher knew the VolumeAttachment external-attacher synced.
+			if vaWrites != 1 {
+				t.Errorf("the fenced detach wrote its VolumeAttachment %d times, want once (the finalizer)", vaWrites)
+			}
+			// The Attacher knew the VolumeAttachment it fenced.
 			if v := fencerecord.Find(e.getFR("node-1"), drv, "vol-1"); v == nil || v.PersistentVolumeName != "pv1" {
 				t.Errorf("the record does not name the PV: %+v", v)
 			}
@@ -239,12 +254,12 @@ func TestHandlerLeavesAFenceUnderWayAlone(t *testing.T) {
 		h.SyncNewOrUpdatedVolumeAttachment(e.ctx, va)
 	}
 	sync()
-	if queue.NumRequeues("va1") != 1 {
-		t.Fatalf("the sync that handed the fence over did not back off: requeues %d", queue.NumRequeues("va1"))
+	if !h.fencing("va1") {
+		t.Fatal("the sync did not hand the fence over")
 	}
 	sync()
-	if got := actions(e.client.Actions()); len(got) != 0 || queue.NumRequeues("va1") != 1 {
-		t.Errorf("a sync during the fence made API calls %q and %d requeues, want none and 1", got, queue.NumRequeues("va1"))
+	if got := actions(e.client.Actions()); len(got) != 0 || queue.NumRequeues("va1") != 0 {
+		t.Errorf("a sync during the fence made API calls %q and %d requeues, want none", got, queue.NumRequeues("va1"))
 	}
 	close(release)
 	if item := next(t, queue, 10*time.Second); item != "va1" {
@@ -319,6 +334,90 @@ func TestDetachUsesThePublishedNodeID(t *testing.T) {
 			}
 			if !slices.ContainsFunc(e.events(), func(ev string) bool { return strings.HasPrefix(ev, "Warning "+EventReasonNodeIDChanged) }) {
 				t.Errorf("no %s event says the node ID changed", EventReasonNodeIDChanged)
+			}
+		})
+	}
+}
+
+// Issue 22: the steps of a fenced detach that need nothing of
+// external-attacher's sync are taken before it, each with one
+// VolumeAttachment write at most: a fence the record shows confirmed ends
+// the detach with the finalizer's removal alone. What needs the sync
+// (publish secrets, a re-registered node ID, another finalizer, a graceful
+// detach) goes through it as before: its first sync of a fence saves the
+// detachError and backs off.
+func TestDetachAhead(t *testing.T) {
+	notReady := readyStatus(v1.ConditionFalse)
+	fencedFR := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced, fencedEntry("vol-1"))
+	secretRef := func(p *v1.PersistentVolume) {
+		p.Spec.CSI.ControllerPublishSecretRef = &v1.SecretReference{Namespace: "default", Name: "publish"}
+	}
+	secret := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "publish"}, Data: map[string][]byte{"k": []byte("v")}}
+	tests := []struct {
+		name    string
+		objects []runtime.Object
+		frs     []*fencingv1alpha1.FencingRequest
+		// ahead: taken before the sync; else through it.
+		ahead      bool
+		wantWrites int      // of the VolumeAttachment
+		wantSent   []string // to the driver by the first sync and its fence
+		wantGone   bool     // the finalizer removed by the first sync
+	}{
+		{name: "fenced by the failover: the finalizer goes, one write, no call",
+			objects: objs(node("node-1", notReady)), frs: []*fencingv1alpha1.FencingRequest{fencedFR},
+			ahead: true, wantWrites: 1, wantGone: true},
+		{name: "a fence to send: handed over, no write",
+			objects: objs(node("node-1", notReady)),
+			ahead:   true, wantSent: []string{"unpublish vol-1 node-1-id fence"}},
+		{name: "publish secrets: through the sync",
+			objects:    []runtime.Object{csiNode("node-1"), pv("pv1", "vol-1", secretRef), secret, detachingVA("va1", "pv1", "node-1"), node("node-1", notReady)},
+			wantWrites: 1, wantSent: []string{"unpublish vol-1 node-1-id fence"}},
+		{name: "another finalizer: through the sync",
+			objects: []runtime.Object{csiNode("node-1"), pv("pv1", "vol-1"), node("node-1", notReady),
+				detachingVA("va1", "pv1", "node-1", func(v *storagev1.VolumeAttachment) { v.Finalizers = append(v.Finalizers, "example.com/keep") })},
+			wantWrites: 1, wantSent: []string{"unpublish vol-1 node-1-id fence"}},
+		{name: "published under another node ID than the CSINode's: through the sync",
+			objects:    []runtime.Object{csiNode("node-1"), pv("pv1", "vol-1"), node("node-1", notReady), detachingVA("va1", "pv1", "node-1", withNodeIDAnnotation("old-id"))},
+			wantWrites: 1, wantSent: []string{"unpublish vol-1 old-id fence"}},
+		{name: "graceful (Ready node): through the sync, plain",
+			objects:    objs(node("node-1")),
+			wantWrites: 2, wantSent: []string{"unpublish vol-1 node-1-id"}, wantGone: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{objects: tc.objects, frs: tc.frs})
+			writes := 0
+			e.client.PrependReactor("*", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+					writes++
+				}
+				return false, nil, nil
+			})
+			h, queue := e.handler()
+			before, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.SyncNewOrUpdatedVolumeAttachment(e.ctx, before)
+			fencing := h.fencing("va1")
+			if fencing {
+				next(t, queue, 10*time.Second) // the end of the fence requeues it
+			}
+			after, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gone := !slices.Contains(after.Finalizers, fin); gone != tc.wantGone || writes != tc.wantWrites {
+				t.Errorf("finalizer removed %v, %d VolumeAttachment writes; want %v and %d", gone, writes, tc.wantGone, tc.wantWrites)
+			}
+			if got := e.sent(); !slices.Equal(got, tc.wantSent) {
+				t.Errorf("the driver received %q, want %q", got, tc.wantSent)
+			}
+			// Through the sync, a fence handed over is a detachError and a
+			// backoff; before it, neither.
+			throughSync := after.Status.DetachError != nil || queue.NumRequeues("va1") != 0
+			if fencing && throughSync == tc.ahead {
+				t.Errorf("taken before the sync: %v, want %v (detachError %v, requeues %d)", !throughSync, tc.ahead, after.Status.DetachError, queue.NumRequeues("va1"))
 			}
 		})
 	}
