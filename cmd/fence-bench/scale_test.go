@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -386,5 +387,33 @@ func TestTrackerMilestones(t *testing.T) {
 	// What happened before the failure is no milestone of it.
 	if m := tr.moveOf("hot-0", "pv-hot-0", "hot-0", at.Add(9*time.Second)); m.steps != [len(moveSteps)]time.Time{} {
 		t.Errorf("milestones before since: %v", m.steps)
+	}
+}
+
+// The bench's pod cache keeps what the tracker reads of a pod, and nothing
+// else of it.
+func TestSlimPod(t *testing.T) {
+	now := metav1.Now()
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hot-0", UID: "u", ResourceVersion: "7", Labels: map[string]string{appLabel: "hot"},
+			Annotations: map[string]string{"a": "b"}, DeletionTimestamp: &now},
+		Spec:   corev1.PodSpec{NodeName: "hot-0", Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
+	}
+	o, err := slimPod(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := o.(*corev1.Pod)
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hot-0", UID: "u", ResourceVersion: "7", Labels: map[string]string{appLabel: "hot"}, DeletionTimestamp: &now},
+		Spec:       corev1.PodSpec{NodeName: "hot-0"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("slim pod %+v, want %+v", p, want)
+	}
+	if o, _ := slimPod("not a pod"); o != "not a pod" {
+		t.Errorf("a non-pod changed: %v", o)
 	}
 }
