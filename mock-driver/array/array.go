@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -212,13 +213,15 @@ func (s *State) sweep(now time.Time) {
 	}
 }
 
-// Array is a handle on the state directory. It holds no state in memory:
-// every operation reads and writes the file under the lock, so any number of
-// handles, in any number of processes, see one array.
+// Array is a handle on the state directory. Every operation works on the
+// file under the lock, so any number of handles, in any number of processes,
+// see one array. In memory it only caches the state as it last read or wrote
+// the file, used while the file is still that one.
 type Array struct {
 	dir    string
 	now    func() time.Time
 	noSync bool
+	cache  *cache // shared with the copies WithClock and WithoutSync make
 }
 
 // Open returns the array stored in dir, creating dir if needed.
@@ -226,8 +229,13 @@ func Open(dir string) (*Array, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &Array{dir: dir, now: time.Now}, nil
+	return &Array{dir: dir, now: wallClock, cache: &cache{}}, nil
 }
+
+// wallClock is time.Now without its monotonic reading, which the state file
+// does not keep: a time in the cached state must compare with now as it would
+// once read back from the file.
+func wallClock() time.Time { return time.Now().Round(0) }
 
 // WithClock returns a handle on the same array that reads time from now
 // (tests use it to move past I/O windows without sleeping).
@@ -254,6 +262,7 @@ func (a *Array) StateFile() string { return filepath.Join(a.dir, "array.json") }
 
 // Update runs fn on the state under an exclusive lock and saves the result
 // atomically, unless fn returns an error. Other processes wait for the lock.
+// fn must not keep s or anything in it: the handle caches what it saved.
 func (a *Array) Update(fn func(*State) error) error {
 	return a.locked(syscall.LOCK_EX, func(s *State) (bool, error) {
 		s.sweep(a.now())
@@ -284,7 +293,8 @@ func (a *Array) update(fn func(*State, time.Time) error) error {
 	return opErr
 }
 
-// View runs fn on the state under a shared lock; changes are not saved.
+// View runs fn on a copy of the state under a shared lock; changes are not
+// saved, and fn may keep it.
 func (a *Array) View(fn func(*State) error) error {
 	return a.locked(syscall.LOCK_SH, func(s *State) (bool, error) { return false, fn(s) })
 }
@@ -312,7 +322,9 @@ func (a *Array) locked(how int, fn func(*State) (bool, error)) error {
 	// close does not hold others up.
 	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) //nolint:errcheck
 
-	s, err := a.load()
+	// An exclusive holder changes the state: it gets the cached one, and the
+	// cache forgets it, since fn may change it and then save nothing.
+	s, err := a.load(how == syscall.LOCK_EX)
 	if err != nil {
 		return err
 	}
@@ -324,7 +336,14 @@ func (a *Array) locked(how int, fn func(*State) (bool, error)) error {
 	if err != nil {
 		return err
 	}
-	return a.store(out)
+	if err := a.store(out); err != nil {
+		return err
+	}
+	// Still under the lock: the file is the one just renamed into place.
+	if f, id, err := openState(a.StateFile()); err == nil {
+		a.cache.keep(f, id, s)
+	}
+	return nil
 }
 
 // flock retries on EINTR, which a signal to the process can cause.
@@ -337,18 +356,47 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-func (a *Array) load() (*State, error) {
+// load returns the state, from the cache if the file has not changed since:
+// with own, the state itself for the caller to change; otherwise a copy, and
+// what it read goes to the cache.
+func (a *Array) load(own bool) (*State, error) {
+	if s := a.cache.get(a.StateFile(), own); s != nil {
+		return s, nil
+	}
+	s, f, id, err := a.read()
+	if err != nil || f == nil {
+		return s, err
+	}
+	if own {
+		f.Close()
+		return s, nil
+	}
+	out := s.clone()
+	a.cache.keep(f, id, s)
+	return out, nil
+}
+
+// read reads the state file, and returns it open (nil if there is none) with
+// its identity as it was before the read, for the cache.
+func (a *Array) read() (*State, *os.File, fileID, error) {
 	s := &State{}
-	b, err := os.ReadFile(a.StateFile())
+	f, id, err := openState(a.StateFile())
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return nil, err
+		return nil, nil, id, err
 	default:
-		// A corrupt file is an error for every operation, and is never
-		// overwritten: nothing is lost, and someone has to look.
-		if err := json.Unmarshal(b, s); err != nil {
-			return nil, fmt.Errorf("corrupt array state %s: %w", a.StateFile(), err)
+		b, err := io.ReadAll(f)
+		if err == nil {
+			// A corrupt file is an error for every operation, and is never
+			// overwritten: nothing is lost, and someone has to look.
+			if err = json.Unmarshal(b, s); err != nil {
+				err = fmt.Errorf("corrupt array state %s: %w", a.StateFile(), err)
+			}
+		}
+		if err != nil {
+			f.Close()
+			return nil, nil, id, err
 		}
 	}
 	if s.Volumes == nil {
@@ -363,7 +411,7 @@ func (a *Array) load() (*State, error) {
 	if s.ViolationCounts == nil {
 		s.ViolationCounts = map[string]int64{}
 	}
-	return s, nil
+	return s, f, id, nil
 }
 
 // store replaces the state file atomically: readers see the old or the new

@@ -2,6 +2,7 @@ package array
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -148,7 +149,7 @@ func (a *Array) SetOverrides(o Overrides) error {
 		return err
 	}
 	return a.Update(func(s *State) error {
-		s.Overrides = o
+		s.Overrides = o.clone() // not the caller's pointers: the state is cached
 		return nil
 	})
 }
@@ -204,13 +205,13 @@ func (a *Array) CreateVolume(args CreateArgs) (*Volume, error) {
 			if v.Capacity < args.RequiredBytes || (args.LimitBytes > 0 && v.Capacity > args.LimitBytes) {
 				return errf(CodeAlreadyExists, "volume %s exists with capacity %d, outside the requested range [%d, %d]", args.Name, v.Capacity, args.RequiredBytes, args.LimitBytes)
 			}
-			out = *v
+			out = *v.clone() // the state is cached: share none of its maps
 			return nil
 		}
 		s.NextID++
-		v := &Volume{ID: fmt.Sprintf("vol-%04d", s.NextID), Name: args.Name, Capacity: args.RequiredBytes, SingleNode: args.SingleNode, Context: args.Context, Created: now}
+		v := &Volume{ID: fmt.Sprintf("vol-%04d", s.NextID), Name: args.Name, Capacity: args.RequiredBytes, SingleNode: args.SingleNode, Context: maps.Clone(args.Context), Created: now}
 		s.Volumes[v.ID] = v
-		out = *v
+		out = *v.clone()
 		return nil
 	})
 	return &out, err
