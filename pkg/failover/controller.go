@@ -612,15 +612,16 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		if fr, err = c.fenceNodeLevel(ctx, node, fr, candidates); err != nil {
 			fenceErr = errors.Join(fenceErr, err)
 		}
-		// 4. The pod GC: the pods whose storage is fenced go.
-		//    Each pod's fenced attachments go as the pod goes.
-		if err := c.deleteFenced(ctx, node, fr, candidates, pods); err != nil {
+		// 4. The attach/detach controller may detach the fenced volumes
+		//    as soon as their pods are gone: each one as its pod goes,
+		//    not once the node's last pod has.
+		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
 			fenceErr = errors.Join(fenceErr, err)
 		}
-		// 5. The attach/detach controller may detach the fenced volumes
-		//    now.
-		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
-			return errors.Join(fenceErr, err)
+		// 5. The pod GC: the pods whose storage is fenced go. Each
+		//    pod's fenced attachments go as the pod goes.
+		if err := c.deleteFenced(ctx, node, fr, candidates, pods); err != nil {
+			fenceErr = errors.Join(fenceErr, err)
 		}
 	}
 	if !manual && time.Since(aliveChecked) > c.liveReadValidity {

@@ -298,8 +298,8 @@ func TestFencedAttachmentReleasedOnceItsPodsAreGone(t *testing.T) {
 				return
 			}
 			d, r, u := e.steps.index("delete db-0"), e.steps.index("release va1"), e.steps.index("volumesInUse")
-			if !(d >= 0 && d < r && r < u) {
-				t.Errorf("want the pod deleted, then its attachment, then volumesInUse released: %v", e.steps.log)
+			if !(u >= 0 && u < d && d < r) {
+				t.Errorf("want volumesInUse released, then the pod deleted, then its attachment: %v", e.steps.log)
 			}
 		})
 	}

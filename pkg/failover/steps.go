@@ -487,8 +487,13 @@ func (c *Controller) releaseFencedAttachments(ctx context.Context, nodeName stri
 
 // releaseVolumesInUse removes the volumes fenced on a dead node from its
 // status.volumesInUse, which no kubelet will update: the attach/detach
-// controller then detaches them at once instead of after 6 minutes. A fenced
-// volume can no longer be reached from the node, whatever its pods do.
+// controller then detaches each of them as soon as its pods are gone
+// instead of after 6 minutes. A fenced volume can no longer be reached from
+// the node, whatever its pods do. It runs before the pod GC: the attach/detach
+// controller attaches a volume elsewhere only once it has detached it here,
+// which a volume still listed would hold up until the node's last pod is
+// gone; and the pod GC deletes each pod's fenced attachment right after the
+// pod, well within the attach/detach controller's 100 ms loop.
 func (c *Controller) releaseVolumesInUse(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
 	if fr == nil {
 		return nil
