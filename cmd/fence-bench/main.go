@@ -111,6 +111,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	window := fs.Duration("window", 2*time.Minute, "With --mode=scale: the steady-state window")
 	settle := fs.Duration("settle", 30*time.Second, "With --mode=scale: from the restarted attacher leading to the steady-state window")
 	controllerQPS := fs.String("controller-qps", "default", "With --mode=scale: the attacher's --kube-api-qps (and burst) while measuring, and its --failover-kube-api-qps (and burst); default is external-attacher's 5 (10), and 20 (30) for the failover")
+	workers := fs.Int("attacher-workers", 0, "With --mode=scale: the attachers' --worker-threads while measuring; 0 is external-attacher's 10")
 	controlPlaneQPS := fs.Int("control-plane-qps", 0, "With --mode=scale: kube-controller-manager's and kube-scheduler's --kube-api-qps (burst twice as much); 0 is their defaults, 20 (30) and 50 (100)")
 	keep := fs.Bool("keep-work-dir", false, "Keep each control plane's work dir (its components' logs and the API audit log; not etcd's data) after a run that went well too, to trace where the time went")
 	enforceMemory := fs.Bool("enforce-memory-goal", false, "With --mode=scale: fail when the controller role's RSS in steady state is over the goal (300 MiB)")
@@ -144,7 +145,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		})
 		so.nodes, so.pods, so.hotPods, so.rack, so.rackPods = *nodes, *pods, *hotPods, *rack, *rackPods
 		so.guardPercent, so.inTree, so.window, so.settle = *guardPercent, *inTree, *window, *settle
-		so.qps, so.controlPlaneQPS, so.enforceMemory = apiSetting(*controllerQPS), *controlPlaneQPS, *enforceMemory
+		so.qps, so.controlPlaneQPS, so.enforceMemory, so.workers = apiSetting(*controllerQPS), *controlPlaneQPS, *enforceMemory, *workers
 		if _, err := planScale(so); err != nil {
 			return fail(err)
 		}

@@ -55,6 +55,9 @@ type scaleOptions struct {
 	// controlPlaneQPS is kube-controller-manager's and kube-scheduler's
 	// --kube-api-qps; 0: their defaults.
 	controlPlaneQPS int
+	// workers is the attachers' --worker-threads while measuring; 0:
+	// external-attacher's 10.
+	workers int
 	// enforceMemory fails the run when the controller role's RSS is over
 	// the goal.
 	enforceMemory bool
@@ -70,7 +73,11 @@ func (o scaleOptions) clients() string {
 	if o.controlPlaneQPS > 0 {
 		cp = fmt.Sprintf("%d/%d", o.controlPlaneQPS, 2*o.controlPlaneQPS)
 	}
-	return fmt.Sprintf("API clients (qps/burst): attacher %s, its failover %s, kube-controller-manager and kube-scheduler %s", o.qps, failover, cp)
+	workers := o.workers
+	if workers == 0 {
+		workers = 10
+	}
+	return fmt.Sprintf("API clients (qps/burst): attacher %s (%d workers), its failover %s, kube-controller-manager and kube-scheduler %s", o.qps, workers, failover, cp)
 }
 
 // inTreeDriver is the driver of the in-tree path's volumes: the mock without
@@ -214,12 +221,15 @@ type scaleRun struct {
 }
 
 // measureArgs are the attachers' flags while measuring: external-attacher's
-// retry, timeout and resync defaults (the e2e harness shortens them), the
-// API client setting q (of the failover's clients too), and the storm
-// guard's limit.
-func measureArgs(q apiSetting, percent int) []string {
+// retry, timeout and resync defaults (the e2e harness shortens them), its
+// --worker-threads unless workers is 0, the API client setting q (of the
+// failover's clients too), and the storm guard's limit.
+func measureArgs(q apiSetting, percent, workers int) []string {
 	args := []string{"--v=2", "--timeout=15s", "--retry-interval-start=1s", "--retry-interval-max=5m", "--reconcile-sync=1m",
 		"--max-fenced-node-percent=" + strconv.Itoa(percent)}
+	if workers > 0 {
+		args = append(args, "--worker-threads="+strconv.Itoa(workers))
+	}
 	if q == "default" {
 		// Explicit: the setup's flags stay before these.
 		return append(args, "--kube-api-qps=5", "--kube-api-burst=10")
@@ -608,7 +618,7 @@ func (s *scaleRun) poll(ctx context.Context, timeout time.Duration, what string,
 // requests over the window.
 func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
 	r := steadyResult{nodes: s.o.nodes, pods: s.o.pods, volumes: s.o.volumes, qps: s.o.qps, window: s.o.window, setupRestarts: s.setupRestarts}
-	if err := s.p.RestartAttacher(ctx, measureArgs(s.o.qps, s.plan.percent)...); err != nil {
+	if err := s.p.RestartAttacher(ctx, measureArgs(s.o.qps, s.plan.percent, s.o.workers)...); err != nil {
 		return r, err
 	}
 	if err := framework.WaitFor(ctx, 90*time.Second, "csi-fence-attacher leading", func(ctx context.Context) (bool, error) {
@@ -616,7 +626,7 @@ func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
 	}); err != nil {
 		return r, err
 	}
-	s.b.Logf("csi-fence-attacher restarted with %v and leading; the window starts in %s", measureArgs(s.o.qps, s.plan.percent), s.o.settle)
+	s.b.Logf("csi-fence-attacher restarted with %v and leading; the window starts in %s", measureArgs(s.o.qps, s.plan.percent, s.o.workers), s.o.settle)
 	// The steady state is what follows the start-up (initial lists, the
 	// first resync): the window begins a fixed time after.
 	if err := sleepCtx(ctx, s.o.settle); err != nil {
@@ -785,7 +795,7 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 func (s *scaleRun) inTree(ctx context.Context) (failoverResult, error) {
 	r := failoverResult{path: "out-of-service", pods: s.o.hotPods}
 	d, err := s.p.AddDriver(ctx, framework.DriverOptions{Name: inTreeDriver, MockArgs: []string{"--disable-fence"},
-		AttacherArgs: append([]string{"--kube-api-qps=" + setupQPS, "--kube-api-burst=" + setupQPS}, measureArgs(s.o.qps, s.plan.percent)...)})
+		AttacherArgs: append([]string{"--kube-api-qps=" + setupQPS, "--kube-api-burst=" + setupQPS}, measureArgs(s.o.qps, s.plan.percent, s.o.workers)...)})
 	if err != nil {
 		return r, err
 	}

@@ -311,11 +311,14 @@ func TestScaleAPIClients(t *testing.T) {
 		wantClients string
 	}{
 		{o: scaleOptions{qps: "default"}, wantArgs: []string{"--kube-api-qps=5", "--kube-api-burst=10"}, notArgs: []string{"--failover-kube-api-qps"},
-			wantClients: "attacher 5/10, its failover 20/30, kube-controller-manager and kube-scheduler 20/30 and 50/100"},
+			wantClients: "attacher 5/10 (10 workers), its failover 20/30, kube-controller-manager and kube-scheduler 20/30 and 50/100"},
 		{o: scaleOptions{qps: "100", controlPlaneQPS: 100}, wantArgs: []string{"--kube-api-qps=100", "--failover-kube-api-qps=100", "--failover-kube-api-burst=100"},
-			wantClients: "attacher 100/100, its failover 100/100, kube-controller-manager and kube-scheduler 100/200"},
+			notArgs:     []string{"--worker-threads"},
+			wantClients: "attacher 100/100 (10 workers), its failover 100/100, kube-controller-manager and kube-scheduler 100/200"},
+		{o: scaleOptions{qps: "300", controlPlaneQPS: 300, workers: 50}, wantArgs: []string{"--worker-threads=50", "--kube-api-qps=300"},
+			wantClients: "attacher 300/300 (50 workers), its failover 300/300, kube-controller-manager and kube-scheduler 300/600"},
 	} {
-		args := strings.Join(measureArgs(tc.o.qps, 50), " ")
+		args := strings.Join(measureArgs(tc.o.qps, 50, tc.o.workers), " ")
 		for _, w := range tc.wantArgs {
 			if !strings.Contains(args, w) {
 				t.Errorf("%s: no %s in %s", tc.o.qps, w, args)
