@@ -767,11 +767,19 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 	if len(ready) == 0 {
 		return nil
 	}
-	vas, err := c.vasOn(node.Name)
+	vas, cacheErr := c.vasOn(node.Name)
 	users := c.volumeUsers(pods)
+	// Each pod's volumes, so that the pod that goes looks at its own.
+	pvsOf := map[types.UID][]string{}
+	for pv, uids := range users {
+		for _, uid := range uids {
+			pvsOf[uid] = append(pvsOf[uid], pv)
+		}
+	}
 	var (
-		mu      sync.Mutex
-		deleted = map[types.UID]bool{}
+		mu         sync.Mutex
+		deleted    = map[types.UID]bool{}
+		releaseErr error
 	)
 	c.forceDeleteAll(ctx, node.Name, ready, func(*v1.Pod) string { return podgc.ReasonSafeDetach }, func(p *v1.Pod) {
 		c.eligible.deleted(p)
@@ -780,19 +788,19 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 		mu.Lock()
 		deleted[p.UID] = true
 		freed := map[string]bool{}
-		for pv, uids := range users {
-			if slices.Contains(uids, p.UID) && !slices.ContainsFunc(uids, func(uid types.UID) bool { return !deleted[uid] }) {
+		for _, pv := range pvsOf[p.UID] {
+			if !slices.ContainsFunc(users[pv], func(uid types.UID) bool { return !deleted[uid] }) {
 				freed[pv] = true
 			}
 		}
 		mu.Unlock()
-		if relErr := c.releaseFencedAttachments(ctx, node.Name, fr, vas, freed); relErr != nil {
+		if err := c.releaseFencedAttachments(ctx, node.Name, fr, vas, freed); err != nil {
 			mu.Lock()
-			err = errors.Join(err, relErr)
+			releaseErr = errors.Join(releaseErr, err)
 			mu.Unlock()
 		}
 	})
-	return err
+	return errors.Join(cacheErr, releaseErr)
 }
 
 // candidates returns the Terminating pods that fail over once their volumes

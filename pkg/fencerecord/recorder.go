@@ -82,13 +82,21 @@ func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fe
 		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
 	}
 	errs := make([]error, len(vols))
-	for i := range errs {
-		// What ctx's end leaves uncalled is not fenced.
-		errs[i] = fmt.Errorf("%w: %w", ErrNotSent, context.Canceled)
-	}
+	called := make([]bool, len(vols))
 	workqueue.ParallelizeUntil(ctx, FenceConcurrency, len(vols), func(i int) {
+		called[i] = true
 		errs[i] = fence(ctx, vols[i])
 	})
+	for i := range errs {
+		if !called[i] {
+			// Only ctx's end leaves one uncalled: it is not fenced.
+			cause := context.Cause(ctx)
+			if cause == nil {
+				cause = context.Canceled
+			}
+			errs[i] = fmt.Errorf("%w: %w", ErrNotSent, cause)
+		}
+	}
 	if err := r.write(ctx, nodeName, reason, MaxVolumes, outcomes(vols, fresh, errs)); err != nil {
 		for i := range errs {
 			if errs[i] == nil {

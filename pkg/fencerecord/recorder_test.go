@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -416,5 +417,35 @@ func TestRecorderFencesOfOneCallRunAtOnce(t *testing.T) {
 		if !IsFenced(fr, v.Driver, v.VolumeHandle) {
 			t.Errorf("%s not recorded fenced", v.VolumeHandle)
 		}
+	}
+}
+
+// A fence that ctx's end left uncalled is not sent, and says why: the
+// deadline, not a cancel nobody made.
+func TestRecorderUncalledFencesSayWhy(t *testing.T) {
+	const n = FenceConcurrency + 1
+	_, ctx := ktesting.NewTestContext(t)
+	_, c := newClient(t)
+	vols := make([]fencingv1alpha1.FencedVolume, n)
+	for i := range vols {
+		vols[i] = fencingv1alpha1.FencedVolume{Driver: "d.csi", VolumeHandle: handle(i), NodeID: "n"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	var calls atomic.Int32
+	errs, err := NewRecorder(c).Fence(ctx, "node-1", "NodeUnreachable", vols, func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
+		calls.Add(1)
+		<-ctx.Done() // every worker busy until the deadline
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := calls.Load(); got != FenceConcurrency {
+		t.Fatalf("%d fences called, want %d", got, FenceConcurrency)
+	}
+	last := errs[n-1]
+	if !errors.Is(last, ErrNotSent) || !errors.Is(last, context.DeadlineExceeded) {
+		t.Errorf("the uncalled fence: %v; want not sent, for the deadline", last)
 	}
 }
