@@ -86,6 +86,13 @@ type Options struct {
 	// wants it, before its attach, and mounted only once reported, until
 	// unmounted. Other drivers' entries are kept.
 	ReportVolumesInUse bool
+	// Informers, when set, is the factory the kubelet takes its
+	// cluster-wide informers from (claims, volumes, attachments): one the
+	// simulated kubelets of a process share, so that a hundred of them
+	// watch and cache each of those once, not a hundred times. Its owner
+	// starts it once New has asked for them, and stops it. nil: the kubelet
+	// has its own.
+	Informers informers.SharedInformerFactory
 }
 
 // Kubelet is a simulated kubelet volume manager.
@@ -95,8 +102,10 @@ type Kubelet struct {
 	remover kubeletlayout.Remover
 	node    csi.NodeClient
 
-	factory   informers.SharedInformerFactory
+	// factories are the informer factories the kubelet starts and stops;
+	// shared are its handlers on informers another owns.
 	factories []informers.SharedInformerFactory
+	shared    []sharedHandler
 	podLister corelisters.PodLister
 	pvcLister corelisters.PersistentVolumeClaimLister
 	pvLister  corelisters.PersistentVolumeLister
@@ -185,14 +194,19 @@ func New(opts Options) (*Kubelet, error) {
 		backoff:   map[string]retry{},
 		done:      make(chan struct{}),
 	}
-	k.factory = informers.NewSharedInformerFactory(opts.Client, 0)
 	podFactory := informers.NewSharedInformerFactoryWithOptions(opts.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", opts.NodeName).String()
 	}))
+	k.factories = []informers.SharedInformerFactory{podFactory}
+	factory := opts.Informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(opts.Client, 0)
+		k.factories = append(k.factories, factory)
+	}
 	pods := podFactory.Core().V1().Pods()
-	pvcs := k.factory.Core().V1().PersistentVolumeClaims()
-	pvs := k.factory.Core().V1().PersistentVolumes()
-	vas := k.factory.Storage().V1().VolumeAttachments()
+	pvcs := factory.Core().V1().PersistentVolumeClaims()
+	pvs := factory.Core().V1().PersistentVolumes()
+	vas := factory.Storage().V1().VolumeAttachments()
 	k.podLister, k.pvcLister, k.pvLister, k.vaLister = pods.Lister(), pvcs.Lister(), pvs.Lister(), vas.Lister()
 	kick := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(interface{}) { k.trigger() },
@@ -200,13 +214,32 @@ func New(opts Options) (*Kubelet, error) {
 		DeleteFunc: func(interface{}) { k.trigger() },
 	}
 	for _, inf := range []cache.SharedIndexInformer{pods.Informer(), pvcs.Informer(), pvs.Informer(), vas.Informer()} {
-		if _, err := inf.AddEventHandler(kick); err != nil {
+		reg, err := inf.AddEventHandler(kick)
+		if err != nil {
+			k.removeSharedHandlers()
 			return nil, err
+		}
+		if opts.Informers != nil && inf != pods.Informer() {
+			k.shared = append(k.shared, sharedHandler{inf, reg})
 		}
 		k.synced = append(k.synced, inf.HasSynced)
 	}
-	k.factories = []informers.SharedInformerFactory{k.factory, podFactory}
 	return k, nil
+}
+
+// sharedHandler is a kubelet's handler on an informer it does not own.
+type sharedHandler struct {
+	inf cache.SharedIndexInformer
+	reg cache.ResourceEventHandlerRegistration
+}
+
+// removeSharedHandlers takes the kubelet's handlers off the shared
+// informers, which outlive it.
+func (k *Kubelet) removeSharedHandlers() {
+	for _, h := range k.shared {
+		_ = h.inf.RemoveEventHandler(h.reg)
+	}
+	k.shared = nil
 }
 
 func (k *Kubelet) trigger() {
@@ -232,6 +265,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		for _, f := range k.factories {
 			f.Shutdown()
 		}
+		k.removeSharedHandlers()
 	}()
 
 	// What the kubelet does at start: its data directories, then the

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -550,4 +551,53 @@ func TestMountsNothingWhileTheAttachmentIsDeleted(t *testing.T) {
 		p := e.publication("vol-1")
 		return p != nil && len(p.Published) == 1
 	})
+}
+
+// Simulated kubelets that share their cluster-wide informers (a hundred
+// simulated nodes in one process watch each kind once): the factory is
+// started by its owner, outlives a kubelet powered off, and serves the
+// kubelet powered on after it.
+func TestSharedInformers(t *testing.T) {
+	e := newEnv(t, driver.Config{})
+	shared := informers.NewSharedInformerFactory(e.client, 0)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); shared.Shutdown() })
+	start := func() (*Kubelet, chan error) {
+		k, err := New(Options{Client: e.client, NodeName: nodeName, DriverName: drv, KubeletDir: e.root, Conn: e.conn,
+			Period: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond, ReportVolumesInUse: true, Informers: shared})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared.Start(stop)
+		done := make(chan error, 1)
+		go func() { done <- k.Run(e.ctx) }()
+		return k, done
+	}
+	e.volume("vol-1", "pv-1", false)
+	e.pod("uid-1", "pv-1")
+	k, done := start()
+	e.waitFor("vol-1 published", func() bool { return e.publication("vol-1") != nil && len(e.publication("vol-1").Published) == 1 })
+	k.PowerOff()
+	<-done
+	pvs := shared.Core().V1().PersistentVolumes().Informer()
+	if pvs.IsStopped() {
+		t.Fatal("a kubelet powered off stopped the informers it shares")
+	}
+	e.volume("vol-2", "pv-2", false)
+	e.pod("uid-2", "pv-2")
+	k2, done2 := start()
+	t.Cleanup(func() { k2.PowerOff(); <-done2 })
+	e.waitFor("vol-2 published by the next kubelet", func() bool {
+		return e.publication("vol-2") != nil && len(e.publication("vol-2").Published) == 1
+	})
+	// One list of each shared kind for both kubelets, the pods' one each.
+	lists := map[string]int{}
+	for _, a := range e.client.Actions() {
+		if a.GetVerb() == "list" {
+			lists[a.GetResource().Resource]++
+		}
+	}
+	if lists["persistentvolumes"] != 1 || lists["persistentvolumeclaims"] != 1 || lists["volumeattachments"] != 1 || lists["pods"] != 2 {
+		t.Errorf("lists %v, want one of each shared kind and one of pods per kubelet", lists)
+	}
 }

@@ -49,6 +49,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -117,6 +118,10 @@ type Cluster struct {
 	// and their machines); Stop runs them, last added first, before it
 	// stops any process.
 	stops []func()
+	// kubeletInformers is what the simulated kubelets of this process
+	// share (KubeletInformers); nil until the first asks.
+	kubeletInformers informers.SharedInformerFactory
+	kubeletStop      chan struct{}
 }
 
 // RepoRoot is the root of this repository: where this file was compiled
@@ -579,6 +584,37 @@ func (c *Cluster) Stop() {
 			}()
 		}
 		wg.Wait()
+	}
+}
+
+// KubeletInformers is the informer factory of the cluster-wide claims,
+// volumes and attachments that every simulated kubelet of this process
+// shares (kubeletsim.Options.Informers): with a hundred simulated nodes, one
+// watch and one cache of each, not a hundred. Call StartKubeletInformers
+// once a kubelet has asked for its informers; Stop stops them.
+func (c *Cluster) KubeletInformers() informers.SharedInformerFactory {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kubeletInformers == nil {
+		c.kubeletInformers = informers.NewSharedInformerFactory(c.Client, 0)
+		c.kubeletStop = make(chan struct{})
+		f, stop := c.kubeletInformers, c.kubeletStop
+		c.stops = append(c.stops, func() {
+			close(stop)
+			f.Shutdown()
+		})
+	}
+	return c.kubeletInformers
+}
+
+// StartKubeletInformers starts the shared informers asked for since the
+// last call.
+func (c *Cluster) StartKubeletInformers() {
+	c.mu.Lock()
+	f, stop := c.kubeletInformers, c.kubeletStop
+	c.mu.Unlock()
+	if f != nil {
+		f.Start(stop)
 	}
 }
 

@@ -517,10 +517,11 @@ func (pl *NodePlugin) powerOn(ctx context.Context, n *NodeInstance, kubeconfig s
 	// entries of the node's status.volumesInUse.
 	if pl.kubelet, err = kubeletsim.New(kubeletsim.Options{
 		Client: c.Client, NodeName: n.Name, DriverName: d.Name, KubeletDir: n.KubeletDir, Conn: pl.conn,
-		Period: 200 * time.Millisecond, ReportVolumesInUse: true,
+		Period: 200 * time.Millisecond, ReportVolumesInUse: true, Informers: c.KubeletInformers(),
 	}); err != nil {
 		return err
 	}
+	c.StartKubeletInformers()
 	// The simulated kubelet runs in this process; its log goes to the
 	// node's file beside the others, not to the test's output.
 	kubeletLog, err := os.OpenFile(filepath.Join(c.WorkDir, "logs", d.procName("kubelet-"+n.Name)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
