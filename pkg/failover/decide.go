@@ -158,13 +158,13 @@ func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storag
 //
 // Node-local volumes (pkg/podgc.NodeLocal, and local or hostPath
 // PersistentVolumes) are no other node's business. Every other volume must
-// be a CSI PersistentVolume attached to the node through a VolumeAttachment
-// (attached). An inline volume (NFS, iSCSI, RBD, CephFS, an inline CSI
+// be a CSI PersistentVolume whose fence covers it (covered: attached to the
+// node through a VolumeAttachment, or recorded fenced there). An inline volume (NFS, iSCSI, RBD, CephFS, an inline CSI
 // volume), a PersistentVolume of another kind, one of a CSI driver without
 // attachments (attachRequired false: NFS-CSI, SMB, CephFS...) and a claim
 // that cannot be resolved are not. Pods that have finished are skipped:
 // their containers no longer run.
-func UnattachedStorage(pods []*v1.Pod, pvOf func(namespace, claim string) (*v1.PersistentVolume, error), attached func(pv string) bool) string {
+func UnattachedStorage(pods []*v1.Pod, pvOf func(namespace, claim string) (*v1.PersistentVolume, error), covered func(pv string) bool) string {
 	for _, p := range pods {
 		if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 			continue
@@ -185,7 +185,7 @@ func UnattachedStorage(pods []*v1.Pod, pvOf func(namespace, claim string) (*v1.P
 			case pv.Spec.Local != nil || pv.Spec.HostPath != nil:
 			case pv.Spec.CSI == nil:
 				return fmt.Sprintf("pod %s/%s uses PersistentVolume %s, which is not a CSI volume: no attachment fence covers it", p.Namespace, p.Name, pv.Name)
-			case !attached(pv.Name):
+			case !covered(pv.Name):
 				return fmt.Sprintf("pod %s/%s uses PersistentVolume %s of driver %s with no VolumeAttachment on the node: no attachment fence covers it", p.Namespace, p.Name, pv.Name, pv.Spec.CSI.Driver)
 			}
 		}

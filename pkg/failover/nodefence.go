@@ -180,7 +180,7 @@ func (c *Controller) fencesOnOutOfService(driver string) bool {
 // taint would let the pod GCs delete its pod, and no detach would cut it.
 func (c *Controller) outOfServiceFences(node string) bool {
 	vas, err := c.vasOn(node)
-	if err != nil || c.unattachedStorage(node, vas) != "" {
+	if err != nil || c.unattachedStorage(node, vas, nil) != "" {
 		return false
 	}
 	some := false

@@ -1249,3 +1249,28 @@ func TestNewAttachmentOnAReturnedNodeDoesNotHoldItsRelease(t *testing.T) {
 		})
 	}
 }
+
+// CI flake of TestSafeDetachOrder (2026-11-29): the pod GC deletes a fenced
+// attachment right after its pod, and the caches, one watch each, may show
+// the attachment gone while the pod is still there. A volume the record
+// shows fenced on the node covers its pod's storage whether or not its
+// attachment is still in the cache: the node is fenced as a whole.
+func TestRecordedFenceCoversAPodWhoseAttachmentIsGone(t *testing.T) {
+	objs := slices.DeleteFunc(objects(v1.ConditionUnknown, true), func(o runtime.Object) bool {
+		_, va := o.(*storagev1.VolumeAttachment)
+		return va
+	})
+	e := newEnv(t, objs, true)
+	_, ctx := ktesting.NewTestContext(t)
+	if err := fencerecord.RecordFenced(ctx, e.fr, "n1", "NodeUnreachable", fencingv1alpha1.FencedVolume{
+		Driver: driver, VolumeHandle: "h1", PersistentVolumeName: "pv1", NodeID: "n1-id"}); err != nil {
+		t.Fatal(err)
+	}
+	fr := e.record(t)
+	if err := e.c.signalFencing(ctx, e.node(t, "n1"), fr); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.node(t, "n1"); !podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+		t.Errorf("FencingComplete not set although db-0's only volume is recorded fenced: %+v", n.Status.Conditions)
+	}
+}

@@ -57,7 +57,7 @@ func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fenci
 			reason, msg = "InstanceDeleted", "the node's Cluster API Machine is deleted and its infrastructure provider reports the instance gone"
 		}
 	case fr != nil && wholeNodeFenced(fr, vas, c.pvHandle):
-		if why := c.unattachedStorage(node.Name, vas); why != "" {
+		if why := c.unattachedStorage(node.Name, vas, fr); why != "" {
 			// Every attachment is fenced, but storage that reaches the
 			// node without one is not: only a power fence vouches for it.
 			reason, msg = "StorageWithoutAttachment", "every attachment on the node is fenced, but "+why
@@ -352,8 +352,12 @@ func wholeNodeFenced(fr *fencingv1alpha1.FencingRequest, vas []*storagev1.Volume
 }
 
 // unattachedStorage is UnattachedStorage for the pods on the node, from the
-// caches: it decides what to signal, never what to delete.
-func (c *Controller) unattachedStorage(node string, vas []*storagev1.VolumeAttachment) string {
+// caches: it decides what to signal, never what to delete. A volume fr
+// records fenced there is covered whether its attachment is still there or
+// not: the pod GC deletes a fenced attachment right after the pod that used
+// it, and the caches, one watch each, may show the attachment gone before
+// the pod (fr nil: only the attachments cover).
+func (c *Controller) unattachedStorage(node string, vas []*storagev1.VolumeAttachment, fr *fencingv1alpha1.FencingRequest) string {
 	pods, err := c.podsOn(node)
 	if err != nil {
 		return err.Error()
@@ -364,7 +368,13 @@ func (c *Controller) unattachedStorage(node string, vas []*storagev1.VolumeAttac
 			attached[*pv] = true
 		}
 	}
-	return UnattachedStorage(pods, c.pvOf, func(pv string) bool { return attached[pv] })
+	return UnattachedStorage(pods, c.pvOf, func(pv string) bool {
+		if attached[pv] {
+			return true
+		}
+		d, h := c.pvHandle(pv)
+		return fr != nil && d != "" && fencerecord.IsFenced(fr, d, h)
+	})
 }
 
 // pvOf resolves a claim to its bound PersistentVolume, from the caches.
