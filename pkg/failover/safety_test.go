@@ -1274,3 +1274,46 @@ func TestRecordedFenceCoversAPodWhoseAttachmentIsGone(t *testing.T) {
 		t.Errorf("FencingComplete not set although db-0's only volume is recorded fenced: %+v", n.Status.Conditions)
 	}
 }
+
+// S4 with the fences of one pass running at once (fencerecord.FenceConcurrency):
+// each fence reads the node live before it is sent once the pass's read is
+// stale, under one lock, so that the node coming back during the first
+// fences stops every fence that starts after it: of twelve volumes, the ten
+// under way may land, the two queued behind them are never sent, never
+// recorded fenced, and no pod is force-deleted.
+func TestNodeBackStopsTheConcurrentFencesNotYetSent(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, true)
+	const n = fencerecord.FenceConcurrency + 2
+	for i := 1; i < n; i++ {
+		u := volumeUser{node: "n1", driver: driver, pod: fmt.Sprintf("db-%d", i), uid: fmt.Sprintf("u-%d", i+1), claim: fmt.Sprintf("data-%d", i),
+			pv: fmt.Sprintf("pv-%d", i+1), handle: fmt.Sprintf("h%d", i+1), va: fmt.Sprintf("va%d", i+1), nodeID: "n1-id", terminating: true}
+		objs = append(objs, u.objects()...)
+	}
+	e := newEnv(t, objs, true)
+	e.c.liveReadValidity = 0 // every fence reads the node again
+	var back sync.Once
+	e.csi.hook = func() {
+		back.Do(func() { e.setReady(t, "n1", v1.ConditionTrue) })
+	}
+	_ = e.sync(t)
+	sent := 0
+	for i := 1; i <= n; i++ {
+		sent += e.csi.fenced(fmt.Sprintf("h%d", i))
+	}
+	if sent == 0 || sent > fencerecord.FenceConcurrency {
+		t.Errorf("%d of %d fences sent; want between 1 and the %d under way when the node came back", sent, n, fencerecord.FenceConcurrency)
+	}
+	fr := e.record(t)
+	for i := 1; i <= n; i++ {
+		h := fmt.Sprintf("h%d", i)
+		if fencerecord.IsFenced(fr, driver, h) != (e.csi.fenced(h) > 0) {
+			t.Errorf("%s: recorded fenced %v, sent %d times", h, fencerecord.IsFenced(fr, driver, h), e.csi.fenced(h))
+		}
+	}
+	for _, s := range e.steps.log {
+		if strings.HasPrefix(s, "delete ") {
+			t.Errorf("a pod was force-deleted on a node that came back: %v", e.steps.log)
+			break
+		}
+	}
+}
