@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -209,15 +210,24 @@ func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 	}
 
 	// The CRD's rules, on the apiserver: spec.released cannot be unset,
-	// nor set on the failover's record (dry runs: nothing is stored).
-	u, err := fencingv1alpha1.ToUnstructured(fr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(u.Object, false, "spec", "released"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = cluster.Dynamic.Resource(fencingv1alpha1.Resource).Update(ctx, u, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	// nor set on the failover's record (dry runs: nothing is stored). The
+	// controller may write the record meanwhile: a conflict says nothing
+	// of the rule, and the update is tried again on the record as it is.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		latest, err := frs.Get(ctx, node)
+		if err != nil {
+			return err
+		}
+		u, err := fencingv1alpha1.ToUnstructured(latest)
+		if err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(u.Object, false, "spec", "released"); err != nil {
+			return err
+		}
+		_, err = cluster.Dynamic.Resource(fencingv1alpha1.Resource).Update(ctx, u, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.released cannot be unset") {
 		t.Errorf("unsetting spec.released: %v", err)
 	}
