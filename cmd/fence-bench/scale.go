@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	pvhelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -103,6 +105,11 @@ func poolKey(group string) string { return "fence-bench/" + group }
 type workload struct {
 	name, group string
 	replicas    int
+	// node, when set, is where every replica runs (spec.nodeName): the
+	// bulk pods go straight to their node, as a DaemonSet's do, without
+	// the scheduler, which placed 100 to 150 pods a minute at 1,000 nodes
+	// on this machine and would take hours to fill the cluster.
+	node string
 }
 
 // scalePlan is the cluster --mode=scale builds: node names by role, and
@@ -116,7 +123,7 @@ type scalePlan struct {
 	intree  string   // fails alone, in-tree path ("" without)
 	rack    []string // lose power at once
 	sets    []workload
-	bulk    []workload // Deployments without volumes
+	bulk    []workload // Deployments without volumes, one per general node
 	percent int        // --max-fenced-node-percent
 	slots   int        // nodes the storm guard lets be fenced at once
 }
@@ -130,9 +137,8 @@ func (p scalePlan) nodes() []string {
 }
 
 const (
-	setReplicas  = 25  // general StatefulSets' replicas
-	bulkReplicas = 100 // Deployments' replicas
-	maxSpares    = 10
+	setReplicas = 25 // general StatefulSets' replicas
+	maxSpares   = 10
 )
 
 // planScale lays out the cluster: pods counts every pod (the in-tree
@@ -179,10 +185,16 @@ func planScale(o scaleOptions) (scalePlan, error) {
 		p.sets = append(p.sets, workload{name: fmt.Sprintf("vol-%03d", i), group: "general", replicas: n})
 		generalVolumes -= n
 	}
-	for i, left := 0, o.pods-o.volumes; left > 0; i++ {
-		n := min(bulkReplicas, left)
-		p.bulk = append(p.bulk, workload{name: fmt.Sprintf("bulk-%03d", i), group: "general", replicas: n})
-		left -= n
+	// The pods without a volume, spread evenly over the general nodes.
+	bulk := o.pods - o.volumes
+	for i, n := range p.general {
+		share := bulk / len(p.general)
+		if i < bulk%len(p.general) {
+			share++
+		}
+		if share > 0 {
+			p.bulk = append(p.bulk, workload{name: "bulk-" + n, group: "general", replicas: share, node: n})
+		}
 	}
 	p.percent = o.guardPercent
 	if p.percent == 0 {
@@ -463,8 +475,8 @@ func volumeName(set string, i int) string { return fmt.Sprintf("pv-%s-%d", set, 
 // podName is a set's replica i.
 func podName(set string, i int) string { return fmt.Sprintf("%s-%d", set, i) }
 
-// createSet creates a volume of driver d per replica, its PV pre-bound to
-// the replica's claim, then the StatefulSet.
+// createSet creates a volume of driver d per replica, its PV and the
+// replica's claim bound to each other, then the StatefulSet.
 func (s *scaleRun) createSet(ctx context.Context, d *framework.Driver, w workload) error {
 	var handles []string
 	for i := 0; i < w.replicas; i++ {
@@ -473,34 +485,97 @@ func (s *scaleRun) createSet(ctx context.Context, d *framework.Driver, w workloa
 	if err := d.Array.AddVolumes(1<<30, handles...); err != nil {
 		return err
 	}
+	claim := corev1.PersistentVolumeClaimSpec{
+		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		StorageClassName: ptr.To(d.StorageClass),
+		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+	}
 	if err := parallel(16, handles, func(h string) error {
 		i, _ := strconv.Atoi(h[strings.LastIndexByte(h, '-')+1:])
-		pv := scenario.StaticPV(d, h, &corev1.ObjectReference{Namespace: "default", Name: "data-" + podName(w.name, i)})
-		_, err := s.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
-		return err
+		return s.bindVolume(ctx, d, h, "data-"+podName(w.name, i), claim)
 	}); err != nil {
 		return err
 	}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To(int32(w.replicas)),
-			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: w.name}},
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Template:            s.podTemplate(w),
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
-				ObjectMeta: metav1.ObjectMeta{Name: "data"},
-				Spec: corev1.PersistentVolumeClaimSpec{
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					StorageClassName: ptr.To(d.StorageClass),
-					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-				},
-			}},
+			Replicas:             ptr.To(int32(w.replicas)),
+			Selector:             &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: w.name}},
+			PodManagementPolicy:  appsv1.ParallelPodManagement,
+			Template:             s.podTemplate(w),
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: claim}},
 		},
 	}
 	sts.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	_, err := s.client.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{})
 	return err
+}
+
+// bindVolume creates the PV of handle and the claim named claimName, and
+// binds them as the PV controller does: the PV's claimRef gets the claim's
+// UID, the claim the controller's mark of a completed binding, both the phase
+// Bound. Left to the PV controller, which binds one claim at a time, a few
+// round trips each, 3,000 claims took over ten minutes at 1,000 nodes, and
+// the scheduler, finding each waiting pod unschedulable ("unbound immediate
+// PersistentVolumeClaims"), tried preemption over every node at each retry.
+// The order keeps the PV controller, which may bind the same pair meanwhile,
+// from ever calling the claim Lost: the PV exists before the claim names it,
+// and the claim is marked bound only once the PV names its UID.
+func (s *scaleRun) bindVolume(ctx context.Context, d *framework.Driver, handle, claimName string, spec corev1.PersistentVolumeClaimSpec) error {
+	pvs, pvcs := s.client.CoreV1().PersistentVolumes(), s.client.CoreV1().PersistentVolumeClaims("default")
+	pv := scenario.StaticPV(d, handle, &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: "default", Name: claimName})
+	if _, err := pvs.Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: claimName}, Spec: *spec.DeepCopy()}
+	pvc.Spec.VolumeName = handle
+	pvc, err := pvcs.Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	uid := pvc.UID
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pv, err := pvs.Get(ctx, handle, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pv.Spec.ClaimRef.UID == "" {
+			pv.Spec.ClaimRef.UID = uid
+			if pv, err = pvs.Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+		if pv.Spec.ClaimRef.UID != uid {
+			return fmt.Errorf("PV %s is bound to another claim than %s", handle, claimName)
+		}
+		if pv.Status.Phase == corev1.VolumeBound {
+			return nil
+		}
+		pv.Status.Phase = corev1.VolumeBound
+		_, err = pvs.UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pvc, err := pvcs.Get(ctx, claimName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !metav1.HasAnnotation(pvc.ObjectMeta, pvhelpers.AnnBindCompleted) {
+			metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, pvhelpers.AnnBindCompleted, "yes")
+			if pvc, err = pvcs.Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+		if pvc.Status.Phase == corev1.ClaimBound {
+			return nil
+		}
+		pvc.Status.Phase, pvc.Status.AccessModes = corev1.ClaimBound, spec.AccessModes
+		pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+		_, err = pvcs.UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func (s *scaleRun) createDeployment(ctx context.Context, w workload) error {
@@ -524,6 +599,7 @@ func (s *scaleRun) podTemplate(w workload) corev1.PodTemplateSpec {
 	t := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels},
 		Spec: corev1.PodSpec{
+			NodeName:     w.node,
 			NodeSelector: map[string]string{poolKey(w.group): "on"},
 			Containers:   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 			Tolerations: []corev1.Toleration{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,12 +215,14 @@ func TestPlanScale(t *testing.T) {
 	}{
 		// 3000 - 110 - 100 = 2790 general volumes: 111 sets of 25 and one
 		// of 15; the guard admits the failed node and 10 of the rack.
-		{name: "issue 22's", o: base, general: 978, sets: 2 + 112, bulk: 270, setVolumes: 3000, percent: 1, slots: 10},
+		{name: "issue 22's", o: base, general: 978, sets: 2 + 112, bulk: 978, setVolumes: 3000, percent: 1, slots: 10},
 		{name: "the e2e test's", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack = 100, 3000, 300, 4 }),
-			general: 94, sets: 2 + 7, bulk: 27, setVolumes: 300, percent: 3, slots: 3},
+			general: 94, sets: 2 + 7, bulk: 94, setVolumes: 300, percent: 3, slots: 3},
 		{name: "no rack, no in-tree path", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack, o.inTree = 10, 200, 110, 0, false }),
-			general: 9, sets: 1, bulk: 1, setVolumes: 110, percent: 10, slots: 1},
-		{name: "a given limit", o: with(func(o *scaleOptions) { o.guardPercent = 5 }), general: 978, sets: 114, bulk: 270, setVolumes: 3000, percent: 5, slots: 50},
+			general: 9, sets: 1, bulk: 9, setVolumes: 110, percent: 10, slots: 1},
+		{name: "fewer bulk pods than general nodes", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack, o.inTree = 10, 113, 110, 0, false }),
+			general: 9, sets: 1, bulk: 3, setVolumes: 110, percent: 10, slots: 1},
+		{name: "a given limit", o: with(func(o *scaleOptions) { o.guardPercent = 5 }), general: 978, sets: 114, bulk: 978, setVolumes: 3000, percent: 5, slots: 50},
 		{name: "too few nodes", o: with(func(o *scaleOptions) { o.nodes = 23 }), err: "--nodes=23: want at least 24"},
 		{name: "too few volumes", o: with(func(o *scaleOptions) { o.volumes = 200 }), err: "--volumes=200: want at least 210"},
 		{name: "fewer pods than volumes", o: with(func(o *scaleOptions) { o.pods = 2999 }), err: "--pods=2999"},
@@ -241,8 +244,20 @@ func TestPlanScale(t *testing.T) {
 				vols += w.replicas
 			}
 			pods := vols
+			// The bulk pods go to the general nodes, one Deployment per
+			// node, shares at most one pod apart.
+			placed := map[string]bool{}
+			lo, hi := tc.o.pods, 0
 			for _, w := range p.bulk {
 				pods += w.replicas
+				if !slices.Contains(p.general, w.node) || placed[w.node] {
+					t.Errorf("Deployment %s on node %q: want a general node of its own", w.name, w.node)
+				}
+				placed[w.node] = true
+				lo, hi = min(lo, w.replicas), max(hi, w.replicas)
+			}
+			if len(p.bulk) > 0 && hi-lo > 1 {
+				t.Errorf("bulk shares from %d to %d pods a node: want an even spread", lo, hi)
 			}
 			if len(p.general) != tc.general || len(p.sets) != tc.sets || len(p.bulk) != tc.bulk || vols != tc.setVolumes || p.percent != tc.percent || p.slots != tc.slots {
 				t.Errorf("general %d, sets %d, bulk %d, volumes %d, percent %d, slots %d; want %d, %d, %d, %d, %d, %d",
