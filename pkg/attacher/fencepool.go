@@ -187,13 +187,19 @@ func (p *fencePool) enqueue(j *fenceJob) bool {
 func (p *fencePool) submitNew(j *fenceJob) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, failed := p.failed[j.key]
-	_, succeeded := p.succeeded[j.key]
-	if failed || succeeded || p.pending[j.key] {
+	if p.known(j.key) {
 		return false
 	}
 	p.prune()
 	return p.enqueue(j)
+}
+
+// known reports whether a fence of key is queued or running, or has an
+// outcome waiting for a Detach to report it. Called with mu held.
+func (p *fencePool) known(key fenceKey) bool {
+	_, failed := p.failed[key]
+	_, succeeded := p.succeeded[key]
+	return failed || succeeded || p.pending[key]
 }
 
 // forget drops the outcome of a fence whose detach is over without a

@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -381,4 +382,81 @@ func TestFencesGiveWayToWaitingAttaches(t *testing.T) {
 	}
 	waiting.Store(false)
 	expectFenced("vol-5")
+}
+
+// Two VolumeAttachments of one volume on one node (a deleted one and the
+// one that replaced it, synced by different workers; run with -race) race
+// through the pool: one hands the fence over ahead of the sync
+// (Handler.detachAhead: submitNew, then forget once the record shows it),
+// the other detaches (submit). The pool never runs two fences of the volume
+// on the node at once, every fence handed over is run, and once everything
+// has been reported nothing of it is left queued or running.
+func TestFencePoolRacingHandOversOfOneVolume(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := fenceKey{volumeID: "vol-1", nodeID: "node-1-id"}
+	var running, most, fences atomic.Int32
+	p := newFencePool(4, time.Second, func(_ context.Context, j *fenceJob) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		fences.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		// The RPC takes a while: long enough for the other workers to
+		// be handed another fence of the volume if the pool let them.
+		time.Sleep(200 * time.Microsecond)
+		if fences.Load()%2 == 0 {
+			return fmt.Errorf("the driver refused")
+		}
+		return nil
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(ctx)
+	}()
+	job := func(va string) *fenceJob {
+		return &fenceJob{key: key, va: detachingVA(va, "pv1", "node-1"), nodeName: "node-1", reason: "test", logger: klog.Background()}
+	}
+	var handedOver atomic.Int32
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			va := fmt.Sprintf("va-%d", w%2)
+			for i := range 300 {
+				switch (w + i) % 3 {
+				case 0:
+					if p.submitNew(job(va)) {
+						handedOver.Add(1)
+					}
+				case 1:
+					_ = p.submit(job(va))
+				default:
+					p.forget(key)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The fences queued last run to their end.
+	if err := wait.PollUntilContextCancel(ctx, time.Millisecond, true, func(context.Context) (bool, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.pending[key], nil
+	}); err != nil {
+		t.Fatalf("a fence of %v still queued or running: %v", key, err)
+	}
+	cancel()
+	<-done
+	if m := most.Load(); m > 1 {
+		t.Errorf("%d fences of one volume on one node ran at once", m)
+	}
+	if f, h := fences.Load(), handedOver.Load(); f < h || h == 0 {
+		t.Errorf("%d fences ran, %d handed over: want every fence handed over run, and some handed over", f, h)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pendingVAs) > 0 {
+		t.Errorf("VolumeAttachments still said to be fencing: %v", p.pendingVAs)
+	}
 }
