@@ -123,66 +123,41 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 		return err
 	}
 	mode := sidecar.AttacherModeFrom(env.pluginCaps, env.controllerCaps)
-	access := sidecar.Access{}
-	machine := false
+	// One preflight of the RBAC for every feature; a feature the flags
+	// enable that lacks a rule is left out with a warning and an Event,
+	// and the others run. Said at start, by a standby too.
+	var startChecks []sidecar.FeatureCheck
 	if mode.CSIHandler {
-		served, err := sidecar.FencingRequestsServed(env.client.Discovery())
-		if err != nil {
+		if _, startChecks, err = preflight(ctx, env, failoverOpts, fg, nil); err != nil {
 			return err
 		}
-		// One preflight of the RBAC for every feature; a feature the
-		// flags enable that lacks a rule is left out with a warning and
-		// an Event, and the others run.
-		stormGuardNamespace := sidecar.StormGuardNamespace(failoverOpts.StormGuardNamespace)
-		wanted := sidecar.WantedFeatures(fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)), failoverOpts)
-		var checks []sidecar.FeatureCheck
-		access, checks = sidecar.Preflight(ctx, env.client, stormGuardNamespace, served, wanted)
-		access.Report(klog.FromContext(ctx), served)
-		var events record.EventRecorder
-		if access.Events {
-			events = sidecar.NewStartupRecorder(ctx, env.client, env.driverName)
-		}
-		sidecar.ReportFeatures(klog.FromContext(ctx), events, access, env.driverName, checks)
-		machine = sidecar.FeatureRuns(checks, sidecar.FeatureMachineFencing)
 	}
 	// One informer factory for the controller role: the attacher and the
 	// failover watch and cache each kind once.
 	factory := sidecar.NewInformerFactory(env.client, opts.Resync)
 	health := sidecar.NewSyncHealth()
 	health.Install(env.mux)
-	// The attacher's Events have a client of their own (same limits).
-	attacherEvents, err := kubernetes.NewForConfig(env.restConfig)
-	if err != nil {
-		return err
-	}
-	runAttacher, err := sidecar.NewAttacher(ctx, sidecar.AttacherDeps{
-		Informers:   factory,
-		DriverName:  env.driverName,
-		Mode:        mode,
-		Options:     opts,
-		Client:      env.client,
-		EventClient: attacherEvents,
-		Dynamic:     env.dynamic,
-		CSI:         sidecar.NewCSIClients(env.conn, opts.MaxEntries),
-		Access:      access,
-		Health:      health,
-	})
-	if err != nil {
-		return err
-	}
-	run := runAttacher
-	if access.Failover {
-		power := access.Power && sidecar.FenceAgentConfigsServed(ctx, env.client.Discovery())
-		runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory, power, machine)
+	// Built when this replica leads, on the permissions granted then: a
+	// standby started before its roles were bound (or a rolling update
+	// that adds a feature's roles beside it) runs the features granted by
+	// the time it takes over, not those of its start. Its informers only
+	// start then anyway.
+	run := func(ctx context.Context) {
+		access := sidecar.Access{}
+		var checks []sidecar.FeatureCheck
+		var err error
+		if mode.CSIHandler {
+			if access, checks, err = preflight(ctx, env, failoverOpts, fg, startChecks); err != nil {
+				klog.FromContext(ctx).Error(err, "Checking the permissions of the controller role")
+				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+			}
+		}
+		lead, err := buildController(ctx, env, mode, opts, failoverOpts, fg, factory, health, access, checks)
 		if err != nil {
-			return err
+			klog.FromContext(ctx).Error(err, "Starting the controller role")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		}
-		run = func(ctx context.Context) {
-			var wg sync.WaitGroup
-			wg.Go(func() { runFailover(ctx) })
-			runAttacher(ctx)
-			wg.Wait()
-		}
+		lead(ctx)
 	}
 
 	// Released on exit unless --feature-gates=ReleaseLeaderElectionOnExit=false
@@ -209,6 +184,75 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	leaderelection.RunWithLeaderElection(leaderCtx, env.restConfig, standardflags.Configuration, run,
 		contract.AttacherLeaseName(env.driverName), env.mux, releaseOnExit)
 	return nil
+}
+
+// preflight checks which features of the controller role the
+// ServiceAccount's RBAC lets run (sidecar.Preflight), and reports it: once
+// at start (said is nil), and again when this replica leads if that
+// changed since (said are the start's checks).
+func preflight(ctx context.Context, env *controllerEnv, failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, said []sidecar.FeatureCheck) (sidecar.Access, []sidecar.FeatureCheck, error) {
+	served, err := sidecar.FencingRequestsServed(env.client.Discovery())
+	if err != nil {
+		return sidecar.Access{}, nil, err
+	}
+	stormGuardNamespace := sidecar.StormGuardNamespace(failoverOpts.StormGuardNamespace)
+	wanted := sidecar.WantedFeatures(fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)), failoverOpts)
+	access, checks := sidecar.Preflight(ctx, env.client, stormGuardNamespace, served, wanted)
+	if said != nil && !sidecar.FeaturesChanged(said, checks) {
+		return access, checks, nil
+	}
+	logger := klog.FromContext(ctx)
+	if said != nil {
+		logger.Info("The permissions of the controller role changed while it waited to lead: it runs with those granted now")
+	}
+	access.Report(logger, served)
+	var events record.EventRecorder
+	if access.Events {
+		events = sidecar.NewStartupRecorder(ctx, env.client, env.driverName)
+	}
+	sidecar.ReportFeatures(logger, events, access, env.driverName, checks)
+	return access, checks, nil
+}
+
+// buildController builds the attacher and, when access allows it, the
+// failover (with the machine backend when checks say it runs), on
+// factory's informers, and returns what runs them.
+func buildController(ctx context.Context, env *controllerEnv, mode sidecar.AttacherMode, opts *sidecar.Options, failoverOpts *sidecar.FailoverOptions,
+	fg featuregate.FeatureGate, factory informers.SharedInformerFactory, health *sidecar.SyncHealth, access sidecar.Access, checks []sidecar.FeatureCheck) (func(context.Context), error) {
+	// The attacher's Events have a client of their own (same limits).
+	attacherEvents, err := kubernetes.NewForConfig(env.restConfig)
+	if err != nil {
+		return nil, err
+	}
+	runAttacher, err := sidecar.NewAttacher(ctx, sidecar.AttacherDeps{
+		Informers:   factory,
+		DriverName:  env.driverName,
+		Mode:        mode,
+		Options:     opts,
+		Client:      env.client,
+		EventClient: attacherEvents,
+		Dynamic:     env.dynamic,
+		CSI:         sidecar.NewCSIClients(env.conn, opts.MaxEntries),
+		Access:      access,
+		Health:      health,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !access.Failover {
+		return runAttacher, nil
+	}
+	power := access.Power && sidecar.FenceAgentConfigsServed(ctx, env.client.Discovery())
+	runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory, power, sidecar.FeatureRuns(checks, sidecar.FeatureMachineFencing))
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Go(func() { runFailover(ctx) })
+		runAttacher(ctx)
+		wg.Wait()
+	}, nil
 }
 
 // newFailover builds the failover controller on API clients of its own,

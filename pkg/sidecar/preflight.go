@@ -169,6 +169,14 @@ func FeatureRuns(checks []FeatureCheck, feature string) bool {
 	return false
 }
 
+// FeaturesChanged reports whether two preflights differ in what they
+// report: a feature's state, what it lacks or what it needs.
+func FeaturesChanged(before, after []FeatureCheck) bool {
+	return !slices.EqualFunc(before, after, func(a, b FeatureCheck) bool {
+		return a.Feature == b.Feature && a.state() == b.state() && slices.Equal(a.Missing, b.Missing) && a.Needs == b.Needs
+	})
+}
+
 // state is a check's one-word state for the start-up summary.
 func (c FeatureCheck) state() string {
 	switch {

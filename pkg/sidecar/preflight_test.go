@@ -218,3 +218,41 @@ func TestPreflightIncompleteReview(t *testing.T) {
 		}
 	}
 }
+
+// A replica checks its permissions again when it leads, and says so only
+// when they changed since its start: a feature's state, or what it lacks.
+func TestFeaturesChanged(t *testing.T) {
+	ns := DefaultStormGuardNamespace
+	detach := rulesIn(t, deployDir+"base/rbac-attacher.yaml", ns)
+	failover := rulesIn(t, deployDir+"failover/rbac.yaml", ns)
+	gate := Wanted{Failover: true}
+	checksOf := func(rules []rbacv1.PolicyRule, w Wanted) []FeatureCheck {
+		_, ctx := ktesting.NewTestContext(t)
+		client := fake.NewSimpleClientset()
+		client.PrependReactor("create", "selfsubjectrulesreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			r := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectRulesReview)
+			r.Status = reviewStatus(rules)
+			return true, r, nil
+		})
+		_, checks := Preflight(ctx, client, ns, true, w)
+		return checks
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after []FeatureCheck
+		changed       bool
+	}{
+		{name: "the same roles", before: checksOf(concat(detach, failover), gate), after: checksOf(concat(detach, failover), gate)},
+		{name: "the same lack", before: checksOf(detach, gate), after: checksOf(detach, gate)},
+		{name: "the failover's roles bound meanwhile", before: checksOf(detach, gate), after: checksOf(concat(detach, failover), gate), changed: true},
+		{name: "the failover's roles taken away meanwhile", before: checksOf(concat(detach, failover), gate), after: checksOf(detach, gate), changed: true},
+		{name: "one more rule missing, the state the same", before: checksOf(concat(detach, without(failover, "patch", "", "nodes/status")), gate),
+			after: checksOf(concat(detach, without(without(failover, "patch", "", "nodes/status"), "delete", "", "pods")), gate), changed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FeaturesChanged(tc.before, tc.after); got != tc.changed {
+				t.Errorf("FeaturesChanged: %v, want %v", got, tc.changed)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
@@ -520,5 +522,86 @@ func installMachineAPI(ctx context.Context, t *testing.T) {
 		return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "machines" }), nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A standby started before the failover's roles were bound to its
+// ServiceAccount runs the failover once it leads: a replica checks its
+// permissions again when it takes over, and runs the features granted
+// then, not those of its start (a rolling update that adds a feature's
+// roles beside the new pods, or roles applied after the Deployment).
+func TestStandbyRunsTheFeaturesGrantedWhenItLeads(t *testing.T) {
+	ctx := context.Background()
+	const sa = "rbf-late"
+	kubeconfig := grantOnly(ctx, t, sa, nil, fencedDetachRoles)
+	standby, addr, err := product.StartStandbyAttacher(ctx, "--kubeconfig="+kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if product.Attacher != standby {
+			standby.Stop(10 * time.Second)
+		}
+		if err := product.RestartAttacher(context.Background()); err != nil {
+			t.Errorf("restarting csi-fence-attacher with deploy/'s RBAC for the next tests: %v", err)
+		}
+	})
+	output := func() string {
+		b, err := standby.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	summaries := func() []string {
+		var out []string
+		for _, l := range strings.Split(output(), "\n") {
+			if strings.Contains(l, "Features of the controller role") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if err := framework.WaitFor(ctx, 60*time.Second, "the standby's start-up summary of its features", func(context.Context) (bool, error) {
+		return len(summaries()) > 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s := summaries()[0]; !strings.Contains(s, sidecar.FeatureFailover+`="off: missing permissions"`) {
+		t.Fatalf("the standby's start-up summary: %s; want the failover off for missing permissions", s)
+	}
+
+	// The failover's roles are bound while it waits for the Lease: once
+	// the authorizer grants them, the leader terminates.
+	grantOnly(ctx, t, sa, nil, failoverRoles)
+	if err := framework.WaitFor(ctx, 30*time.Second, "the failover's Lease rule granted to "+sa, func(ctx context.Context) (bool, error) {
+		r, err := cluster.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: productServiceAccounts + sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: nodeFencingNamespace, Verb: "update", Group: "coordination.k8s.io", Resource: "leases"},
+		}}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	product.Attacher.Stop(30 * time.Second)
+	product.Attacher, product.AttacherHTTP = standby, addr
+
+	// It leads, and its failover runs: it holds the node-fencing Lease.
+	holder := standby.Name + "_" + contract.SanitizeDriverName(product.Driver.Name)
+	if err := framework.WaitFor(ctx, 60*time.Second, "the standby's failover holding the node-fencing Lease", func(ctx context.Context) (bool, error) {
+		l, err := cluster.Client.CoordinationV1().Leases(nodeFencingNamespace).Get(ctx, failover.NodeFencingLeaseName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder, nil
+	}); err != nil {
+		t.Fatalf("%v; the standby said: %q", err, summaries())
+	}
+	s := summaries()
+	if len(s) != 2 || !strings.Contains(s[1], sidecar.FeatureFailover+`="on"`) || !strings.Contains(output(), "changed while it waited to lead") {
+		t.Errorf("want a second summary, with the failover on, said when it led: %q", s)
 	}
 }

@@ -343,15 +343,16 @@ func (d *Driver) startAttacher(ctx context.Context, extra ...string) error {
 // own, its process name (proc.Name), new on each call: leader election
 // (csi-lib-utils) tells replicas apart by hostname, and two processes of one
 // host would both believe they hold the Lease. A standby started earlier may
-// lead by now (a test or trial that terminated the leader before).
-func (d *Driver) StartStandbyAttacher(ctx context.Context) (proc *Process, httpAddr string, err error) {
+// lead by now (a test or trial that terminated the leader before). extra
+// flags come after StartProduct's (the last value of a flag wins).
+func (d *Driver) StartStandbyAttacher(ctx context.Context, extra ...string) (proc *Process, httpAddr string, err error) {
 	d.standbys++
 	name := d.procName("csi-fence-attacher-standby")
 	if d.standbys > 1 {
 		name += "-" + strconv.Itoa(d.standbys)
 	}
 	return d.c.startServer(ctx, name, "unshare", "/metrics", 60*time.Second, func(addr string) []string {
-		return append([]string{"--uts", "sh", "-c", `hostname "$0" && exec "$@"`, name, d.fenceBin}, d.attacherArgs(addr)...)
+		return slices.Concat([]string{"--uts", "sh", "-c", `hostname "$0" && exec "$@"`, name, d.fenceBin}, d.attacherArgs(addr), extra)
 	})
 }
 
