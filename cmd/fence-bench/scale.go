@@ -265,6 +265,9 @@ func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
 	opts := b.opts
 	opts.NodeLeaseDuration, opts.NodeMonitorGracePeriod = 40*time.Second, 40*time.Second
 	opts.ControlPlaneQPS = o.controlPlaneQPS
+	// kwok's default of 4 stages at once left 30,000 pods 27 minutes to
+	// run at 1,000 nodes, and a failed node's new pods Pending behind them.
+	opts.KwokParallelism = 16
 	c, err := framework.Start(ctx, b, opts)
 	if err != nil {
 		return err

@@ -367,7 +367,13 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 
 	logger = logger.WithValues("pv", entry.PersistentVolumeName)
 	ctx = klog.NewContext(ctx, logger)
-	logger.V(2).Info("Cleaning up a volume fenced on this node", "fencedTime", entry.FencedTime)
+	// A fence whose RPC never answered has no fencedTime: logged as
+	// such (klog calls String on the nil pointer otherwise).
+	fenced := "never confirmed"
+	if entry.FencedTime != nil {
+		fenced = entry.FencedTime.String()
+	}
+	logger.V(2).Info("Cleaning up a volume fenced on this node", "fencedTime", fenced)
 	report, err := a.cleanVolume(ctx, fr, entry)
 	if err != nil {
 		cleanups.WithLabelValues(a.opts.DriverName, resultError).Inc()

@@ -77,6 +77,12 @@ type Options struct {
 	// of their defaults of 20 and 50: at 20, the StatefulSet and ReplicaSet
 	// controllers create thirty thousand pods in 25 minutes.
 	ControlPlaneQPS int
+	// KwokParallelism, when set, is how many pod stages, node stages and
+	// Lease renewals kwok plays at once (its default is 4): at 1,000
+	// nodes its Lease renewals (100 a second) and 30,000 pods' stages
+	// queued behind those 4, where each real kubelet would have done its
+	// own at once. The end-to-end tests keep kwok's default.
+	KwokParallelism int
 	// BinDir holds the control-plane binaries; default: $FENCE_E2E_BIN or
 	// what hack/e2e-binaries.sh prints (building them if needed).
 	BinDir string
@@ -261,15 +267,17 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 }
 
 // controlPlaneBinaries are the files hack/e2e-binaries.sh provides.
-// kwokConfiguration is kwok's own configuration: how many stages it plays
-// at once.
-const kwokConfiguration = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+// kwokConfiguration is kwok's own configuration: how many stages and Lease
+// renewals it plays at once (Options.KwokParallelism).
+func kwokConfiguration(parallel int) string {
+	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
-  podPlayStageParallelism: 16
-  nodePlayStageParallelism: 16
-  nodeLeaseParallelism: 16
-`
+  podPlayStageParallelism: %[1]d
+  nodePlayStageParallelism: %[1]d
+  nodeLeaseParallelism: %[1]d
+`, parallel)
+}
 
 var controlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages"}
 
@@ -409,15 +417,13 @@ func (c *Cluster) start(ctx context.Context, opts Options, begin time.Time) erro
 	for _, s := range stages {
 		kwokArgs = append(kwokArgs, "--config="+filepath.Join(c.BinDir, "kwok-stages", s.Name()))
 	}
-	// kwok plays each node's and pod's stages 4 at a time by default: at
-	// 1,000 nodes its Lease renewals (100 a second) and the pods' stages
-	// queued behind those 4 (30,000 pods took 25 minutes to run), where
-	// each real kubelet would have done its own at once.
-	kwokConfig := filepath.Join(c.WorkDir, "kwok.yaml")
-	if err := os.WriteFile(kwokConfig, []byte(kwokConfiguration), 0o644); err != nil {
-		return err
+	if opts.KwokParallelism > 0 {
+		kwokConfig := filepath.Join(c.WorkDir, "kwok.yaml")
+		if err := os.WriteFile(kwokConfig, []byte(kwokConfiguration(opts.KwokParallelism)), 0o644); err != nil {
+			return err
+		}
+		kwokArgs = append(kwokArgs, "--config="+kwokConfig)
 	}
-	kwokArgs = append(kwokArgs, "--config="+kwokConfig)
 	kwokProc, err := c.run(logs, "kwok", bin("kwok"), kwokArgs...)
 	if err != nil {
 		return err
