@@ -58,6 +58,15 @@ func TestManualFencingRequest(t *testing.T) {
 		}
 		return fr.Status.Phase == fencingv1alpha1.PhaseFenced || fr.Status.Phase == fencingv1alpha1.PhaseComplete, nil
 	}); err != nil {
+		// Say what was reached: this wait failed now and then in CI
+		// (after other tests), never alone.
+		bg := context.Background()
+		if fr, ferr := frs.Get(bg, node); ferr == nil {
+			t.Logf("request %s: phase %q, conditions %+v, volumes %+v", node, fr.Status.Phase, fr.Status.Conditions, fr.Status.Volumes)
+		}
+		if n, nerr := cluster.Client.CoreV1().Nodes().Get(bg, node, metav1.GetOptions{}); nerr == nil {
+			t.Logf("node %s: taints %+v, conditions %+v", node, n.Spec.Taints, n.Status.Conditions)
+		}
 		t.Fatal(err)
 	}
 	// The workload on the fenced node can no longer write.
