@@ -221,7 +221,9 @@ type Array struct {
 	dir    string
 	now    func() time.Time
 	noSync bool
-	cache  *cache // shared with the copies WithClock and WithoutSync make
+	// Shared with the copies WithClock and WithoutSync make.
+	cache *cache
+	group *group
 }
 
 // Open returns the array stored in dir, creating dir if needed.
@@ -229,7 +231,7 @@ func Open(dir string) (*Array, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &Array{dir: dir, now: wallClock, cache: &cache{}}, nil
+	return &Array{dir: dir, now: wallClock, cache: &cache{}, group: &group{}}, nil
 }
 
 // wallClock is time.Now without its monotonic reading, which the state file
@@ -261,10 +263,13 @@ func (a *Array) Dir() string { return a.dir }
 func (a *Array) StateFile() string { return filepath.Join(a.dir, "array.json") }
 
 // Update runs fn on the state under an exclusive lock and saves the result
-// atomically, unless fn returns an error. Other processes wait for the lock.
-// fn must not keep s or anything in it: the handle caches what it saved.
+// atomically, unless fn returns an error. Other processes wait for the lock;
+// this process's operations that arrive meanwhile are saved together (see
+// group). fn must not keep s or anything in it: the handle caches what it
+// saved. fn may run more than once (when another operation of its group
+// fails), so it must assign its results, not accumulate them.
 func (a *Array) Update(fn func(*State) error) error {
-	return a.locked(syscall.LOCK_EX, func(s *State) (bool, error) {
+	return a.exclusive(func(s *State) (bool, error) {
 		s.sweep(a.now())
 		if err := fn(s); err != nil {
 			return false, err
@@ -277,7 +282,7 @@ func (a *Array) Update(fn func(*State) error) error {
 // saved even when it returns an error, so a refused request is counted.
 func (a *Array) update(fn func(*State, time.Time) error) error {
 	var opErr error
-	err := a.locked(syscall.LOCK_EX, func(s *State) (bool, error) {
+	err := a.exclusive(func(s *State) (bool, error) {
 		now := a.now()
 		s.sweep(now)
 		opErr = fn(s, now)
@@ -296,7 +301,16 @@ func (a *Array) update(fn func(*State, time.Time) error) error {
 // View runs fn on a copy of the state under a shared lock; changes are not
 // saved, and fn may keep it.
 func (a *Array) View(fn func(*State) error) error {
-	return a.locked(syscall.LOCK_SH, func(s *State) (bool, error) { return false, fn(s) })
+	unlock, err := a.lock(syscall.LOCK_SH)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s, err := a.load(false)
+	if err != nil {
+		return err
+	}
+	return fn(s)
 }
 
 // Snapshot returns a copy of the state.
@@ -309,41 +323,24 @@ func (a *Array) Snapshot() (*State, error) {
 	return out, err
 }
 
-func (a *Array) locked(how int, fn func(*State) (bool, error)) error {
+// lock takes the array's lock, shared or exclusive, on a new open file
+// description: flock(2) locks those, so goroutines of one process exclude
+// each other as processes do.
+func (a *Array) lock(how int) (unlock func(), err error) {
 	lf, err := os.OpenFile(filepath.Join(a.dir, "array.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer lf.Close()
 	if err := flock(lf, how); err != nil {
-		return fmt.Errorf("locking array state: %w", err)
+		lf.Close()
+		return nil, fmt.Errorf("locking array state: %w", err)
 	}
-	// Closing the file releases the lock too; unlock first so that a slow
-	// close does not hold others up.
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) //nolint:errcheck
-
-	// An exclusive holder changes the state: it gets the cached one, and the
-	// cache forgets it, since fn may change it and then save nothing.
-	s, err := a.load(how == syscall.LOCK_EX)
-	if err != nil {
-		return err
-	}
-	save, err := fn(s)
-	if err != nil || !save {
-		return err
-	}
-	out, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := a.store(out); err != nil {
-		return err
-	}
-	// Still under the lock: the file is the one just renamed into place.
-	if f, id, err := openState(a.StateFile()); err == nil {
-		a.cache.keep(f, id, s)
-	}
-	return nil
+	return func() {
+		// Closing the file releases the lock too; unlock first so that a
+		// slow close does not hold others up.
+		syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) //nolint:errcheck
+		lf.Close()
+	}, nil
 }
 
 // flock retries on EINTR, which a signal to the process can cause.
@@ -416,7 +413,7 @@ func (a *Array) read() (*State, *os.File, fileID, error) {
 
 // store replaces the state file atomically: readers see the old or the new
 // state, never a torn one, whatever happens to this process.
-func (a *Array) store(b []byte) error {
+func (a *Array) store(b []byte, sync bool) error {
 	tmp := a.StateFile() + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -426,7 +423,7 @@ func (a *Array) store(b []byte) error {
 		f.Close()
 		return err
 	}
-	if !a.noSync {
+	if sync {
 		if err := f.Sync(); err != nil {
 			f.Close()
 			return err

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -472,6 +474,29 @@ func BenchmarkUpdate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkUpdateParallel measures Updates of the big state by ten
+// goroutines sharing a handle, as the controller instance serves the
+// failover's ten fences at once: the group saves those waiting together.
+func BenchmarkUpdateParallel(b *testing.B) {
+	a := openBig(b).WithoutSync()
+	b.SetParallelism((10 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		n := next.Add(1) % 300
+		id := fmt.Sprintf("pvc-%08d-0000-4000-8000-%012d", n, n)
+		for pb.Next() {
+			if err := a.Update(func(s *State) error {
+				s.Volumes[id].Data++
+				return nil
+			}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // Goroutines of one process exclude each other as processes do: every
