@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -92,5 +94,64 @@ func TestTrimPod(t *testing.T) {
 	wantVols, err2 := podgc.Volumes(orig, claim)
 	if err1 != nil || err2 != nil || !equality.Semantic.DeepEqual(gotVols, wantVols) {
 		t.Errorf("podgc.Volumes of the trimmed pod: %+v, %v; of the pod: %+v, %v", gotVols, err1, wantVols, err2)
+	}
+}
+
+// S9 is decided on cached pods: a trimmed pod gives UnattachedStorage the
+// same answer as the whole one, and storage no attachment fence covers
+// (inline network volumes, a non-CSI PersistentVolume, a CSI one without a
+// VolumeAttachment on the node) is still seen once trimmed.
+func TestTrimmedPodKeepsUnattachedStorage(t *testing.T) {
+	pvs := map[string]*v1.PersistentVolume{
+		"csi-attached": {ObjectMeta: metav1.ObjectMeta{Name: "pv-attached"}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "h1"}}}},
+		"csi-no-va":    {ObjectMeta: metav1.ObjectMeta{Name: "pv-no-va"}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "nfs.csi.k8s.io", VolumeHandle: "h2"}}}},
+		"nfs-pv":       {ObjectMeta: metav1.ObjectMeta{Name: "pv-nfs"}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}}},
+		"local-pv":     {ObjectMeta: metav1.ObjectMeta{Name: "pv-local"}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt"}}}},
+	}
+	pvOf := func(_, claim string) (*v1.PersistentVolume, error) {
+		if pv, ok := pvs[claim]; ok {
+			return pv, nil
+		}
+		return nil, fmt.Errorf("claim %s not found", claim)
+	}
+	covered := func(pv string) bool { return pv == "pv-attached" }
+	nodeLocal := []v1.Volume{
+		{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{}}},
+		{Name: "tmp", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var"}}},
+	}
+	claimVol := func(claim string) v1.Volume {
+		return v1.Volume{Name: claim, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+	}
+	for _, tc := range []struct {
+		name      string
+		vols      []v1.Volume
+		uncovered bool
+	}{
+		{"attached CSI claim and node-local volumes", append([]v1.Volume{claimVol("csi-attached"), claimVol("local-pv")}, nodeLocal...), false},
+		{"inline NFS", append([]v1.Volume{claimVol("csi-attached"), {Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/x"}}}}, nodeLocal...), true},
+		{"inline CSI", append([]v1.Volume{{Name: "inline", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "secrets-store"}}}}, nodeLocal...), true},
+		{"inline iSCSI", []v1.Volume{{Name: "lun", VolumeSource: v1.VolumeSource{ISCSI: &v1.ISCSIVolumeSource{TargetPortal: "p", IQN: "i"}}}}, true},
+		{"claim of a non-CSI PersistentVolume", []v1.Volume{claimVol("nfs-pv")}, true},
+		{"claim of a CSI volume without a VolumeAttachment", append([]v1.Volume{claimVol("csi-no-va")}, nodeLocal...), true},
+		{"claim not found", []v1.Volume{claimVol("gone")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+				Spec:   v1.PodSpec{NodeName: "n1", Volumes: tc.vols, Containers: []v1.Container{{Name: "c"}}},
+				Status: v1.PodStatus{Phase: v1.PodRunning}}
+			whole := failover.UnattachedStorage([]*v1.Pod{pod}, pvOf, covered)
+			got, err := trimForCache(pod.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			trimmed := failover.UnattachedStorage([]*v1.Pod{got.(*v1.Pod)}, pvOf, covered)
+			if trimmed != whole {
+				t.Errorf("trimmed pod: %q, whole pod: %q", trimmed, whole)
+			}
+			if (trimmed != "") != tc.uncovered {
+				t.Errorf("UnattachedStorage of the trimmed pod %q, want storage no fence covers: %v", trimmed, tc.uncovered)
+			}
+		})
 	}
 }
