@@ -126,11 +126,15 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	// One preflight of the RBAC for every feature; a feature the flags
 	// enable that lacks a rule is left out with a warning and an Event,
 	// and the others run. Said at start, by a standby too.
-	var startChecks []sidecar.FeatureCheck
+	recorder := sync.OnceValue(func() record.EventRecorder {
+		return sidecar.NewStartupRecorder(ctx, env.client, env.driverName)
+	})
+	var atStart featureReport
 	if mode.CSIHandler {
-		if _, startChecks, err = preflight(ctx, env, failoverOpts, fg, nil); err != nil {
+		if atStart, err = preflight(ctx, env, failoverOpts, fg); err != nil {
 			return err
 		}
+		atStart.say(ctx, env, recorder)
 	}
 	// One informer factory for the controller role: the attacher and the
 	// failover watch and cache each kind once.
@@ -142,24 +146,7 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	// that adds a feature's roles beside it) runs the features granted by
 	// the time it takes over, not those of its start. Its informers only
 	// start then anyway.
-	run := func(ctx context.Context) {
-		access := sidecar.Access{}
-		var checks []sidecar.FeatureCheck
-		var err error
-		if mode.CSIHandler {
-			if access, checks, err = preflight(ctx, env, failoverOpts, fg, startChecks); err != nil {
-				klog.FromContext(ctx).Error(err, "Checking the permissions of the controller role")
-				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-			}
-		}
-		lead, err := buildController(ctx, env, mode, opts, failoverOpts, fg, factory, health, access, checks)
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "Starting the controller role")
-			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-		}
-		lead(ctx)
-	}
-
+	//
 	// Released on exit unless --feature-gates=ReleaseLeaderElectionOnExit=false
 	// (our default, not external-attacher's: sidecar.NewFeatureGate). The
 	// signal stops the workers (the attacher's and the failover's, whose
@@ -167,6 +154,40 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	// once they have returned, so that the next leader starts at once and
 	// never beside a worker of this one.
 	releaseOnExit := fg.Enabled(features.ReleaseLeaderElectionOnExit)
+	// A replica that leads but cannot start exits. With the Lease released
+	// on exit, run returns: that releases the Lease (releaseOnTerm), and
+	// csi-lib-utils exits 1, as whenever leading ends, so that a standby
+	// need not wait the Lease out. Without leader election, run returns
+	// and so does runController, with the error.
+	var startErr error
+	failed := func(ctx context.Context, err error, msg string) {
+		klog.FromContext(ctx).Error(err, msg)
+		startErr = fmt.Errorf("%s: %w", msg, err)
+		if !releaseOnExit {
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+	}
+	run := func(ctx context.Context) {
+		var now featureReport
+		if mode.CSIHandler {
+			var err error
+			if now, err = preflight(ctx, env, failoverOpts, fg); err != nil {
+				failed(ctx, err, "Checking the permissions of the controller role")
+				return
+			}
+			if sidecar.FeaturesChanged(atStart.checks, now.checks) {
+				klog.FromContext(ctx).Info("The permissions of the controller role changed while it waited to lead: it runs with those granted now")
+				now.say(ctx, env, recorder)
+			}
+		}
+		lead, err := buildController(ctx, env, mode, opts, failoverOpts, fg, factory, health, now.access, now.checks)
+		if err != nil {
+			failed(ctx, err, "Starting the controller role")
+			return
+		}
+		lead(ctx)
+	}
+
 	leaderCtx := ctx
 	if releaseOnExit {
 		term, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
@@ -183,35 +204,40 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	// throttled one).
 	leaderelection.RunWithLeaderElection(leaderCtx, env.restConfig, standardflags.Configuration, run,
 		contract.AttacherLeaseName(env.driverName), env.mux, releaseOnExit)
-	return nil
+	return startErr
 }
 
 // preflight checks which features of the controller role the
-// ServiceAccount's RBAC lets run (sidecar.Preflight), and reports it: once
-// at start (said is nil), and again when this replica leads if that
-// changed since (said are the start's checks).
-func preflight(ctx context.Context, env *controllerEnv, failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, said []sidecar.FeatureCheck) (sidecar.Access, []sidecar.FeatureCheck, error) {
+// ServiceAccount's RBAC lets run (sidecar.Preflight).
+func preflight(ctx context.Context, env *controllerEnv, failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate) (featureReport, error) {
 	served, err := sidecar.FencingRequestsServed(env.client.Discovery())
 	if err != nil {
-		return sidecar.Access{}, nil, err
+		return featureReport{}, err
 	}
 	stormGuardNamespace := sidecar.StormGuardNamespace(failoverOpts.StormGuardNamespace)
 	wanted := sidecar.WantedFeatures(fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)), failoverOpts)
 	access, checks := sidecar.Preflight(ctx, env.client, stormGuardNamespace, served, wanted)
-	if said != nil && !sidecar.FeaturesChanged(said, checks) {
-		return access, checks, nil
-	}
+	return featureReport{access: access, checks: checks, served: served}, nil
+}
+
+// featureReport is what a preflight found.
+type featureReport struct {
+	access sidecar.Access
+	checks []sidecar.FeatureCheck
+	served bool
+}
+
+// say logs the report, and records a Warning Event on the CSIDriver for
+// each feature left out when the role may create Events. The recorder is
+// made once, on the first report that needs it, and lives with ctx.
+func (r featureReport) say(ctx context.Context, env *controllerEnv, recorder func() record.EventRecorder) {
 	logger := klog.FromContext(ctx)
-	if said != nil {
-		logger.Info("The permissions of the controller role changed while it waited to lead: it runs with those granted now")
-	}
-	access.Report(logger, served)
+	r.access.Report(logger, r.served)
 	var events record.EventRecorder
-	if access.Events {
-		events = sidecar.NewStartupRecorder(ctx, env.client, env.driverName)
+	if r.access.Events {
+		events = recorder()
 	}
-	sidecar.ReportFeatures(logger, events, access, env.driverName, checks)
-	return access, checks, nil
+	sidecar.ReportFeatures(logger, events, r.access, env.driverName, r.checks)
 }
 
 // buildController builds the attacher and, when access allows it, the

@@ -28,10 +28,15 @@ func TestReleaseOnTerm(t *testing.T) {
 		termBeforeLead bool
 		// loseLease ends the leader's context instead of terminating.
 		loseLease bool
-		wantRun   bool
+		// failsToStart: run returns at once, as runController's does when
+		// the controller cannot be built; the Lease must be released all
+		// the same, for a standby to take over at once.
+		failsToStart bool
+		wantRun      bool
 	}{
 		{name: "leader terminated", wantRun: true},
 		{name: "leader loses the Lease", loseLease: true, wantRun: true},
+		{name: "leader fails to start", failsToStart: true, wantRun: true},
 		{name: "terminated while taking the Lease", termBeforeLead: true},
 	}
 	for _, tc := range tests {
@@ -46,6 +51,9 @@ func TestReleaseOnTerm(t *testing.T) {
 			run := func(ctx context.Context) {
 				ran = true
 				close(running)
+				if tc.failsToStart {
+					return
+				}
 				<-ctx.Done()
 				// The workers still run: the Lease must still be held.
 				if electionCtx.Err() != nil {
@@ -66,12 +74,13 @@ func TestReleaseOnTerm(t *testing.T) {
 			}()
 			if tc.wantRun {
 				<-running
-				if electionCtx.Err() != nil {
+				switch {
+				case tc.failsToStart:
+				case electionCtx.Err() != nil:
 					t.Fatal("the election ended while leading")
-				}
-				if tc.loseLease {
+				case tc.loseLease:
 					lose()
-				} else {
+				default:
 					terminate()
 				}
 			}
