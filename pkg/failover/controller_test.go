@@ -555,6 +555,82 @@ func TestManualFencingRequestFencesReadyNode(t *testing.T) {
 	}
 }
 
+// An admin's request on a Ready node reaches Fenced even when the node
+// agent, alive there, cleans the fenced volume up before the controller reads
+// the record back after the fence (CI saw it take 19 ms): the volume was
+// fenced under this request, and nothing is published to the quarantined
+// node since, so the cleanup does not make it reachable again. Until then a
+// request so raced stayed Fencing for good.
+func TestManualRequestFencedWhenCleanedBeforeTheReadBack(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionTrue, false), true)
+	_, ctx := ktesting.NewTestContext(t)
+	cleaned := false
+	e.dyn.PrependReactor("get", "fencingrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if cleaned || e.csi.fenced("h1") == 0 {
+			return false, nil, nil
+		}
+		// The node agent's cleanup lands right after the fence's outcome.
+		obj, err := e.dyn.Tracker().Get(fencingv1alpha1.Resource, "", "n1")
+		if err != nil {
+			return false, nil, nil
+		}
+		fr, err := fencingv1alpha1.FromUnstructured(obj)
+		if err != nil {
+			return true, nil, err
+		}
+		v := fencerecord.Find(fr, driver, "h1")
+		if v == nil || v.FencedTime == nil {
+			return false, nil, nil // the outcome is not written yet
+		}
+		v.CleanedTime = ptr.To(metav1.Now())
+		u, err := fencingv1alpha1.ToUnstructured(fr)
+		if err != nil {
+			return true, nil, err
+		}
+		cleaned = true
+		return false, nil, e.dyn.Tracker().Update(fencingv1alpha1.Resource, u, "")
+	})
+	if _, err := e.fr.Create(ctx, &fencingv1alpha1.FencingRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec:       fencingv1alpha1.FencingRequestSpec{NodeName: "n1", Origin: fencingv1alpha1.OriginManual, Reason: "maintenance"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitUntil(ctx, func() bool { fr, err := e.c.frs.Get("n1"); return err == nil && fr != nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The pass that fences, and the next ones, as the informers bring the
+	// cleanup: the request must end Fenced, the volume fenced once.
+	for i := 0; i < 3; i++ {
+		if err := e.sync(t); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitUntil(ctx, func() bool {
+			fr, err := e.c.frs.Get("n1")
+			if err != nil || fr == nil {
+				return false
+			}
+			v := fencerecord.Find(fr, driver, "h1")
+			return v != nil && v.CleanedTime != nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !cleaned {
+		t.Fatal("the cleanup was never raced in: the test proves nothing")
+	}
+	fr, err := e.fr.Get(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fr.Status.Phase != fencingv1alpha1.PhaseFenced {
+		t.Errorf("phase %q, want %q (conditions %+v)", fr.Status.Phase, fencingv1alpha1.PhaseFenced, fr.Status.Conditions)
+	}
+	if n := e.csi.fenced("h1"); n != 1 {
+		t.Errorf("fenced %d times, want once", n)
+	}
+}
+
 // Only an unreachable node (Ready Unknown: its kubelet stopped reporting) is
 // triaged; a kubelet that reports its node not Ready itself, as a node
 // registering does, is alive.

@@ -213,8 +213,8 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 		}
 		// Fenced once under this request is done, even once cleaned up: a
 		// node the admin keeps fenced must not be fenced again after each
-		// cleanup. A completed request starts over.
-		if e := fencerecord.Find(fr, c.opts.DriverName, handle); e != nil && e.FencedTime != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete {
+		// cleanup.
+		if fencerecord.FencedUnderRequest(fr, c.opts.DriverName, handle) {
 			continue
 		}
 		nodeID, err := c.nodeID(va, node.Name)
@@ -343,8 +343,11 @@ func wholeNodeFenced(fr *fencingv1alpha1.FencingRequest, vas []*storagev1.Volume
 		if va.Spec.Source.PersistentVolumeName == nil {
 			return false
 		}
+		// Cleaned up since its fence or not: the node is quarantined
+		// (its callers quarantine it first), so the volume is not
+		// published to it again (fencerecord.FencedUnderRequest).
 		d, h := pvHandle(*va.Spec.Source.PersistentVolumeName)
-		if d == "" || !fencerecord.IsFenced(fr, d, h) {
+		if d == "" || !fencerecord.FencedUnderRequest(fr, d, h) {
 			return false
 		}
 	}
@@ -373,7 +376,7 @@ func (c *Controller) unattachedStorage(node string, vas []*storagev1.VolumeAttac
 			return true
 		}
 		d, h := c.pvHandle(pv)
-		return fr != nil && d != "" && fencerecord.IsFenced(fr, d, h)
+		return d != "" && fencerecord.FencedUnderRequest(fr, d, h)
 	})
 }
 

@@ -144,6 +144,17 @@ func IsFenced(fr *fencingv1alpha1.FencingRequest, driver, volumeHandle string) b
 	return v != nil && v.FencedTime != nil && v.CleanedTime == nil
 }
 
+// FencedUnderRequest reports whether the driver confirmed the fence of the
+// volume on fr's node under this request, whether the node agent has cleaned
+// it up since or not: nothing is published to a node while it is
+// quarantined (S2), so a volume fenced there stays out of its reach after
+// the cleanup, and is not fenced again. A completed request (the node
+// released, its quarantine lifted) starts over. fr may be nil.
+func FencedUnderRequest(fr *fencingv1alpha1.FencingRequest, driver, volumeHandle string) bool {
+	v := Find(fr, driver, volumeHandle)
+	return v != nil && v.FencedTime != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
+}
+
 // Pending reports whether any entry of fr is not cleaned up: the node must
 // stay quarantined and the request must stay (its finalizer).
 func Pending(fr *fencingv1alpha1.FencingRequest) bool {

@@ -72,6 +72,31 @@ func TestMayBeQuarantined(t *testing.T) {
 	}
 }
 
+func TestFencedUnderRequest(t *testing.T) {
+	cleaned := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanedTime: &t0}
+	tests := []struct {
+		name string
+		fr   *fencingv1alpha1.FencingRequest
+		want bool
+	}{
+		{"no FencingRequest", nil, false},
+		{"no entry", fr("n", fencingv1alpha1.OriginManual, fencingv1alpha1.PhaseFencing), false},
+		{"fence intended, not confirmed", fr("n", "", fencingv1alpha1.PhaseFencing, fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", StartedTime: &t0}), false},
+		{"fence refused", fr("n", "", fencingv1alpha1.PhaseFencing, fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FenceError: "refused"}), false},
+		{"fenced", fr("n", "", fencingv1alpha1.PhaseFencing, fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}), true},
+		{"fenced, then cleaned on the quarantined node", fr("n", "", fencingv1alpha1.PhaseFenced, cleaned), true},
+		{"fenced, cleaned, request complete: starts over", fr("n", "", fencingv1alpha1.PhaseComplete, cleaned), false},
+		{"other driver", fr("n", "", fencingv1alpha1.PhaseFenced, fencingv1alpha1.FencedVolume{Driver: "other.csi", VolumeHandle: "v1", FencedTime: &t0}), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FencedUnderRequest(tc.fr, drv, "v1"); got != tc.want {
+				t.Errorf("FencedUnderRequest = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestRecordFenced(t *testing.T) {
 	vol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", PersistentVolumeName: "pv1", NodeID: "id-1"}
 	tests := []struct {
