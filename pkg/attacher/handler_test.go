@@ -2,6 +2,7 @@ package attacher
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -418,6 +419,53 @@ func TestDetachAhead(t *testing.T) {
 			throughSync := after.Status.DetachError != nil || queue.NumRequeues("va1") != 0
 			if fencing && throughSync == tc.ahead {
 				t.Errorf("taken before the sync: %v, want %v (detachError %v, requeues %d)", !throughSync, tc.ahead, after.Status.DetachError, queue.NumRequeues("va1"))
+			}
+		})
+	}
+}
+
+// kill -9 between detachAhead's live reads and its one write: the finalizer
+// patch of a detach whose fence the record shows confirmed, crashed before
+// it reached the API or right after. The next process, with nothing but
+// what the API says, finishes the detach without a call to the driver (the
+// fence is recorded, S8), and the finalizer goes exactly once.
+func TestDetachAheadKilledAtTheFinalizer(t *testing.T) {
+	notReady := readyStatus(v1.ConditionFalse)
+	fencedFR := fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFenced, fencedEntry("vol-1"))
+	removesFinalizer := patches(`"remove"`, `"/metadata/finalizers"`)
+	for _, applied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("patch applied %v", applied), func(t *testing.T) {
+			crashed := newEnv(t, envConfig{objects: objs(node("node-1", notReady)), frs: []*fencingv1alpha1.FencingRequest{fencedFR}})
+			crashed.crashAt(removesFinalizer, applied)
+			h, _ := crashed.handler()
+			if !crashed.syncFromCache(h) {
+				t.Fatalf("the sync made no finalizer patch to crash at: the driver received %q", crashed.sentInOrder())
+			}
+
+			e := newEnv(t, envConfig{restart: crashed})
+			removals := 0
+			e.client.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if removesFinalizer(a.(clienttesting.PatchAction)) {
+					removals++
+				}
+				return false, nil, nil
+			})
+			h, _ = e.handler()
+			if e.syncFromCache(h) {
+				t.Fatal("crashed again")
+			}
+			va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(va.Finalizers, fin) {
+				t.Errorf("the finalizer is still there after the restart: %v", va.Finalizers)
+			}
+			if want := map[bool]int{false: 1, true: 0}[applied]; removals != want {
+				t.Errorf("the restarted process removed the finalizer %d times, want %d", removals, want)
+			}
+			if got := e.sentInOrder(); len(got) != 0 {
+				t.Errorf("the driver received %q, want nothing: the fence is recorded", got)
 			}
 		})
 	}
