@@ -46,52 +46,44 @@ func fr(node string, origin fencingv1alpha1.Origin, phase fencingv1alpha1.Phase,
 	}
 }
 
-func TestMayBeQuarantined(t *testing.T) {
-	fenced := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}
+// What the record says of a volume on its node: may be quarantined there
+// (publish refused, S2/S8), fenced now (what it was used by may be
+// force-deleted), fenced under this request (not fenced again; counts for
+// the whole-node signals while the node stays quarantined).
+func TestVolumePredicates(t *testing.T) {
+	entry := func(mod func(*fencingv1alpha1.FencedVolume)) fencingv1alpha1.FencedVolume {
+		v := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1"}
+		mod(&v)
+		return v
+	}
+	fenced := entry(func(v *fencingv1alpha1.FencedVolume) { v.FencedTime = &t0 })
+	cleaned := entry(func(v *fencingv1alpha1.FencedVolume) { v.FencedTime, v.CleanedTime = &t0, &t0 })
 	tests := []struct {
-		name string
-		fr   *fencingv1alpha1.FencingRequest
-		want bool
+		name                                  string
+		fr                                    *fencingv1alpha1.FencingRequest
+		quarantined, isFenced, fencedUnderReq bool
 	}{
-		{"no FencingRequest", nil, false},
-		{"no entry", fr("n", fencingv1alpha1.OriginManual, fencingv1alpha1.PhaseFencing), false},
-		{"fenced, not cleaned", fr("n", "", "", fenced), true},
-		{"fence refused: may have been applied all the same (S8)", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FenceError: "refused"}), true},
-		{"fence intended, outcome unknown (S8)", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", StartedTime: &t0}), true},
-		{"fenced and cleaned", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanedTime: &t0}), false},
-		{"cleanup failed: still quarantined", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanupError: "busy"}), true},
-		{"same handle, other driver", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: "other.csi", VolumeHandle: "v1", FencedTime: &t0}), false},
-		{"other handle, same driver", fr("n", "", "", fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v2", FencedTime: &t0}), false},
+		{"no FencingRequest", nil, false, false, false},
+		{"no entry", fr("n", fencingv1alpha1.OriginManual, fencingv1alpha1.PhaseFencing), false, false, false},
+		{"fence intended, outcome unknown (S8)", fr("n", "", fencingv1alpha1.PhaseFencing, entry(func(v *fencingv1alpha1.FencedVolume) { v.StartedTime = &t0 })), true, false, false},
+		{"fence refused: may have been applied all the same (S8)", fr("n", "", fencingv1alpha1.PhaseFencing, entry(func(v *fencingv1alpha1.FencedVolume) { v.FenceError = "refused" })), true, false, false},
+		{"fenced, not cleaned", fr("n", "", fencingv1alpha1.PhaseFencing, fenced), true, true, true},
+		{"cleanup failed: still quarantined", fr("n", "", fencingv1alpha1.PhaseFenced, entry(func(v *fencingv1alpha1.FencedVolume) { v.FencedTime, v.CleanupError = &t0, "busy" })), true, true, true},
+		{"fenced, then cleaned on the quarantined node", fr("n", "", fencingv1alpha1.PhaseFenced, cleaned), false, false, true},
+		{"fenced, cleaned, request complete: starts over", fr("n", "", fencingv1alpha1.PhaseComplete, cleaned), false, false, false},
+		{"same handle, other driver", fr("n", "", "", entry(func(v *fencingv1alpha1.FencedVolume) { v.Driver, v.FencedTime = "other.csi", &t0 })), false, false, false},
+		{"other handle, same driver", fr("n", "", "", entry(func(v *fencingv1alpha1.FencedVolume) { v.VolumeHandle, v.FencedTime = "v2", &t0 })), false, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := MayBeQuarantined(tc.fr, drv, "v1"); got != tc.want {
-				t.Errorf("MayBeQuarantined = %v, want %v", got, tc.want)
+			if got := MayBeQuarantined(tc.fr, drv, "v1"); got != tc.quarantined {
+				t.Errorf("MayBeQuarantined = %v, want %v", got, tc.quarantined)
 			}
-		})
-	}
-}
-
-func TestFencedUnderRequest(t *testing.T) {
-	cleaned := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0, CleanedTime: &t0}
-	tests := []struct {
-		name string
-		fr   *fencingv1alpha1.FencingRequest
-		want bool
-	}{
-		{"no FencingRequest", nil, false},
-		{"no entry", fr("n", fencingv1alpha1.OriginManual, fencingv1alpha1.PhaseFencing), false},
-		{"fence intended, not confirmed", fr("n", "", fencingv1alpha1.PhaseFencing, fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", StartedTime: &t0}), false},
-		{"fence refused", fr("n", "", fencingv1alpha1.PhaseFencing, fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FenceError: "refused"}), false},
-		{"fenced", fr("n", "", fencingv1alpha1.PhaseFencing, fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", FencedTime: &t0}), true},
-		{"fenced, then cleaned on the quarantined node", fr("n", "", fencingv1alpha1.PhaseFenced, cleaned), true},
-		{"fenced, cleaned, request complete: starts over", fr("n", "", fencingv1alpha1.PhaseComplete, cleaned), false},
-		{"other driver", fr("n", "", fencingv1alpha1.PhaseFenced, fencingv1alpha1.FencedVolume{Driver: "other.csi", VolumeHandle: "v1", FencedTime: &t0}), false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := FencedUnderRequest(tc.fr, drv, "v1"); got != tc.want {
-				t.Errorf("FencedUnderRequest = %v, want %v", got, tc.want)
+			if got := IsFenced(tc.fr, drv, "v1"); got != tc.isFenced {
+				t.Errorf("IsFenced = %v, want %v", got, tc.isFenced)
+			}
+			if got := FencedUnderRequest(tc.fr, drv, "v1"); got != tc.fencedUnderReq {
+				t.Errorf("FencedUnderRequest = %v, want %v", got, tc.fencedUnderReq)
 			}
 		})
 	}
