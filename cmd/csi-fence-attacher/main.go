@@ -141,12 +141,6 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	factory := sidecar.NewInformerFactory(env.client, opts.Resync)
 	health := sidecar.NewSyncHealth()
 	health.Install(env.mux)
-	// Built when this replica leads, on the permissions granted then: a
-	// standby started before its roles were bound (or a rolling update
-	// that adds a feature's roles beside it) runs the features granted by
-	// the time it takes over, not those of its start. Its informers only
-	// start then anyway.
-	//
 	// Released on exit unless --feature-gates=ReleaseLeaderElectionOnExit=false
 	// (our default, not external-attacher's: sidecar.NewFeatureGate). The
 	// signal stops the workers (the attacher's and the failover's, whose
@@ -167,6 +161,11 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		}
 	}
+	// Built when this replica leads, on the permissions granted then: a
+	// standby started before its roles were bound (or a rolling update
+	// that adds a feature's roles beside it) runs the features granted by
+	// the time it takes over, not those of its start. Its informers only
+	// start then anyway.
 	run := func(ctx context.Context) {
 		var now featureReport
 		if mode.CSIHandler {
