@@ -85,14 +85,9 @@ func (a *Array) exclusive(fn func(*State) (bool, error)) error {
 // saves the state once, if any of them asked to. Every operation's err is
 // set.
 func (a *Array) commit(batch []*groupOp) {
-	setAll := func(err error) {
-		for _, o := range batch {
-			o.err = err
-		}
-	}
 	unlock, err := a.lock(syscall.LOCK_EX)
 	if err != nil {
-		setAll(err)
+		setErr(batch, nil, err)
 		return
 	}
 	defer unlock()
@@ -101,7 +96,7 @@ func (a *Array) commit(batch []*groupOp) {
 	// and may then not be saved.
 	s, err := a.load(true)
 	if err != nil {
-		setAll(err)
+		setErr(batch, nil, err)
 		return
 	}
 	failed := map[*groupOp]bool{}
@@ -132,11 +127,7 @@ func (a *Array) commit(batch []*groupOp) {
 		}
 		// Start again, without the failed operation's changes.
 		if s, err = a.reread(); err != nil {
-			for _, o := range batch {
-				if !failed[o] {
-					o.err = err
-				}
-			}
+			setErr(batch, failed, err)
 			return
 		}
 	}
@@ -147,23 +138,28 @@ func (a *Array) commit(batch []*groupOp) {
 	for _, o := range saved {
 		sync = sync || o.sync
 	}
-	fail := func(err error) {
-		for _, o := range saved {
-			o.err = err
-		}
-	}
 	out, err := json.Marshal(s)
 	if err != nil {
-		fail(err)
+		setErr(saved, nil, err)
 		return
 	}
 	if err := a.store(out, sync); err != nil {
-		fail(err)
+		setErr(saved, nil, err)
 		return
 	}
 	// Still under the lock: the file is the one just renamed into place.
 	if f, id, err := openState(a.StateFile()); err == nil {
 		a.cache.keep(f, id, s)
+	}
+}
+
+// setErr gives err to every operation of ops except those that failed on
+// their own, whose own error stands.
+func setErr(ops []*groupOp, failed map[*groupOp]bool, err error) {
+	for _, o := range ops {
+		if !failed[o] {
+			o.err = err
+		}
 	}
 }
 

@@ -1317,3 +1317,52 @@ func TestNodeBackStopsTheConcurrentFencesNotYetSent(t *testing.T) {
 		}
 	}
 }
+
+// A node whose failover is done, whose agent cleaned every fenced volume in a
+// moment of reach, and that is unreachable again: its passes go through
+// signalIdle, which no longer derives FencingComplete from the record. What
+// keeps the node out of reach of its storage is the quarantine: it stays
+// (nothing is published or scheduled there), FencingComplete stays true
+// beside it, nothing is fenced again, and the record is kept for the node's
+// release once it is Ready.
+func TestCleanedNodeUnreachableAgainStaysQuarantined(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.steps.index("delete db-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+		t.Fatalf("the failover did not finish: steps %v, conditions %+v", e.steps.log, e.node(t, "n1").Status.Conditions)
+	}
+	// The node agent cleans up, as it does on a node back for a moment.
+	fr := e.record(t)
+	now := metav1.Now()
+	for i := range fr.Status.Volumes {
+		fr.Status.Volumes[i].CleanedTime = &now
+	}
+	if _, err := e.fr.UpdateStatus(context.Background(), fr); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	if fencerecord.Pending(e.record(t)) {
+		t.Fatal("the record still has a volume to clean: the test proves nothing")
+	}
+	calls := e.csi.calls
+	for i := 0; i < 2; i++ {
+		if err := e.sync(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := e.node(t, "n1")
+	if podgc.Taint(n, contract.QuarantineTaintKey) == nil {
+		t.Errorf("quarantine lifted from an unreachable node: taints %+v", n.Spec.Taints)
+	}
+	if !podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+		t.Errorf("FencingComplete dropped while the node is still fenced out: %+v", n.Status.Conditions)
+	}
+	if e.csi.calls != calls {
+		t.Errorf("fenced again: %d driver calls after the cleanup", e.csi.calls-calls)
+	}
+	if got := e.record(t); got.DeletionTimestamp != nil || got.Status.Phase == fencingv1alpha1.PhaseComplete {
+		t.Errorf("record released while the node is unreachable: phase %q", got.Status.Phase)
+	}
+}

@@ -266,7 +266,6 @@ func Start(ctx context.Context, log Logger, opts Options) (c *Cluster, err error
 	}
 }
 
-// controlPlaneBinaries are the files hack/e2e-binaries.sh provides.
 // kwokConfiguration is kwok's own configuration: how many stages and Lease
 // renewals it plays at once (Options.KwokParallelism).
 func kwokConfiguration(parallel int) string {
@@ -279,6 +278,7 @@ options:
 `, parallel)
 }
 
+// controlPlaneBinaries are the files hack/e2e-binaries.sh provides.
 var controlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages"}
 
 func checkBinaries(dir string) error {
