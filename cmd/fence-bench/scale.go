@@ -802,7 +802,9 @@ func productWrites(events []framework.AuditEvent, begin, end time.Time) map[stri
 // taint as an operator would the moment the first pod is eligible.
 func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfService bool) (failoverResult, error) {
 	pods := s.o.hotPods
-	r := failoverResult{path: path, pods: pods}
+	r := failoverResult{path: path, pods: pods, node: node}
+	cpu := startCPUSampler(s.c.Running, 250*time.Millisecond)
+	defer cpu.finish()
 	begin := time.Now()
 	if err := s.c.ShutDown(ctx, node); err != nil {
 		return r, err
@@ -861,6 +863,11 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 		err = aerr
 	}
 	r.writes = productWrites(events, begin, last)
+	r.adc = adcNodeWrites(events, node, begin, last)
+	cpu.finish()
+	if w, ok := cpu.over(r.firstEligible(), last); ok {
+		r.cpu = &w
+	}
 	if d, ok := r.span(); ok {
 		s.b.Logf("%s: every pod of %s attached elsewhere, %.2fs from the first eligible", path, node, d.Seconds())
 	}

@@ -266,6 +266,59 @@ type failoverResult struct {
 	// writes are the product's writes (audit log) from the node's failure
 	// to the last attach, by verb and resource ("delete pods").
 	writes map[string]int
+	// node is the node that failed; adc, the attach/detach controller's
+	// writes of its status over the same span.
+	node string
+	adc  nodeStatusWrites
+	// cpu is where the CPU went from the first pod eligible to the last
+	// attached elsewhere (none: not measured).
+	cpu *cpuWindow
+}
+
+// nodeStatusWrites are kube-controller-manager's attach/detach controller's
+// writes of one node's status. Before it detaches a volume, the controller
+// writes the node's status without it, then goes on to the next volume:
+// one write per volume, one after another, and the attaches elsewhere wait
+// for the detach pass to end.
+type nodeStatusWrites struct {
+	first, last time.Time
+	took        []time.Duration // each, from received to answered
+}
+
+// adcUser is the attach/detach controller's ServiceAccount.
+const adcUser = "system:serviceaccount:kube-system:attachdetach-controller"
+
+// adcNodeWrites are the attach/detach controller's successful writes of
+// node's status received from begin to end.
+func adcNodeWrites(events []framework.AuditEvent, node string, begin, end time.Time) nodeStatusWrites {
+	var w nodeStatusWrites
+	for _, e := range events {
+		if e.User != adcUser || e.Resource != "nodes" || e.Subresource != "status" || e.Name != node || e.Code >= 300 ||
+			e.Time.Before(begin) || e.Time.After(end) {
+			continue
+		}
+		if w.first.IsZero() || e.Time.Before(w.first) {
+			w.first = e.Time
+		}
+		if e.Time.After(w.last) {
+			w.last = e.Time
+		}
+		if !e.Answered.IsZero() {
+			w.took = append(w.took, e.Answered.Sub(e.Time))
+		}
+	}
+	return w
+}
+
+// firstEligible is when the first pod became eligible (zero: none did).
+func (r failoverResult) firstEligible() time.Time {
+	var first time.Time
+	for _, m := range r.moves {
+		if !m.eligible.IsZero() && (first.IsZero() || m.eligible.Before(first)) {
+			first = m.eligible
+		}
+	}
+	return first
 }
 
 func (r failoverResult) totalWrites() int {
@@ -314,12 +367,7 @@ func (r failoverResult) span() (d time.Duration, ok bool) {
 // the last one reached it, counted from the first pod eligible (the goal's
 // start); "" if no pod became eligible.
 func stepLine(r failoverResult) string {
-	var first time.Time
-	for _, m := range r.moves {
-		if !m.eligible.IsZero() && (first.IsZero() || m.eligible.Before(first)) {
-			first = m.eligible
-		}
-	}
+	first := r.firstEligible()
 	if first.IsZero() {
 		return ""
 	}
@@ -340,6 +388,18 @@ func stepLine(r failoverResult) string {
 		parts = append(parts, at(name, func(m podMove) time.Time { return m.steps[i] }))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// adcLine says how many status writes of the failed node the attach/detach
+// controller made, when, and how long each took ("" with none).
+func adcLine(r failoverResult) string {
+	first := r.firstEligible()
+	if len(r.adc.took) == 0 || first.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("the attach/detach controller's writes of %s's status (one per volume it detaches, one at a time): %d, from %.2fs to %.2fs after the first eligible, each answered in p50 %dms, p95 %dms, max %dms",
+		r.node, len(r.adc.took), r.adc.first.Sub(first).Seconds(), r.adc.last.Sub(first).Seconds(),
+		timeline.Percentile(r.adc.took, 50).Milliseconds(), timeline.Percentile(r.adc.took, 95).Milliseconds(), slices.Max(r.adc.took).Milliseconds())
 }
 
 // failoverScaleTable is the table of one failed node's pods, per path.
@@ -365,6 +425,18 @@ func failoverScaleTable(hotPods int, clients string, results []failoverResult) s
 	for _, r := range results {
 		if line := stepLine(r); line != "" {
 			fmt.Fprintf(&sb, "%s, from the first eligible (half of the pods/the last): %s\n", r.path, line)
+		}
+	}
+	// What paces the moves: the attach/detach controller's detach pass,
+	// one Node status write per volume, and the machine's two cores.
+	for _, r := range results {
+		if line := adcLine(r); line != "" {
+			fmt.Fprintf(&sb, "%s, %s\n", r.path, line)
+		}
+	}
+	for _, r := range results {
+		if r.cpu != nil {
+			fmt.Fprintf(&sb, "%s, CPU from the first eligible to the last attached: %s\n", r.path, r.cpu.line())
 		}
 	}
 	// Where the writes go: the API client's rate (--kube-api-qps) paces them.

@@ -561,6 +561,14 @@ func (c *Cluster) run(logs, name, bin string, args ...string) (*Process, error) 
 	return p, nil
 }
 
+// Running returns the processes the cluster runs now: its control plane
+// and what was started beside it.
+func (c *Cluster) Running() []*Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.processes)
+}
+
 // StartProcess runs a product process beside the cluster, logging to the
 // cluster's log dir; it is stopped with the cluster.
 func (c *Cluster) StartProcess(name, bin string, args ...string) (*Process, error) {

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+)
+
+// Where a failover's CPU goes. On this machine every process of the cluster
+// shares two cores; the window that matters (the first pod eligible -> the
+// last attached elsewhere) is known only afterwards, so the CPU time of
+// every process is sampled through the failover and the window cut out of
+// the samples.
+
+// cpuSample is one reading of the CPU time used so far.
+type cpuSample struct {
+	at    time.Time
+	ticks map[int]int64  // by PID: utime + stime, in clock ticks
+	group map[int]string // by PID: cpuGroup of its name
+	// busy and all are the machine's ticks from /proc/stat, of every CPU:
+	// busy (user, nice, system, irq, softirq, steal) and all (busy, idle,
+	// iowait).
+	busy, all int64
+}
+
+// cpuSampler samples the cluster's processes and this one until stopped.
+type cpuSampler struct {
+	mu      sync.Mutex
+	samples []cpuSample
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// benchGroup is this process's group: the bench's watches and the
+// simulated kubelets run in it.
+const benchGroup = "fence-bench"
+
+// cpuGroups are the groups in the order the table shows them.
+var cpuGroups = []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler",
+	"csi-fence-attacher", "node agents", "mock drivers", benchGroup, "other"}
+
+// cpuGroup is the group of a process of the cluster, by its name.
+func cpuGroup(name string) string {
+	switch {
+	case slices.Contains([]string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler"}, name):
+		return name
+	case strings.HasPrefix(name, "csi-fence-attacher"):
+		return "csi-fence-attacher"
+	case strings.HasPrefix(name, "node-agent-"):
+		return "node agents"
+	case strings.HasPrefix(name, "mock-"):
+		return "mock drivers"
+	}
+	return "other"
+}
+
+// startCPUSampler samples every interval the CPU time of the processes
+// running returns, of this process and of the machine.
+func startCPUSampler(running func() []*framework.Process, every time.Duration) *cpuSampler {
+	s := &cpuSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			s.take(running())
+			select {
+			case <-s.stop:
+				s.take(running())
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// take reads one sample; a process that ended meanwhile is left out of it.
+func (s *cpuSampler) take(procs []*framework.Process) {
+	cs := cpuSample{at: time.Now(), ticks: map[int]int64{}, group: map[int]string{}}
+	read := func(pid int, group string) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		if t, err := parseProcStat(b); err == nil {
+			cs.ticks[pid], cs.group[pid] = t, group
+		}
+	}
+	for _, p := range procs {
+		if !p.Exited() {
+			read(p.Pid(), cpuGroup(p.Name))
+		}
+	}
+	read(os.Getpid(), benchGroup)
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		cs.busy, cs.all, _ = parseMachineStat(b)
+	}
+	s.mu.Lock()
+	s.samples = append(s.samples, cs)
+	s.mu.Unlock()
+}
+
+// finish stops the sampler after a last sample; again, it does nothing.
+func (s *cpuSampler) finish() {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// parseMachineStat reads the first line of /proc/stat, every CPU's ticks.
+func parseMachineStat(b []byte) (busy, all int64, err error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var v [8]int64 // user nice system idle iowait irq softirq steal
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+	}
+	busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+	return busy, busy + v[3] + v[4], nil
+}
+
+// cpuWindow is the CPU a window used, on a machine of cores.
+type cpuWindow struct {
+	wall  time.Duration
+	cores int
+	// used are core-seconds by group; machine is the machine's busy share
+	// of its cores over the window (0-1).
+	used    map[string]float64
+	machine float64
+}
+
+// over cuts the window from to to out of the samples: from the last sample
+// at or before from to the first at or after to. A process started inside
+// the window counts from zero; one that ended inside it is left out.
+func (s *cpuSampler) over(from, to time.Time) (cpuWindow, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cpuOver(s.samples, from, to, runtime.NumCPU())
+}
+
+func cpuOver(samples []cpuSample, from, to time.Time, cores int) (cpuWindow, bool) {
+	begin, end := -1, -1
+	for i, cs := range samples {
+		if !cs.at.After(from) {
+			begin = i
+		}
+		if end < 0 && !cs.at.Before(to) {
+			end = i
+		}
+	}
+	if begin < 0 || end < 0 || end <= begin {
+		return cpuWindow{}, false
+	}
+	a, b := samples[begin], samples[end]
+	w := cpuWindow{wall: b.at.Sub(a.at), cores: cores, used: map[string]float64{}}
+	for pid, t := range b.ticks {
+		d := t - a.ticks[pid]
+		if a.group[pid] != "" && a.group[pid] != b.group[pid] {
+			d = t // the PID was reused by another process
+		}
+		w.used[b.group[pid]] += float64(d) / clockTicks
+	}
+	if all := b.all - a.all; all > 0 {
+		w.machine = float64(b.busy-a.busy) / float64(all)
+	}
+	return w, true
+}
+
+// line says where the window's CPU went: the machine's busy share, then each
+// group's core-seconds, the largest first.
+func (w cpuWindow) line() string {
+	parts := []string{fmt.Sprintf("%.2fs on %d cores, the machine %.0f%% busy", w.wall.Seconds(), w.cores, 100*w.machine)}
+	groups := slices.Clone(cpuGroups)
+	slices.SortStableFunc(groups, func(a, b string) int {
+		switch {
+		case w.used[a] > w.used[b]:
+			return -1
+		case w.used[a] < w.used[b]:
+			return 1
+		}
+		return 0
+	})
+	total := 0.0
+	for _, g := range groups {
+		total += w.used[g]
+		if w.used[g] >= 0.005 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", g, w.used[g]))
+		}
+	}
+	return fmt.Sprintf("%s (core-seconds; %.2f of %.2f measured by process)", strings.Join(parts, ", "), total, w.wall.Seconds()*float64(w.cores))
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+)
+
+func TestParseMachineStat(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		in        string
+		busy, all int64
+		err       bool
+	}{
+		{name: "a kernel's first line", in: "cpu  100 2 30 500 7 4 5 1 0 0\ncpu0 50 1 15 250 3 2 2 0 0 0\n", busy: 142, all: 649},
+		{name: "not the total", in: "cpu0 1 2 3 4 5 6 7 8\n", err: true},
+		{name: "too few fields", in: "cpu 1 2 3\n", err: true},
+		{name: "not a number", in: "cpu 1 2 x 4 5 6 7 8\n", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			busy, all, err := parseMachineStat([]byte(tc.in))
+			if (err != nil) != tc.err {
+				t.Fatalf("err %v, want an error: %v", err, tc.err)
+			}
+			if !tc.err && (busy != tc.busy || all != tc.all) {
+				t.Errorf("busy %d of %d, want %d of %d", busy, all, tc.busy, tc.all)
+			}
+		})
+	}
+}
+
+func TestCPUOver(t *testing.T) {
+	at := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	s := func(x float64) time.Time { return at.Add(time.Duration(x * float64(time.Second))) }
+	samples := []cpuSample{
+		{at: s(0), ticks: map[int]int64{1: 1000, 2: 50, 3: 7}, group: map[int]string{1: "kube-apiserver", 2: "etcd", 3: "mock drivers"}, busy: 0, all: 0},
+		{at: s(1), ticks: map[int]int64{1: 1100, 2: 60, 3: 9}, group: map[int]string{1: "kube-apiserver", 2: "etcd", 3: "mock drivers"}, busy: 150, all: 200},
+		// PID 3 ended; PID 2 is now another process; PID 4 started.
+		{at: s(3), ticks: map[int]int64{1: 1300, 2: 5, 4: 40}, group: map[int]string{1: "kube-apiserver", 2: "kwok", 4: "csi-fence-attacher"}, busy: 500, all: 600},
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		ok       bool
+		wall     time.Duration
+		used     map[string]float64
+		machine  float64
+	}{
+		{name: "between two samples: the samples around it", from: s(0.5), to: s(2), ok: true, wall: 3 * time.Second,
+			used: map[string]float64{"kube-apiserver": 3, "kwok": 0.05, "csi-fence-attacher": 0.4}, machine: 500.0 / 600},
+		{name: "on samples", from: s(0), to: s(1), ok: true, wall: time.Second,
+			used: map[string]float64{"kube-apiserver": 1, "etcd": 0.1, "mock drivers": 0.02}, machine: 150.0 / 200},
+		{name: "before the first sample", from: s(-1), to: s(1)},
+		{name: "after the last sample", from: s(1), to: s(4)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, ok := cpuOver(samples, tc.from, tc.to, 2)
+			if ok != tc.ok {
+				t.Fatalf("ok %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			if w.wall != tc.wall || w.cores != 2 {
+				t.Errorf("wall %s on %d cores, want %s on 2", w.wall, w.cores, tc.wall)
+			}
+			for g, want := range tc.used {
+				if got := w.used[g]; got < want-1e-9 || got > want+1e-9 {
+					t.Errorf("%s used %.3f core-s, want %.3f", g, got, want)
+				}
+			}
+			for g, got := range w.used {
+				if _, ok := tc.used[g]; !ok && got != 0 {
+					t.Errorf("%s used %.3f core-s, want none", g, got)
+				}
+			}
+			if d := w.machine - tc.machine; d < -1e-9 || d > 1e-9 {
+				t.Errorf("machine %.3f busy, want %.3f", w.machine, tc.machine)
+			}
+		})
+	}
+	w, _ := cpuOver(samples, s(0.5), s(2), 2)
+	expectLines(t, w.line(), "3.00s on 2 cores, the machine 83% busy, kube-apiserver 3.00, csi-fence-attacher 0.40, kwok 0.05 (core-seconds; 3.45 of 6.00 measured by process)")
+}
+
+func TestCPUGroup(t *testing.T) {
+	for name, want := range map[string]string{
+		"kube-apiserver":                    "kube-apiserver",
+		"csi-fence-attacher-intree":         "csi-fence-attacher",
+		"csi-fence-attacher-standby":        "csi-fence-attacher",
+		"node-agent-hot-0":                  "node agents",
+		"mock-controller-intree":            "mock drivers",
+		"mock-node-hot-0":                   "mock drivers",
+		"prestop-webhook":                   "other",
+		"kube-controller-manager-elsewhere": "other",
+	} {
+		if got := cpuGroup(name); got != want {
+			t.Errorf("cpuGroup(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestADCNodeWrites(t *testing.T) {
+	at := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	s := func(x float64) time.Time { return at.Add(time.Duration(x * float64(time.Second))) }
+	write := func(user, node, sub string, code int, received, took float64) framework.AuditEvent {
+		return framework.AuditEvent{User: user, Verb: "patch", Resource: "nodes", Subresource: sub, Name: node, Code: code,
+			Time: s(received), Answered: s(received + took)}
+	}
+	events := []framework.AuditEvent{
+		write(adcUser, "hot-0", "status", 200, 0.5, 0.1), // before the failure
+		write(adcUser, "hot-0", "status", 200, 2, 0.04),
+		write(adcUser, "hot-0", "status", 200, 2.1, 0.2),
+		write(adcUser, "hot-0", "status", 409, 2.2, 0.01), // a conflict: not a write
+		write(adcUser, "hot-1", "status", 200, 2.3, 0.01), // another node
+		write(adcUser, "hot-0", "", 200, 2.4, 0.01),       // not its status
+		write("system:serviceaccount:default:csi-fence-attacher", "hot-0", "status", 200, 2.5, 0.01),
+		write(adcUser, "hot-0", "status", 200, 3, 0.06),
+		write(adcUser, "hot-0", "status", 200, 9, 0.06), // after the last attach
+	}
+	w := adcNodeWrites(events, "hot-0", s(1), s(8))
+	if len(w.took) != 3 || !w.first.Equal(s(2)) || !w.last.Equal(s(3)) {
+		t.Fatalf("%d writes from %s to %s, want 3 from %s to %s", len(w.took), w.first, w.last, s(2), s(3))
+	}
+	r := failoverResult{path: "automatic", pods: 3, node: "hot-0", adc: w, moves: []podMove{{eligible: s(1.5)}, {eligible: s(1)}}}
+	expectLines(t, adcLine(r), "the attach/detach controller's writes of hot-0's status (one per volume it detaches, one at a time): 3, from 1.00s to 2.00s after the first eligible, each answered in p50 60ms, p95 200ms, max 200ms")
+	table := failoverScaleTable(3, "API clients", []failoverResult{r})
+	if !strings.Contains(table, "automatic, the attach/detach controller's writes of hot-0's status") {
+		t.Errorf("no attach/detach controller line in\n%s", table)
+	}
+	if adcLine(failoverResult{node: "hot-0", moves: r.moves}) != "" {
+		t.Error("a line without writes")
+	}
+}
