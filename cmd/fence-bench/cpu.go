@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +31,10 @@ type cpuSample struct {
 	// busy (user, nice, system, irq, softirq, steal) and all (busy, idle,
 	// iowait).
 	busy, all int64
+	// benchGC is the CPU time this process's Go garbage collector used so
+	// far, in seconds (runtime/metrics): the bench's own cost of watching
+	// a large cluster.
+	benchGC float64
 }
 
 // cpuSampler samples the cluster's processes and this one until stopped.
@@ -105,6 +111,10 @@ func (s *cpuSampler) take(procs []*framework.Process) {
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
 		cs.busy, cs.all, _ = parseMachineStat(b)
 	}
+	gc := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	if metrics.Read(gc); gc[0].Value.Kind() == metrics.KindFloat64 {
+		cs.benchGC = gc[0].Value.Float64()
+	}
 	s.mu.Lock()
 	s.samples = append(s.samples, cs)
 	s.mu.Unlock()
@@ -141,6 +151,9 @@ type cpuWindow struct {
 	// of its cores over the window (0-1).
 	used    map[string]float64
 	machine float64
+	// benchGC is the core-seconds of used[benchGroup] its garbage
+	// collector took.
+	benchGC float64
 }
 
 // over cuts the window from to to out of the samples: from the last sample
@@ -177,6 +190,7 @@ func cpuOver(samples []cpuSample, from, to time.Time, cores int) (cpuWindow, boo
 	if all := b.all - a.all; all > 0 {
 		w.machine = float64(b.busy-a.busy) / float64(all)
 	}
+	w.benchGC = b.benchGC - a.benchGC
 	return w, true
 }
 
@@ -197,9 +211,30 @@ func (w cpuWindow) line() string {
 	total := 0.0
 	for _, g := range groups {
 		total += w.used[g]
-		if w.used[g] >= 0.005 {
+		switch {
+		case w.used[g] < 0.005:
+		case g == benchGroup && w.benchGC >= 0.005:
+			parts = append(parts, fmt.Sprintf("%s %.2f (its garbage collector %.2f)", g, w.used[g], w.benchGC))
+		default:
 			parts = append(parts, fmt.Sprintf("%s %.2f", g, w.used[g]))
 		}
 	}
 	return fmt.Sprintf("%s (core-seconds; %.2f of %.2f measured by process)", strings.Join(parts, ", "), total, w.wall.Seconds()*float64(w.cores))
+}
+
+// profileCPU writes a CPU profile of this process to file until the
+// returned stop is called: where the bench's own share goes.
+func profileCPU(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

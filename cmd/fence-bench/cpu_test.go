@@ -36,10 +36,10 @@ func TestCPUOver(t *testing.T) {
 	at := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
 	s := func(x float64) time.Time { return at.Add(time.Duration(x * float64(time.Second))) }
 	samples := []cpuSample{
-		{at: s(0), ticks: map[int]int64{1: 1000, 2: 50, 3: 7}, group: map[int]string{1: "kube-apiserver", 2: "etcd", 3: "mock drivers"}, busy: 0, all: 0},
-		{at: s(1), ticks: map[int]int64{1: 1100, 2: 60, 3: 9}, group: map[int]string{1: "kube-apiserver", 2: "etcd", 3: "mock drivers"}, busy: 150, all: 200},
+		{at: s(0), ticks: map[int]int64{1: 1000, 2: 50, 3: 7, 9: 100}, group: map[int]string{1: "kube-apiserver", 2: "etcd", 3: "mock drivers", 9: benchGroup}, busy: 0, all: 0, benchGC: 0.5},
+		{at: s(1), ticks: map[int]int64{1: 1100, 2: 60, 3: 9, 9: 110}, group: map[int]string{1: "kube-apiserver", 2: "etcd", 3: "mock drivers", 9: benchGroup}, busy: 150, all: 200, benchGC: 0.55},
 		// PID 3 ended; PID 2 is now another process; PID 4 started.
-		{at: s(3), ticks: map[int]int64{1: 1300, 2: 5, 4: 40}, group: map[int]string{1: "kube-apiserver", 2: "kwok", 4: "csi-fence-attacher"}, busy: 500, all: 600},
+		{at: s(3), ticks: map[int]int64{1: 1300, 2: 5, 4: 40, 9: 180}, group: map[int]string{1: "kube-apiserver", 2: "kwok", 4: "csi-fence-attacher", 9: benchGroup}, busy: 500, all: 600, benchGC: 0.75},
 	}
 	for _, tc := range []struct {
 		name     string
@@ -50,9 +50,9 @@ func TestCPUOver(t *testing.T) {
 		machine  float64
 	}{
 		{name: "between two samples: the samples around it", from: s(0.5), to: s(2), ok: true, wall: 3 * time.Second,
-			used: map[string]float64{"kube-apiserver": 3, "kwok": 0.05, "csi-fence-attacher": 0.4}, machine: 500.0 / 600},
+			used: map[string]float64{"kube-apiserver": 3, "kwok": 0.05, "csi-fence-attacher": 0.4, benchGroup: 0.8}, machine: 500.0 / 600},
 		{name: "on samples", from: s(0), to: s(1), ok: true, wall: time.Second,
-			used: map[string]float64{"kube-apiserver": 1, "etcd": 0.1, "mock drivers": 0.02}, machine: 150.0 / 200},
+			used: map[string]float64{"kube-apiserver": 1, "etcd": 0.1, "mock drivers": 0.02, benchGroup: 0.1}, machine: 150.0 / 200},
 		{name: "before the first sample", from: s(-1), to: s(1)},
 		{name: "after the last sample", from: s(1), to: s(4)},
 	} {
@@ -83,7 +83,7 @@ func TestCPUOver(t *testing.T) {
 		})
 	}
 	w, _ := cpuOver(samples, s(0.5), s(2), 2)
-	expectLines(t, w.line(), "3.00s on 2 cores, the machine 83% busy, kube-apiserver 3.00, csi-fence-attacher 0.40, kwok 0.05 (core-seconds; 3.45 of 6.00 measured by process)")
+	expectLines(t, w.line(), "3.00s on 2 cores, the machine 83% busy, kube-apiserver 3.00, fence-bench 0.80 (its garbage collector 0.25), csi-fence-attacher 0.40, kwok 0.05 (core-seconds; 4.25 of 6.00 measured by process)")
 }
 
 func TestCPUGroup(t *testing.T) {

@@ -114,6 +114,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	workers := fs.Int("attacher-workers", 0, "With --mode=scale: the attachers' --worker-threads while measuring; 0 is external-attacher's 10")
 	controlPlaneQPS := fs.Int("control-plane-qps", 0, "With --mode=scale: kube-controller-manager's and kube-scheduler's --kube-api-qps (burst twice as much); 0 is their defaults, 20 (30) and 50 (100)")
 	keep := fs.Bool("keep-work-dir", false, "Keep each control plane's work dir (its components' logs and the API audit log; not etcd's data) after a run that went well too, to trace where the time went")
+	profileDir := fs.String("cpu-profile-dir", "", "With --mode=scale: write a CPU profile of fence-bench itself over each failed node's failover to this directory (PATH.pprof), to see what watching the cluster costs")
 	enforceMemory := fs.Bool("enforce-memory-goal", false, "With --mode=scale: fail when the controller role's RSS in steady state is over the goal (300 MiB)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -146,6 +147,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		so.nodes, so.pods, so.hotPods, so.rack, so.rackPods = *nodes, *pods, *hotPods, *rack, *rackPods
 		so.guardPercent, so.inTree, so.window, so.settle = *guardPercent, *inTree, *window, *settle
 		so.qps, so.controlPlaneQPS, so.enforceMemory, so.workers = apiSetting(*controllerQPS), *controlPlaneQPS, *enforceMemory, *workers
+		so.profileDir = *profileDir
 		if _, err := planScale(so); err != nil {
 			return fail(err)
 		}

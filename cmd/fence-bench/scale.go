@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,9 @@ type scaleOptions struct {
 	// enforceMemory fails the run when the controller role's RSS is over
 	// the goal.
 	enforceMemory bool
+	// profileDir, if set, gets a CPU profile of the bench itself over each
+	// failed node's failover (PATH.pprof).
+	profileDir string
 }
 
 // clients says what the API clients that pace a failover may send.
@@ -805,6 +809,13 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 	r := failoverResult{path: path, pods: pods, node: node}
 	cpu := startCPUSampler(s.c.Running, 250*time.Millisecond)
 	defer cpu.finish()
+	if s.o.profileDir != "" {
+		stop, err := profileCPU(filepath.Join(s.o.profileDir, path+".pprof"))
+		if err != nil {
+			return r, err
+		}
+		defer stop()
+	}
 	begin := time.Now()
 	if err := s.c.ShutDown(ctx, node); err != nil {
 		return r, err
