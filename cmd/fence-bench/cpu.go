@@ -223,7 +223,7 @@ func (w cpuWindow) line() string {
 }
 
 // profileCPU writes a CPU profile of this process to file until the
-// returned stop is called: where the bench's own share goes.
+// returned stop is first called: where the bench's own share goes.
 func profileCPU(file string) (stop func(), err error) {
 	f, err := os.Create(file)
 	if err != nil {
@@ -233,8 +233,8 @@ func profileCPU(file string) (stop func(), err error) {
 		f.Close()
 		return nil, err
 	}
-	return func() {
+	return sync.OnceFunc(func() {
 		pprof.StopCPUProfile()
 		f.Close()
-	}, nil
+	}), nil
 }

@@ -204,11 +204,17 @@ func planScale(o scaleOptions) (scalePlan, error) {
 	if p.percent == 0 {
 		// The failed node stays admitted (it is not back); the rack then
 		// finds room for at most half of it, at least one node when it
-		// can: the smallest limit with the most slots up to that.
+		// can: the smallest limit with the most slots up to that, or,
+		// when even 1% has more (a large cluster, a small rack or none),
+		// 1%.
 		want, best := 1+(o.rack+1)/2, 0
 		for pc := 1; pc <= 100; pc++ {
-			if n := guardSlots(o.nodes, 0, pc); n <= want && n > best {
+			n := guardSlots(o.nodes, 0, pc)
+			if n > 0 && (best == 0 || n <= want && n > best) {
 				best, p.percent = n, pc
+			}
+			if n >= want {
+				break
 			}
 		}
 		if best == 0 {
@@ -809,12 +815,13 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 	r := failoverResult{path: path, pods: pods, node: node}
 	cpu := startCPUSampler(s.c.Running, 250*time.Millisecond)
 	defer cpu.finish()
+	stopProfile := func() {}
 	if s.o.profileDir != "" {
-		stop, err := profileCPU(filepath.Join(s.o.profileDir, path+".pprof"))
-		if err != nil {
+		var err error
+		if stopProfile, err = profileCPU(filepath.Join(s.o.profileDir, path+".pprof")); err != nil {
 			return r, err
 		}
-		defer stop()
+		defer stopProfile()
 	}
 	begin := time.Now()
 	if err := s.c.ShutDown(ctx, node); err != nil {
@@ -862,6 +869,7 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 		moved := len(r.samples())
 		return moved == pods, fmt.Sprintf("%d/%d moved", moved, pods)
 	})
+	stopProfile() // the failover only, not the reading of the audit log
 	collect()
 	var last time.Time
 	for _, m := range r.moves {

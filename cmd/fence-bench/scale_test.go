@@ -222,6 +222,8 @@ func TestPlanScale(t *testing.T) {
 			general: 9, sets: 1, bulk: 9, setVolumes: 110, percent: 10, slots: 1},
 		{name: "fewer bulk pods than general nodes", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack, o.inTree = 10, 113, 110, 0, false }),
 			general: 9, sets: 1, bulk: 3, setVolumes: 110, percent: 10, slots: 1},
+		{name: "issue 22's without a rack: the smallest limit, 1%, has more room than the failed node needs",
+			o: with(func(o *scaleOptions) { o.rack = 0 }), general: 998, sets: 2 + 115, bulk: 998, setVolumes: 3000, percent: 1, slots: 10},
 		{name: "a given limit", o: with(func(o *scaleOptions) { o.guardPercent = 5 }), general: 978, sets: 114, bulk: 978, setVolumes: 3000, percent: 5, slots: 50},
 		{name: "too few nodes", o: with(func(o *scaleOptions) { o.nodes = 23 }), err: "--nodes=23: want at least 24"},
 		{name: "too few volumes", o: with(func(o *scaleOptions) { o.volumes = 200 }), err: "--volumes=200: want at least 210"},
