@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"runtime"
@@ -50,14 +51,17 @@ type cpuSampler struct {
 // simulated kubelets run in it.
 const benchGroup = "fence-bench"
 
-// cpuGroups are the groups in the order the table shows them.
-var cpuGroups = []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler",
-	"csi-fence-attacher", "node agents", "mock drivers", benchGroup, "other"}
+// controlPlaneGroups are the control plane's processes, a group each by
+// their own name.
+var controlPlaneGroups = []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler"}
+
+// cpuGroups are every group, in the order the table breaks ties.
+var cpuGroups = append(slices.Clone(controlPlaneGroups), "csi-fence-attacher", "node agents", "mock drivers", benchGroup, "other")
 
 // cpuGroup is the group of a process of the cluster, by its name.
 func cpuGroup(name string) string {
 	switch {
-	case slices.Contains([]string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler"}, name):
+	case slices.Contains(controlPlaneGroups, name):
 		return name
 	case strings.HasPrefix(name, "csi-fence-attacher"):
 		return "csi-fence-attacher"
@@ -94,12 +98,8 @@ func startCPUSampler(running func() []*framework.Process, every time.Duration) *
 func (s *cpuSampler) take(procs []*framework.Process) {
 	cs := cpuSample{at: time.Now(), ticks: map[int]int64{}, group: map[int]string{}}
 	read := func(pid int, group string) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return
-		}
-		if t, err := parseProcStat(b); err == nil {
-			cs.ticks[pid], cs.group[pid] = t, group
+		if st, err := readProc(pid); err == nil {
+			cs.ticks[pid], cs.group[pid] = st.cpuTicks, group
 		}
 	}
 	for _, p := range procs {
@@ -199,15 +199,7 @@ func cpuOver(samples []cpuSample, from, to time.Time, cores int) (cpuWindow, boo
 func (w cpuWindow) line() string {
 	parts := []string{fmt.Sprintf("%.2fs on %d cores, the machine %.0f%% busy", w.wall.Seconds(), w.cores, 100*w.machine)}
 	groups := slices.Clone(cpuGroups)
-	slices.SortStableFunc(groups, func(a, b string) int {
-		switch {
-		case w.used[a] > w.used[b]:
-			return -1
-		case w.used[a] < w.used[b]:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(groups, func(a, b string) int { return cmp.Compare(w.used[b], w.used[a]) })
 	total := 0.0
 	for _, g := range groups {
 		total += w.used[g]

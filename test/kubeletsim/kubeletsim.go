@@ -448,8 +448,8 @@ func (k *Kubelet) reconcile(ctx context.Context) {
 		}
 	}
 	// Every pass would read the whole kubelet directory, five times a
-	// second: twenty simulated kubelets in fence-bench's process took a
-	// quarter of a 2-core machine that way, from the failovers it
+	// second: twenty simulated kubelets in fence-bench's process took
+	// about a fifth of a 2-core machine that way, from the failovers it
 	// measures.
 	if time.Since(k.housekept) >= k.opts.HousekeepingPeriod {
 		k.cleanOrphanPodDirs(logger, live)
