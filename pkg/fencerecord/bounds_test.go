@@ -311,8 +311,8 @@ func TestRecorderRefusesOnlyTheChangeThatDoesNotFit(t *testing.T) {
 	inFlight := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "pending0"} // intended, outcome unknown
 	newVol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "new"}
 	batch := []*change{
-		{ctx: ctx, reason: "r", limit: intentLimit, mutate: intent([]fencingv1alpha1.FencedVolume{newVol}, make([]bool, 1))},
-		{ctx: ctx, reason: "r", limit: MaxVolumes, mutate: outcomes([]fencingv1alpha1.FencedVolume{inFlight}, []bool{false}, []error{nil})},
+		{ctx: ctx, reason: "r", limit: intentLimit, mutate: intent([]fencingv1alpha1.FencedVolume{newVol}, "a")},
+		{ctx: ctx, reason: "r", limit: MaxVolumes, mutate: outcomes([]fencingv1alpha1.FencedVolume{inFlight}, "b", []error{nil})},
 	}
 	NewRecorder(c).commit("node-1", batch)
 	if !errors.Is(batch[0].err, ErrRecordFull) {

@@ -28,7 +28,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -181,27 +183,44 @@ func Fence(ctx context.Context, c Client, nodeName, reason string, vols []fencin
 // whose previous quarantine was cleaned starts a new one; a volume still
 // possibly quarantined keeps what it has (and its confirmed fence).
 func RecordIntent(ctx context.Context, c Client, nodeName, reason string, vols ...fencingv1alpha1.FencedVolume) error {
-	return update(ctx, c, nodeName, reason, intentLimit, intent(vols, make([]bool, len(vols))))
+	return update(ctx, c, nodeName, reason, intentLimit, intent(vols, ""))
 }
 
-// intent is the mutation of RecordIntent; it sets fresh[i] when it started
-// vols[i] afresh (no possible quarantine of it was recorded before). It
-// can run again on a newer copy of the request (a retry after a conflict),
-// and then decides fresh again.
-func intent(vols []fencingv1alpha1.FencedVolume, fresh []bool) mutation {
+// MaxFencesInFlight bounds an entry's FencesInFlight (the CRD's maxItems):
+// only callers that die or give up between their intent and their outcome
+// leave their ID there. An intent that finds the list full is not named in
+// it; the entry then never goes with an unsent fence, which is the safe
+// side (S8), until its next cleanup starts a new quarantine.
+const MaxFencesInFlight = 8
+
+// unknownCaller names, in FencesInFlight, the caller that started a
+// quarantine and recorded neither its outcome nor itself (it wrote the
+// record before FencesInFlight existed, and died): its fence may have been
+// applied, so no unsent fence may remove the entry.
+const unknownCaller = "unknown"
+
+// intent is the mutation of RecordIntent for the fence call named id: every
+// volume of vols is recorded as possibly quarantined, and id as one of its
+// fences in flight. A volume whose previous quarantine was cleaned starts a
+// new one. It can run again on a newer copy of the request (a retry after a
+// conflict).
+func intent(vols []fencingv1alpha1.FencedVolume, id string) mutation {
 	return func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
-		for i, vol := range vols {
+		for _, vol := range vols {
 			e, ch := upsert(fr, vol)
 			changed = changed || ch
-			fresh[i] = false
-			if e.StartedTime != nil && e.CleanedTime == nil {
-				continue
+			if e.StartedTime == nil || e.CleanedTime != nil {
+				e.StartedTime = &now
+				e.FencedTime, e.CleanedTime = nil, nil
+				e.FenceError, e.CleanupError = "", ""
+				e.FencesInFlight = nil
+			} else if len(e.FencesInFlight) == 0 && !hasOutcome(e) {
+				e.FencesInFlight = []string{unknownCaller}
 			}
-			fresh[i] = true
-			e.StartedTime = &now
-			e.FencedTime, e.CleanedTime = nil, nil
-			e.FenceError, e.CleanupError = "", ""
+			if id != "" && len(e.FencesInFlight) < MaxFencesInFlight && !slices.Contains(e.FencesInFlight, id) {
+				e.FencesInFlight = append(e.FencesInFlight, id)
+			}
 			changed = true
 		}
 		if changed {
@@ -209,6 +228,17 @@ func intent(vols []fencingv1alpha1.FencedVolume, fresh []bool) mutation {
 		}
 		return changed
 	}
+}
+
+// hasOutcome reports whether a fence of e's quarantine has been answered:
+// confirmed, or failed (and so possibly applied).
+func hasOutcome(e *fencingv1alpha1.FencedVolume) bool {
+	return e.FencedTime != nil || e.FenceError != ""
+}
+
+// newFenceID returns a fresh ID for one fence call's intents.
+func newFenceID() string {
+	return strconv.FormatUint(rand.Uint64(), 36)
 }
 
 // ErrNotSent tells Fence that no fence was sent for a volume.
@@ -222,35 +252,45 @@ func started(fr *fencingv1alpha1.FencingRequest, now metav1.Time) {
 }
 
 // outcomes is the mutation that records the result of each fence of vols
-// (errs[i] of vols[i]). A fresh entry whose fence was not sent goes again.
-func outcomes(vols []fencingv1alpha1.FencedVolume, fresh []bool, errs []error) mutation {
+// (errs[i] of vols[i]) by the fence call named id. An entry whose fence was
+// not sent goes again when no other fence of it is in flight or answered
+// (unstarted).
+func outcomes(vols []fencingv1alpha1.FencedVolume, id string, errs []error) mutation {
 	// A write still retrying for other callers may apply this again after
 	// its caller gave up and went on with errs.
 	errs = slices.Clone(errs)
 	return func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
 		for i, vol := range vols {
-			if errors.Is(errs[i], ErrNotSent) {
-				if fresh[i] {
-					changed = unstarted(fr, vol) || changed
+			switch {
+			case errors.Is(errs[i], ErrNotSent):
+				if unstarted(fr, vol, id) {
+					changed = true
+					continue
 				}
-				continue
-			}
-			if errs[i] == nil {
+			case errs[i] == nil:
 				changed = fenced(fr, vol, now) || changed
-			} else {
+			default:
 				changed = fenceFailed(fr, vol, now, errs[i].Error()) || changed
+			}
+			if e := Find(fr, vol.Driver, vol.VolumeHandle); e != nil && slices.Contains(e.FencesInFlight, id) {
+				e.FencesInFlight = slices.DeleteFunc(e.FencesInFlight, func(f string) bool { return f == id })
+				changed = true
 			}
 		}
 		return changed
 	}
 }
 
-// unstarted removes the entry of vol that an intent just started, when no
-// fence was sent after all.
-func unstarted(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume) bool {
+// unstarted removes the entry of vol when the fence call id, which did not
+// send its fence after all, is the only one in flight on it and no fence of
+// it was answered: nobody sent a fence of this quarantine, so none can have
+// been applied. Otherwise the entry stays, as another call's fence may have
+// been (S8). An entry that no longer names id (cleaned and started again
+// since) is another quarantine: left as it is.
+func unstarted(fr *fencingv1alpha1.FencingRequest, vol fencingv1alpha1.FencedVolume, id string) bool {
 	e := Find(fr, vol.Driver, vol.VolumeHandle)
-	if e == nil || e.FencedTime != nil || e.FenceError != "" || e.CleanedTime != nil {
+	if e == nil || hasOutcome(e) || e.CleanedTime != nil || !slices.Equal(e.FencesInFlight, []string{id}) {
 		return false
 	}
 	fr.Status.Volumes = slices.DeleteFunc(fr.Status.Volumes, func(v fencingv1alpha1.FencedVolume) bool {

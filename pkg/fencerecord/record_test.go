@@ -340,3 +340,143 @@ func TestFenceWriteAhead(t *testing.T) {
 		t.Error("a record with pending entries has no finalizer")
 	}
 }
+
+// A fence that one caller decides not to send after all must not erase the
+// entry on whose strength another caller (the attacher's fence pool, with a
+// Recorder of its own, or another process) sent one: the driver applied that
+// fence, and until its outcome is recorded (or forever, if that caller
+// dies) the entry is all that says the volume may be quarantined (S8). Only
+// when no caller's fence was sent does the entry go again.
+func TestUnsentFenceKeepsAConcurrentFence(t *testing.T) {
+	vol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", NodeID: "id-1"}
+	unsent := func(context.Context, fencingv1alpha1.FencedVolume) error {
+		return fmt.Errorf("%w: the node is alive", ErrNotSent)
+	}
+	tests := []struct {
+		name string
+		// first runs A's Fence, fresh on an empty record, and, while A's
+		// fence is undecided, B's with second as its fence.
+		second func(context.Context, fencingv1alpha1.FencedVolume) error
+		// bSends: B's fence reaches the driver and B's outcome is still
+		// in flight when A records that it did not send.
+		bSends   bool
+		wantKept bool
+	}{
+		{name: "the other caller sent: kept", bSends: true, wantKept: true},
+		{name: "neither sent: gone", second: unsent, wantKept: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			_, c := newClient(t)
+			a, b := NewRecorder(c), NewRecorder(c)
+			bSent, releaseB, bDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			second := tc.second
+			if tc.bSends {
+				second = func(ctx context.Context, _ fencingv1alpha1.FencedVolume) error {
+					close(bSent)
+					<-releaseB
+					return nil
+				}
+			}
+			_, err := a.Fence(ctx, "node-1", "NodeUnreachable", []fencingv1alpha1.FencedVolume{vol}, func(ctx context.Context, v fencingv1alpha1.FencedVolume) error {
+				go func() {
+					errs, err := b.Fence(ctx, "node-1", "NodeUnreachable", []fencingv1alpha1.FencedVolume{vol}, second)
+					if err == nil {
+						err = errs[0]
+					}
+					bDone <- err
+				}()
+				if tc.bSends {
+					<-bSent
+				} else if err := <-bDone; !errors.Is(err, ErrNotSent) {
+					t.Errorf("B: %v, want ErrNotSent", err)
+				}
+				return unsent(ctx, v)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Get(ctx, "node-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept := MayBeQuarantined(got, drv, "v1"); kept != tc.wantKept {
+				t.Fatalf("after A's unsent fence: may be quarantined = %v, want %v (entry %+v)", kept, tc.wantKept, Find(got, drv, "v1"))
+			}
+			if !tc.bSends {
+				return
+			}
+			close(releaseB)
+			if err := <-bDone; err != nil {
+				t.Fatal(err)
+			}
+			if got, err = c.Get(ctx, "node-1"); err != nil || !IsFenced(got, drv, "v1") {
+				t.Fatalf("B's fence is not recorded: %v, entry %+v", err, Find(got, drv, "v1"))
+			}
+		})
+	}
+}
+
+// Which unsent fence removes its entry, as a script of record mutations by
+// fence calls a, b, c on one volume: only the last call in flight, and only
+// while no fence of the quarantine was answered.
+func TestFencesInFlight(t *testing.T) {
+	vol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1"}
+	unsent := fmt.Errorf("%w: the node is alive", ErrNotSent)
+	tests := []struct {
+		name    string
+		initial *fencingv1alpha1.FencedVolume
+		script  []string // "intent X", "unsent X", "fenced X", "failed X", "cleaned"
+		want    bool     // may be quarantined at the end
+	}{
+		{name: "alone, not sent", script: []string{"intent a", "unsent a"}, want: false},
+		{name: "alone, sent", script: []string{"intent a", "fenced a"}, want: true},
+		{name: "another sent, outcome pending", script: []string{"intent a", "intent b", "unsent a"}, want: true},
+		{name: "another sent, outcome pending, joined first", script: []string{"intent b", "intent a", "unsent a"}, want: true},
+		{name: "neither sent", script: []string{"intent a", "intent b", "unsent a", "unsent b"}, want: false},
+		{name: "neither sent, other order", script: []string{"intent a", "intent b", "unsent b", "unsent a"}, want: false},
+		{name: "another answered", script: []string{"intent a", "intent b", "failed b", "unsent a"}, want: true},
+		{name: "another fenced", script: []string{"intent a", "intent b", "fenced b", "unsent a"}, want: true},
+		{name: "three, one in flight", script: []string{"intent a", "intent b", "intent c", "unsent a", "unsent c"}, want: true},
+		{
+			name:    "started by a caller that left no trace",
+			initial: &fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: "v1", StartedTime: &t0},
+			script:  []string{"intent a", "unsent a"}, want: true,
+		},
+		{
+			// a's intent belongs to a quarantine that was cleaned; b
+			// started a new one, whose fence a's outcome says nothing of.
+			name:   "cleaned and started again since",
+			script: []string{"intent a", "cleaned", "intent b", "unsent a"}, want: true,
+		},
+		{name: "cleaned, then not sent", script: []string{"intent a", "fenced a", "cleaned", "intent b", "unsent b"}, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := fr("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseFencing)
+			if tc.initial != nil {
+				req.Status.Volumes = []fencingv1alpha1.FencedVolume{*tc.initial}
+			}
+			for _, step := range tc.script {
+				op, id, _ := strings.Cut(step, " ")
+				vols := []fencingv1alpha1.FencedVolume{vol}
+				switch op {
+				case "intent":
+					intent(vols, id)(req, t0)
+				case "unsent":
+					outcomes(vols, id, []error{unsent})(req, t0)
+				case "fenced":
+					outcomes(vols, id, []error{nil})(req, t0)
+				case "failed":
+					outcomes(vols, id, []error{errors.New("timed out")})(req, t0)
+				case "cleaned":
+					Find(req, drv, "v1").CleanedTime = &t0
+				}
+			}
+			if got := MayBeQuarantined(req, drv, "v1"); got != tc.want {
+				t.Errorf("may be quarantined = %v, want %v; entry %+v", got, tc.want, Find(req, drv, "v1"))
+			}
+		})
+	}
+}

@@ -74,11 +74,12 @@ func NewRecorder(c Client) *Recorder {
 // fence (its retry fences again, which is idempotent).
 //
 // fence returns an error wrapping ErrNotSent when it decided, before sending
-// anything to the driver, not to fence after all: an entry this call started
-// is then removed again, as no fence of it can have happened.
+// anything to the driver, not to fence after all: the entry is then removed
+// again when no other call's fence of it is in flight or answered, as no
+// fence of it can have happened.
 func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fencingv1alpha1.FencedVolume, fence func(context.Context, fencingv1alpha1.FencedVolume) error) ([]error, error) {
-	fresh := make([]bool, len(vols))
-	if err := r.write(ctx, nodeName, reason, intentLimit, intent(vols, fresh)); err != nil {
+	id := newFenceID()
+	if err := r.write(ctx, nodeName, reason, intentLimit, intent(vols, id)); err != nil {
 		return nil, fmt.Errorf("recording the intent to fence before fencing: %w", err)
 	}
 	errs := make([]error, len(vols))
@@ -97,7 +98,7 @@ func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fe
 			errs[i] = fmt.Errorf("%w: %w", ErrNotSent, cause)
 		}
 	}
-	if err := r.write(ctx, nodeName, reason, MaxVolumes, outcomes(vols, fresh, errs)); err != nil {
+	if err := r.write(ctx, nodeName, reason, MaxVolumes, outcomes(vols, id, errs)); err != nil {
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("volume %s was fenced but the fence could not be recorded: %w", vols[i].VolumeHandle, err)

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -76,6 +78,7 @@ func (in *FencedVolume) DeepCopyInto(out *FencedVolume) {
 	out.StartedTime = in.StartedTime.DeepCopy()
 	out.FencedTime = in.FencedTime.DeepCopy()
 	out.CleanedTime = in.CleanedTime.DeepCopy()
+	out.FencesInFlight = slices.Clone(in.FencesInFlight)
 }
 
 // DeepCopyInto copies in into out.

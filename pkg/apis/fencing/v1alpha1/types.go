@@ -258,6 +258,13 @@ type FencedVolume struct {
 	CleanedTime *metav1.Time `json:"cleanedTime,omitempty"`
 	// CleanupError is the last cleanup error, if cleanup has not succeeded.
 	CleanupError string `json:"cleanupError,omitempty"`
+	// FencesInFlight names the fence calls (a random ID each) that recorded
+	// their intent to fence the volume in this quarantine and not yet their
+	// outcome. A call that ends up sending nothing removes the entry only as
+	// the last one in flight, when no fence of it has an outcome: another
+	// call's fence may have been applied while its outcome is still to be
+	// written, or never will be (a crash), and the entry is all that says so.
+	FencesInFlight []string `json:"fencesInFlight,omitempty"`
 }
 
 // FencingRequestList is a list of FencingRequests.
