@@ -563,6 +563,9 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		return err
 	}
 	if !ready && owner {
+		if node, err = c.takeBackFencingComplete(ctx, node, fr); err != nil {
+			return err
+		}
 		c.honourSignals(ctx, node, pods)
 	}
 	if !manual && c.notAutomatically(ctx, node, ready, owner) {

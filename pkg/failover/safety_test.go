@@ -1366,3 +1366,73 @@ func TestCleanedNodeUnreachableAgainStaysQuarantined(t *testing.T) {
 		t.Errorf("record released while the node is unreachable: phase %q", got.Status.Phase)
 	}
 }
+
+// S9, S3, issue 38 hole 3: FencingComplete is taken back as soon as it is
+// no longer true. A node that failed over, came back still quarantined and
+// got a new pod whose storage no fence covers (an NFS volume: pods that
+// tolerate the quarantine or set spec.nodeName), then is cut off again,
+// must not have that pod force-deleted through the FencingComplete of its
+// first failure; one set by someone else is honoured as it is.
+func TestFencingCompleteTakenBackWhenNoLongerTrue(t *testing.T) {
+	tests := []struct {
+		name string
+		// reason is the FencingComplete's reason when the node is cut off
+		// again: "" keeps the one this system set in the first failover.
+		reason      string
+		wantDeleted bool
+	}{
+		{name: "ours, from the last failure", wantDeleted: false},
+		{name: "set by someone else", reason: "FencedByOperator", wantDeleted: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if e.steps.index("delete db-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+				t.Fatalf("the first failover did not finish: steps %v, conditions %+v", e.steps.log, e.node(t, "n1").Status.Conditions)
+			}
+			// Back, not yet cleaned (still quarantined); a pod with an
+			// inline NFS volume starts there.
+			e.setReady(t, "n1", v1.ConditionTrue)
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+				t.Fatal("the node was released before its cleanup: the test proves nothing")
+			}
+			if tc.reason != "" {
+				n := e.node(t, "n1")
+				for i := range n.Status.Conditions {
+					if string(n.Status.Conditions[i].Type) == contract.ConditionFencingComplete {
+						n.Status.Conditions[i].Status, n.Status.Conditions[i].Reason = v1.ConditionTrue, tc.reason
+					}
+				}
+				if _, err := e.client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, o := range withUnattachedStorage(nil, "inline") {
+				if _, err := e.client.CoreV1().Pods("ns").Create(context.Background(), o.(*v1.Pod), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Cut off again.
+			e.setReady(t, "n1", v1.ConditionUnknown)
+			e.restart(t)
+			_ = e.sync(t)
+			if deleted := e.steps.index("delete web-0") >= 0; deleted != tc.wantDeleted {
+				t.Fatalf("web-0 force-deleted: %v, want %v (steps %v)", deleted, tc.wantDeleted, e.steps.log)
+			}
+			n := e.node(t, "n1")
+			if tc.reason == "" && podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+				t.Errorf("FencingComplete still True although web-0's storage is not fenced: %+v", n.Status.Conditions)
+			}
+			if tc.reason != "" && !podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+				t.Errorf("someone else's FencingComplete was taken back: %+v", n.Status.Conditions)
+			}
+		})
+	}
+}

@@ -32,7 +32,8 @@ import (
 // signalFencing sets the Node Fencing KEP's signals of a node under
 // fencing: its optional taints, FencingTriaged and FencingRequired, and,
 // when every attachment of every driver on it is recorded fenced (S9),
-// FencingComplete and the request's phase Fenced.
+// FencingComplete and the request's phase Fenced. A FencingComplete of its
+// own that is no longer true is taken back (takeBackFencingComplete).
 func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
 	if err := c.fencingTaints(ctx, node.Name, true); err != nil {
 		return err
@@ -41,35 +42,105 @@ func (c *Controller) signalFencing(ctx context.Context, node *v1.Node, fr *fenci
 		contract.ConditionFencingTriaged:  v1.ConditionTrue,
 		contract.ConditionFencingRequired: v1.ConditionTrue,
 	}
-	reason, msg := "NodeUnreachable", "the node is not Ready and has pods to fail over"
-	vas, err := c.vasOn(node.Name)
+	complete, reason, msg, err := c.wholeNode(node, fr)
 	if err != nil {
 		return err
 	}
 	switch {
-	case fencerecord.NodeFenced(fr, node):
-		if err := c.markFenced(ctx, node.Name); err != nil {
+	case complete:
+		if err := c.markFenced(ctx, node.Name, true); err != nil {
 			return err
 		}
 		want[contract.ConditionFencingComplete] = v1.ConditionTrue
-		reason, msg = "PoweredOff", "the node is confirmed powered off by its fence agent"
-		if fr.Status.NodeFence.Backend == fencingv1alpha1.BackendMachine {
-			reason, msg = "InstanceDeleted", "the node's Cluster API Machine is deleted and its infrastructure provider reports the instance gone"
-		}
-	case fr != nil && wholeNodeFenced(fr, vas, c.pvHandle):
-		if why := c.unattachedStorage(node.Name, vas, fr); why != "" {
-			// Every attachment is fenced, but storage that reaches the
-			// node without one is not: only a power fence vouches for it.
-			reason, msg = "StorageWithoutAttachment", "every attachment on the node is fenced, but "+why
-			break
-		}
-		if err := c.markFenced(ctx, node.Name); err != nil {
+	case ownFencingComplete(node):
+		if err := c.markFenced(ctx, node.Name, false); err != nil {
 			return err
 		}
-		want[contract.ConditionFencingComplete] = v1.ConditionTrue
-		reason, msg = "AllAttachmentsFenced", "every attachment of every driver on the node is fenced"
+		want[contract.ConditionFencingComplete] = v1.ConditionFalse
 	}
 	return c.setConditions(ctx, node.Name, want, reason, msg)
+}
+
+// The reasons of the FencingComplete=True this system sets, each naming
+// what fenced the whole node (S9). A FencingComplete with another reason is
+// someone else's: honoured, never taken back.
+const (
+	reasonPoweredOff           = "PoweredOff"
+	reasonInstanceDeleted      = "InstanceDeleted"
+	reasonAllAttachmentsFenced = "AllAttachmentsFenced"
+)
+
+// ownFencingComplete reports whether the node has FencingComplete=True set
+// by this system.
+func ownFencingComplete(n *v1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if string(cond.Type) == contract.ConditionFencingComplete {
+			return cond.Status == v1.ConditionTrue &&
+				slices.Contains([]string{reasonPoweredOff, reasonInstanceDeleted, reasonAllAttachmentsFenced}, cond.Reason)
+		}
+	}
+	return false
+}
+
+// wholeNode decides whether the node is fenced as a whole now (S9), from
+// its record and the caches, and says why in a condition's reason and
+// message either way.
+func (c *Controller) wholeNode(node *v1.Node, fr *fencingv1alpha1.FencingRequest) (complete bool, reason, msg string, err error) {
+	if fencerecord.NodeFenced(fr, node) {
+		if fr.Status.NodeFence.Backend == fencingv1alpha1.BackendMachine {
+			return true, reasonInstanceDeleted, "the node's Cluster API Machine is deleted and its infrastructure provider reports the instance gone", nil
+		}
+		return true, reasonPoweredOff, "the node is confirmed powered off by its fence agent", nil
+	}
+	vas, err := c.vasOn(node.Name)
+	if err != nil {
+		return false, "", "", err
+	}
+	if fr == nil || !wholeNodeFenced(fr, vas, c.pvHandle) {
+		return false, "NodeUnreachable", "the node is not Ready and has pods to fail over", nil
+	}
+	if why := c.unattachedStorage(node.Name, vas, fr); why != "" {
+		// Every attachment is fenced, but storage that reaches the node
+		// without one is not: only a power fence vouches for it.
+		return false, "StorageWithoutAttachment", "every attachment on the node is fenced, but " + why, nil
+	}
+	return true, reasonAllAttachmentsFenced, "every attachment of every driver on the node is fenced", nil
+}
+
+// takeBackFencingComplete sets this system's FencingComplete on the node
+// False when the node is not fenced as a whole any more: since it was set,
+// the node came back and got storage no fence covers (a pod that tolerates
+// the quarantine, or sets spec.nodeName), or a new fence is in flight. It
+// runs before the signals are honoured, on the node read live, so that a
+// FencingComplete of an earlier failure frees no pod of this one (S3, S9).
+// It returns the node to honour the signals of.
+func (c *Controller) takeBackFencingComplete(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) (*v1.Node, error) {
+	if !ownFencingComplete(node) {
+		// The signals are honoured from this cached node: without it,
+		// its FencingComplete frees nothing.
+		return node, nil
+	}
+	live, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading node %s before honouring its signals: %w", node.Name, err)
+	}
+	if !ownFencingComplete(live) {
+		return live, nil
+	}
+	complete, reason, msg, err := c.wholeNode(live, fr)
+	if err != nil || complete {
+		return live, err
+	}
+	klog.FromContext(ctx).V(2).Info("Taking back FencingComplete: the node is not fenced as a whole any more", "why", msg)
+	if err := c.markFenced(ctx, node.Name, false); err != nil {
+		return nil, err
+	}
+	if err := c.patchConditions(ctx, node.Name, []v1.NodeCondition{{Type: contract.ConditionFencingComplete, Status: v1.ConditionFalse,
+		Reason: reason, Message: msg, LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}); err != nil {
+		return nil, err
+	}
+	c.recorder.Eventf(live, v1.EventTypeWarning, "FencingCompleteTakenBack", "Node %s is not fenced as a whole any more: %s", node.Name, msg)
+	return c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 }
 
 // addQuarantineTaint adds the quarantine taint unless the node has it.
@@ -396,24 +467,33 @@ func (c *Controller) pvOf(namespace, claim string) (*v1.PersistentVolume, error)
 	return pv, nil
 }
 
-// markFenced sets the request's phase Fenced and its Fenced condition: the
-// whole node is fenced. It leaves the request's error alone: that is the
+// markFenced sets the request's phase Fenced and its Fenced condition when
+// fenced, and takes both back to Fencing when not (the node is not fenced as
+// a whole any more). It leaves the request's error alone: that is the
 // record's summary of every driver's entries.
-func (c *Controller) markFenced(ctx context.Context, node string) error {
+func (c *Controller) markFenced(ctx context.Context, node string, fenced bool) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		fr, err := c.frClient.Get(ctx, node)
+		if apierrors.IsNotFound(err) && !fenced {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		if fr.Status.Phase == fencingv1alpha1.PhaseFenced {
+		if (fr.Status.Phase == fencingv1alpha1.PhaseFenced) == fenced {
 			return nil
 		}
-		fr.Status.Phase = fencingv1alpha1.PhaseFenced
-		setFRCondition(fr, fencingv1alpha1.ConditionFenced, metav1.ConditionTrue, "AllAttachmentsFenced", "every attachment of every driver on the node is fenced")
+		if fenced {
+			fr.Status.Phase = fencingv1alpha1.PhaseFenced
+			setFRCondition(fr, fencingv1alpha1.ConditionFenced, metav1.ConditionTrue, reasonAllAttachmentsFenced, "every attachment of every driver on the node is fenced")
+		} else {
+			fr.Status.Phase = fencingv1alpha1.PhaseFencing
+			setFRCondition(fr, fencingv1alpha1.ConditionFenced, metav1.ConditionFalse, "NotFencedAsAWhole", "the node is not fenced as a whole any more")
+		}
 		if _, err = c.frClient.UpdateStatus(ctx, fr); err != nil {
 			return err
 		}
-		if fr.Status.StartTime != nil {
+		if fenced && fr.Status.StartTime != nil {
 			fencingDuration.Observe(time.Since(fr.Status.StartTime.Time).Seconds())
 		}
 		return nil
