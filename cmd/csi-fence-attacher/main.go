@@ -42,6 +42,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/attacher"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/pkg/version"
 )
@@ -136,6 +137,18 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 		}
 		atStart.say(ctx, env, recorder)
 	}
+	// The kubelets' heartbeats are timed from now on, leader or standby,
+	// so that a replica taking over can call a silent node down at once.
+	var heartbeats *nodehealth.Heartbeats
+	if atStart.access.Failover {
+		client, err := kubernetes.NewForConfig(failoverConfig(env.restConfig, failoverOpts))
+		if err != nil {
+			return err
+		}
+		if heartbeats, err = sidecar.WatchHeartbeats(ctx, client, opts); err != nil {
+			return err
+		}
+	}
 	// One informer factory for the controller role: the attacher and the
 	// failover watch and cache each kind once.
 	factory := sidecar.NewInformerFactory(env.client, opts.Resync)
@@ -179,7 +192,7 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 				now.say(ctx, env, recorder)
 			}
 		}
-		lead, err := buildController(ctx, env, mode, opts, failoverOpts, fg, factory, health, now.access, now.checks)
+		lead, err := buildController(ctx, env, mode, opts, failoverOpts, fg, factory, health, heartbeats, now.access, now.checks)
 		if err != nil {
 			failed(ctx, err, "Starting the controller role")
 			return
@@ -243,7 +256,8 @@ func (r featureReport) say(ctx context.Context, env *controllerEnv, recorder fun
 // failover (with the machine backend when checks say it runs), on
 // factory's informers, and returns what runs them.
 func buildController(ctx context.Context, env *controllerEnv, mode sidecar.AttacherMode, opts *sidecar.Options, failoverOpts *sidecar.FailoverOptions,
-	fg featuregate.FeatureGate, factory informers.SharedInformerFactory, health *sidecar.SyncHealth, access sidecar.Access, checks []sidecar.FeatureCheck) (func(context.Context), error) {
+	fg featuregate.FeatureGate, factory informers.SharedInformerFactory, health *sidecar.SyncHealth, heartbeats *nodehealth.Heartbeats,
+	access sidecar.Access, checks []sidecar.FeatureCheck) (func(context.Context), error) {
 	// The attacher's Events have a client of their own (same limits).
 	attacherEvents, err := kubernetes.NewForConfig(env.restConfig)
 	if err != nil {
@@ -268,7 +282,7 @@ func buildController(ctx context.Context, env *controllerEnv, mode sidecar.Attac
 		return runAttacher, nil
 	}
 	power := access.Power && sidecar.FenceAgentConfigsServed(ctx, env.client.Discovery())
-	runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory, power, sidecar.FeatureRuns(checks, sidecar.FeatureMachineFencing))
+	runFailover, err := newFailover(ctx, env, mode, opts, failoverOpts, fg, factory, heartbeats, power, sidecar.FeatureRuns(checks, sidecar.FeatureMachineFencing))
 	if err != nil {
 		return nil, err
 	}
@@ -286,12 +300,9 @@ func buildController(ctx context.Context, env *controllerEnv, mode sidecar.Attac
 // nor the attaches of the replacements behind a burst of fences. Its Events
 // and its election have clients of their own too.
 func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherMode, opts *sidecar.Options,
-	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory, power, machine bool) (func(context.Context), error) {
-	limit := func(c *rest.Config) *rest.Config {
-		c = rest.CopyConfig(c)
-		c.QPS, c.Burst = float32(failoverOpts.KubeAPIQPS), failoverOpts.KubeAPIBurst
-		return c
-	}
+	failoverOpts *sidecar.FailoverOptions, fg featuregate.FeatureGate, factory informers.SharedInformerFactory, heartbeats *nodehealth.Heartbeats,
+	power, machine bool) (func(context.Context), error) {
+	limit := func(c *rest.Config) *rest.Config { return failoverConfig(c, failoverOpts) }
 	failoverClient, err := kubernetes.NewForConfig(limit(env.restConfig))
 	if err != nil {
 		return nil, err
@@ -322,7 +333,16 @@ func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherM
 		CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
 		Power:          power,
 		Machine:        machine,
+		Heartbeats:     heartbeats,
 	})
+}
+
+// failoverConfig is c with the failover's own rate limits
+// (--failover-kube-api-qps and --failover-kube-api-burst).
+func failoverConfig(c *rest.Config, o *sidecar.FailoverOptions) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.QPS, c.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
+	return c
 }
 
 // connectController builds the API clients, connects to and probes the

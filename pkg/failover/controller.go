@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,6 +79,11 @@ type Options struct {
 	Machine MachineFencer
 	// Clock times the kubelets' heartbeats (nil: the real clock; tests).
 	Clock clock.PassiveClock
+	// Heartbeats is the watch of the kubelets' Leases that decides whether
+	// a node is down, started before this replica leads
+	// (nodehealth.Heartbeats). Nil: New makes one, which ObserveHeartbeats
+	// or Run starts.
+	Heartbeats *nodehealth.Heartbeats
 }
 
 // Controller is the failover controller of one driver.
@@ -122,11 +126,8 @@ type Controller struct {
 	regFactory informers.SharedInformerFactory
 	// heartbeats watches the kubelets' Leases, so that health sees every
 	// renewal on its own clock (pkg/nodehealth).
-	heartbeats informers.SharedInformerFactory
-	// heartbeatsHandled: health has been handed every Lease of the
-	// heartbeat informer's first list.
-	heartbeatsHandled cache.InformerSynced
-	health            *nodehealth.Observer
+	heartbeats *nodehealth.Heartbeats
+	health     *nodehealth.Observer
 	// eligible remembers when each pod was first seen eligible, for the
 	// failover duration metric; shared by the workers.
 	eligible eligibleSince
@@ -218,25 +219,21 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryIntervalStart, opts.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fence-failover"}),
-		health:     nodehealth.NewObserverWithClock(client, opts.Clock),
 		guard:      &stormGuard{client: client, namespace: opts.StormGuardNamespace},
 		owner:      AlwaysOwner{},
 		registry:   newRegistry(client, opts.StormGuardNamespace, opts.Clock),
 		regFactory: newRegistryInformers(client, opts.StormGuardNamespace, opts.Resync),
 	}
-	c.pgc = &podgc.GC{Client: client, Recorder: recorder, Health: c.health}
-	c.heartbeats = informers.NewSharedInformerFactoryWithOptions(client, opts.Resync, informers.WithNamespace(nodehealth.LeaseNamespace))
-	heartbeats := c.heartbeats.Coordination().V1().Leases().Informer()
-	handled, err := heartbeats.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o interface{}) { c.observeHeartbeat(o, false) },
-		UpdateFunc: func(_, o interface{}) { c.observeHeartbeat(o, false) },
-		DeleteFunc: func(o interface{}) { c.observeHeartbeat(o, true) },
-	})
-	if err != nil {
-		return nil, err
+	c.heartbeats = opts.Heartbeats
+	if c.heartbeats == nil {
+		var err error
+		if c.heartbeats, err = nodehealth.NewHeartbeats(client, opts.Resync, opts.Clock); err != nil {
+			return nil, err
+		}
 	}
-	c.heartbeatsHandled = handled.HasSynced
-	c.synced = append(c.synced, c.heartbeatsHandled)
+	c.health = c.heartbeats.Observer
+	c.synced = append(c.synced, c.heartbeats.HasSynced)
+	c.pgc = &podgc.GC{Client: client, Recorder: recorder, Health: c.health}
 	if opts.Election.Identity != "" {
 		c.election = &leaseOwner{}
 		c.owner = c.election
@@ -463,22 +460,6 @@ func (c *Controller) enqueueAll() {
 	frs, _ := c.frCache.List(labels.Everything())
 	for _, o := range frs {
 		add(objName(o))
-	}
-}
-
-// observeHeartbeat hands a kubelet's Lease to health, which times its
-// renewals on this process's clock.
-func (c *Controller) observeHeartbeat(o interface{}, deleted bool) {
-	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = d.Obj
-	}
-	l, ok := o.(*coordinationv1.Lease)
-	switch {
-	case !ok:
-	case deleted:
-		c.health.Forget(l.Name)
-	default:
-		c.health.Observe(l)
 	}
 }
 

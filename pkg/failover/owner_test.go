@@ -134,15 +134,22 @@ func TestRunReleasesTheLeaseAfterItsWorkers(t *testing.T) {
 // A replica that watched the heartbeats while standing by finds a node whose
 // Lease has been silent for a lease duration down the moment it takes over;
 // one that starts watching only then must wait the whole duration again,
-// however long the node has been silent. ObserveHeartbeats is the first.
+// however long the node has been silent. ObserveHeartbeats is the first;
+// so is a controller built at takeover (as csi-fence-attacher builds it, on
+// the permissions granted then) on a watch started before (issue 38 item 6).
 func TestStandbyTimesHeartbeatsBeforeItTakesOver(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		observeEarly bool
-		wantDown     bool
+		name string
+		// when the heartbeats are first watched: "standby" (the
+		// controller built at start, ObserveHeartbeats), "before build"
+		// (a watch of its own started at start, the controller built at
+		// takeover on it), "takeover".
+		watched  string
+		wantDown bool
 	}{
-		{name: "watched while standing by", observeEarly: true, wantDown: true},
-		{name: "watched only from takeover", observeEarly: false, wantDown: false},
+		{name: "watched while standing by", watched: "standby", wantDown: true},
+		{name: "built at takeover on an earlier watch", watched: "before build", wantDown: true},
+		{name: "watched only from takeover", watched: "takeover", wantDown: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -153,29 +160,52 @@ func TestStandbyTimesHeartbeatsBeforeItTakesOver(t *testing.T) {
 				Spec: coordinationv1.LeaseSpec{RenewTime: &renewed, LeaseDurationSeconds: ptr.To[int32](40)}}
 			e := newEnv(t, append(objects(v1.ConditionUnknown, true), lease), true)
 			clk := testingclock.NewFakeClock(time.Now())
-			c, err := New(Options{DriverName: driver, CanFence: true, SafeDetach: true, Timeout: time.Second,
-				StormGuardNamespace: "kube-system", RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second,
-				Resync: time.Hour, Clock: clk},
-				e.client, informers.NewSharedInformerFactory(e.client, 0), dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0),
-				e.fr, e.csi, record.NewFakeRecorder(100))
-			if err != nil {
-				t.Fatal(err)
+			build := func(hb *nodehealth.Heartbeats) *Controller {
+				c, err := New(Options{DriverName: driver, CanFence: true, SafeDetach: true, Timeout: time.Second,
+					StormGuardNamespace: "kube-system", RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second,
+					Resync: time.Hour, Clock: clk, Heartbeats: hb},
+					e.client, informers.NewSharedInformerFactory(e.client, 0), dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0),
+					e.fr, e.csi, record.NewFakeRecorder(100))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
 			}
-			if tc.observeEarly {
-				c.ObserveHeartbeats(ctx)
-				synced, stop := context.WithTimeout(ctx, 10*time.Second)
+			synced := func(hasSynced cache.InformerSynced) {
+				wait, stop := context.WithTimeout(ctx, 10*time.Second)
 				defer stop()
-				if !cache.WaitForCacheSync(synced.Done(), c.heartbeatsHandled) {
+				if !cache.WaitForCacheSync(wait.Done(), hasSynced) {
 					t.Fatal("heartbeat informer did not sync")
 				}
 			}
-			// The kubelet stays silent for a lease duration and more
-			// before this replica takes over.
-			clk.Step(41 * time.Second)
+			var c *Controller
+			switch tc.watched {
+			case "standby":
+				c = build(nil)
+				c.ObserveHeartbeats(ctx)
+				synced(c.heartbeats.HasSynced)
+			case "before build":
+				hb, err := nodehealth.NewHeartbeats(e.client, 0, clk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hb.Start(ctx.Done())
+				synced(hb.HasSynced)
+				// The kubelet stays silent for a lease duration and
+				// more before this replica takes over and builds its
+				// controller.
+				clk.Step(41 * time.Second)
+				c = build(hb)
+			case "takeover":
+				c = build(nil)
+			}
+			if tc.watched != "before build" {
+				clk.Step(41 * time.Second)
+			}
 			if !c.startInformers(ctx) {
 				t.Fatal("caches did not sync")
 			}
-			err = c.down(ctx, "n1")
+			err := c.down(ctx, "n1")
 			if got := err == nil; got != tc.wantDown {
 				t.Errorf("down after takeover = %v (err %v), want %v", got, err, tc.wantDown)
 			}

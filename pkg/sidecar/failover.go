@@ -26,6 +26,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/failover"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 )
 
 // FailoverOptions are the flags of the failover controller.
@@ -153,6 +154,24 @@ type FailoverDeps struct {
 	// Machine: the sidecar may fence through Cluster API Machines
 	// (MachineRules granted: FeatureRuns of FeatureMachineFencing).
 	Machine bool
+	// Heartbeats is the watch of the kubelets' Leases the replica started
+	// before it led (WatchHeartbeats); nil: one started here.
+	Heartbeats *nodehealth.Heartbeats
+}
+
+// WatchHeartbeats starts timing the kubelets' heartbeat Leases through
+// client until ctx is done, and returns the watch for FailoverDeps. A
+// replica calls it at start, before it runs for leadership: the failover
+// it builds when it takes over then judges a node down as soon as its
+// heartbeat has been silent for a lease duration, not a lease duration
+// after the takeover (nodehealth.Heartbeats).
+func WatchHeartbeats(ctx context.Context, client kubernetes.Interface, o *Options) (*nodehealth.Heartbeats, error) {
+	hb, err := nodehealth.NewHeartbeats(client, failoverResync(o), nil)
+	if err != nil {
+		return nil, err
+	}
+	hb.Start(ctx.Done())
+	return hb, nil
 }
 
 // NewFailover builds the failover controller and returns the function that
@@ -194,6 +213,7 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 		FailoverOptIn:        d.Failover.FailoverOptIn,
 		Election:             electionConfig(d.ElectionClient, d.DriverName, StormGuardNamespace(d.Failover.StormGuardNamespace)),
 		Backends:             d.Failover.Backends,
+		Heartbeats:           d.Heartbeats,
 	}
 	if power != nil {
 		opts.Power = power
