@@ -695,9 +695,11 @@ func (c *Controller) signalIdle(ctx context.Context, node *v1.Node, fr *fencingv
 // quarantine admits the node through the storm guard (S5), makes sure its
 // record exists (fencerecord.RecordQuarantine), then adds the quarantine
 // taint: before any fence, so that nothing new is scheduled there while its
-// volumes may be fenced.
+// volumes may be fenced; then it confirms the admission, which a prune may
+// have dropped meanwhile (confirmQuarantine).
 func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
-	if err := c.admit(ctx, node); err != nil {
+	limit, confirmed, err := c.admit(ctx, node)
+	if err != nil {
 		return err
 	}
 	if podgc.Taint(node, contract.QuarantineTaintKey) == nil {
@@ -707,7 +709,13 @@ func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
 			return fmt.Errorf("recording the quarantine: %w", err)
 		}
 	}
-	return c.addQuarantineTaint(ctx, node)
+	if err := c.addQuarantineTaint(ctx, node); err != nil {
+		return err
+	}
+	if confirmed {
+		return nil
+	}
+	return c.confirmQuarantine(ctx, node, limit)
 }
 
 // fenceStorage fences every attachment of this driver on the node but those

@@ -27,8 +27,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -1434,5 +1437,81 @@ func TestFencingCompleteTakenBackWhenNoLongerTrue(t *testing.T) {
 				t.Errorf("someone else's FencingComplete was taken back: %+v", n.Status.Conditions)
 			}
 		})
+	}
+}
+
+// patchHookedNodes calls hook with each node patch before it is sent.
+type patchHookedNodes struct {
+	kubernetes.Interface
+	hook func(name string, patch []byte)
+}
+
+func (h patchHookedNodes) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (h patchHookedNodes) CoreV1() corev1client.CoreV1Interface {
+	return patchHookedCore{CoreV1Interface: h.Interface.CoreV1(), hook: h.hook}
+}
+
+type patchHookedCore struct {
+	corev1client.CoreV1Interface
+	hook func(name string, patch []byte)
+}
+
+func (h patchHookedCore) Nodes() corev1client.NodeInterface {
+	return patchHookedNodeClient{NodeInterface: h.CoreV1Interface.Nodes(), hook: h.hook}
+}
+
+type patchHookedNodeClient struct {
+	corev1client.NodeInterface
+	hook func(name string, patch []byte)
+}
+
+func (h patchHookedNodeClient) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*v1.Node, error) {
+	h.hook(name, data)
+	return h.NodeInterface.Patch(ctx, name, pt, data, opts, sub...)
+}
+
+// S5, issue 38 item 8: between its admission and its quarantine taint a
+// node may be Ready for a moment; another worker's prune then drops its
+// admission as stale and admits another node in its place. The first node
+// must not then be fenced uncounted beside the second: its admission is
+// confirmed once its taint is on, and refused again here (limit 1), its
+// taint taken back.
+func TestPrunedAdmissionIsNotFencedUncounted(t *testing.T) {
+	e := newEnv(t, failing(objects(v1.ConditionUnknown, true), "n2"), true)
+	e.tweaks = append(e.tweaks, func(o *Options) { o.MaxFencedNodes, o.MaxFencedNodePercent = 1, 0 })
+	_, ctx := ktesting.NewTestContext(t)
+	other := &stormGuard{client: e.client, namespace: "kube-system"}
+	once := sync.Once{}
+	hooked := patchHookedNodes{Interface: e.client, hook: func(name string, patch []byte) {
+		if name != "n1" || !strings.Contains(string(patch), contract.QuarantineTaintKey) {
+			return
+		}
+		once.Do(func() {
+			// n1 flaps Ready; another worker admits n2 and prunes n1.
+			e.setReady(t, "n1", v1.ConditionTrue)
+			one := func(admitted int) (bool, string) { return admitted < 1, "limit 1" }
+			if _, err := other.admit(ctx, "n2", false, one, e.c.admissionStale); err != nil {
+				t.Errorf("the other worker's admission of n2: %v", err)
+			}
+			e.setReady(t, "n1", v1.ConditionUnknown)
+		})
+	}}
+	cctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	e.c = e.startOn(cctx, t, hooked, true)
+	_ = e.sync(t)
+	l, err := e.client.CoordinationV1().Leases("kube-system").Get(ctx, StormGuardLeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Annotations[stormGuardAnnotation]; got != "n2" {
+		t.Fatalf("admissions %q, want n2 alone: the interleaving did not happen", got)
+	}
+	if e.steps.index("fence h1") >= 0 {
+		t.Errorf("n1 fenced although its admission was dropped and n2 holds the only slot (steps %v)", e.steps.log)
+	}
+	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil {
+		t.Errorf("n1 keeps a quarantine taint the storm guard refused")
 	}
 }

@@ -211,21 +211,48 @@ func (c *Controller) fencingTaints(ctx context.Context, node string, required bo
 // admit is the storm guard (S5): fencing one more node must stay within
 // --max-fenced-nodes and --max-fenced-node-percent, counted on the shared
 // admission Lease (stormguard.go), not on a cache. A node quarantined already
-// is continuing and never refused.
-func (c *Controller) admit(ctx context.Context, node *v1.Node) error {
+// is continuing and never refused. It returns the limit it admitted under
+// and whether the node's quarantine is confirmed already (confirmQuarantine).
+func (c *Controller) admit(ctx context.Context, node *v1.Node) (limit func(int) (bool, string), confirmed bool, err error) {
 	all, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
 	limits := c.registry.limits(klog.FromContext(ctx), guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent})
-	err = c.guard.admit(ctx, node.Name, quarantined, func(admitted int) (bool, string) {
+	limit = func(admitted int) (bool, string) {
 		return StormGuard(admitted, len(all), limits.maxNodes, limits.maxPercent, false)
-	}, c.admissionStale)
+	}
+	confirmed, err = c.guard.admit(ctx, node.Name, quarantined, limit, c.admissionStale)
 	if err != nil {
-		stormGuardDeferrals.Inc()
-		c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %v", node.Name, err)
-		klog.FromContext(ctx).V(2).Info("Not fencing", "why", err)
+		c.deferred(ctx, node, err)
+	}
+	return limit, confirmed, err
+}
+
+// deferred says why a node is not fenced now: the storm guard refused it.
+func (c *Controller) deferred(ctx context.Context, node *v1.Node, err error) {
+	stormGuardDeferrals.Inc()
+	c.recorder.Eventf(node, v1.EventTypeWarning, "FencingDeferred", "Not fencing node %s: %v", node.Name, err)
+	klog.FromContext(ctx).V(2).Info("Not fencing", "why", err)
+}
+
+// confirmQuarantine confirms the node's admission once its quarantine
+// taint is on (stormGuard.confirm). When the admission was dropped
+// meanwhile and the limit refuses it again, the taint this pass added is
+// taken back and the node is not fenced now.
+func (c *Controller) confirmQuarantine(ctx context.Context, node *v1.Node, limit func(int) (bool, string)) error {
+	err := c.guard.confirm(ctx, node.Name, limit, c.admissionStale)
+	if err == nil {
+		return nil
+	}
+	c.deferred(ctx, node, err)
+	if uerr := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
+		before := len(n.Spec.Taints)
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == contract.QuarantineTaintKey })
+		return len(n.Spec.Taints) != before
+	}); uerr != nil {
+		return errors.Join(err, fmt.Errorf("taking back the quarantine of a node the storm guard refused: %w", uerr))
 	}
 	return err
 }
@@ -655,10 +682,14 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 		// agent has cleaned them. Admitted first, whatever the storm
 		// guard's count (its fencing only continues), so that the guard
 		// counts every quarantined node.
-		if err := c.guard.admit(ctx, node.Name, true, func(int) (bool, string) { return true, "" }, c.admissionStale); err != nil {
+		always := func(int) (bool, string) { return true, "" }
+		if _, err := c.guard.admit(ctx, node.Name, true, always, c.admissionStale); err != nil {
 			return err
 		}
 		if err := c.addQuarantineTaint(ctx, node); err != nil {
+			return err
+		}
+		if err := c.guard.confirm(ctx, node.Name, always, c.admissionStale); err != nil {
 			return err
 		}
 	}

@@ -22,6 +22,10 @@ const StormGuardLeaseName = "csi-fence-storm-guard"
 // to fencing and not released yet.
 const stormGuardAnnotation = contract.Prefix + "/fencing-nodes"
 
+// stormGuardQuarantinedAnnotation lists, the same way, the admitted nodes
+// whose quarantine taint is on (confirm).
+const stormGuardQuarantinedAnnotation = contract.Prefix + "/fencing-nodes-quarantined"
+
 // PausedAnnotation on the storm guard's Lease is the pause switch: while it
 // is set (its value says why), no new node is admitted to fencing, by any
 // driver or backend; nodes under fencing already go on to the end.
@@ -41,49 +45,89 @@ type stormGuard struct {
 	namespace string
 }
 
+// admissions is the storm guard's Lease as read: the nodes admitted to
+// fencing, those of them whose quarantine is confirmed on, and why fencing
+// is paused ("" if it is not).
+type admissions struct {
+	nodes, quarantined []string
+	paused             string
+}
+
 // admit adds node to the list unless limit refuses one more; a node listed
 // already, or force (a node quarantined already, whose fencing only
-// continues), is admitted whatever the count.
+// continues), is admitted whatever the count. It reports whether the
+// node's quarantine is confirmed already (confirm).
 //
 // Before it refuses, it drops the admissions that stale (live reads) says
 // have nothing left to do: an admission whose release never came (a crash
 // or a failed Node patch between the admission and the quarantine, a Node
 // deleted with nothing pending) must not hold a slot forever. The list it
 // writes back is the pruned one, in the same update.
-func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit func(admitted int) (bool, string), stale func(ctx context.Context, node string) (bool, error)) error {
-	return g.update(ctx, func(nodes []string, paused string) ([]string, error) {
-		if slices.Contains(nodes, node) {
-			return nodes, nil
+func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit func(admitted int) (bool, string), stale func(ctx context.Context, node string) (bool, error)) (confirmed bool, err error) {
+	err = g.update(ctx, func(a *admissions) error {
+		confirmed = slices.Contains(a.quarantined, node)
+		if slices.Contains(a.nodes, node) {
+			return nil
 		}
-		if paused != "" && !force {
-			return nil, fmt.Errorf("fencing is paused (%s=%q on Lease %s)", PausedAnnotation, paused, StormGuardLeaseName)
+		if a.paused != "" && !force {
+			return fmt.Errorf("fencing is paused (%s=%q on Lease %s)", PausedAnnotation, a.paused, StormGuardLeaseName)
 		}
-		if ok, _ := limit(len(nodes)); !force && !ok {
-			var err error
-			if nodes, err = g.prune(ctx, nodes, stale); err != nil {
-				return nil, err
+		return g.add(ctx, a, node, force, limit, stale)
+	})
+	return confirmed, err
+}
+
+// add adds node to a's admissions, under limit unless force, pruning the
+// stale ones first when the limit refuses (admit).
+func (g *stormGuard) add(ctx context.Context, a *admissions, node string, force bool, limit func(admitted int) (bool, string), stale func(ctx context.Context, node string) (bool, error)) error {
+	if ok, _ := limit(len(a.nodes)); !force && !ok {
+		if err := g.prune(ctx, a, stale); err != nil {
+			return err
+		}
+		if ok, why := limit(len(a.nodes)); !ok {
+			return fmt.Errorf("storm guard: %s (fencing: %s)", why, strings.Join(a.nodes, ", "))
+		}
+	}
+	a.nodes = append(a.nodes, node)
+	return nil
+}
+
+// confirm records, once the node's quarantine taint is on, that its
+// admission is in use. Between its admission and its taint a node may be
+// Ready for a moment and look stale to another worker's prune, which then
+// admits a node in its place: confirm finds the admission gone and admits
+// the node again under the limit, or fails (the caller takes its taint
+// back and fences nothing). Its write also makes any prune that read the
+// Lease before it conflict and read the node again, tainted now (S5).
+func (g *stormGuard) confirm(ctx context.Context, node string, limit func(admitted int) (bool, string), stale func(ctx context.Context, node string) (bool, error)) error {
+	return g.update(ctx, func(a *admissions) error {
+		if !slices.Contains(a.nodes, node) {
+			if err := g.add(ctx, a, node, false, limit, stale); err != nil {
+				return fmt.Errorf("the admission of node %s was dropped before its quarantine: %w", node, err)
 			}
-			if ok, why := limit(len(nodes)); !ok {
-				return nil, fmt.Errorf("storm guard: %s (fencing: %s)", why, strings.Join(nodes, ", "))
-			}
 		}
-		return append(nodes, node), nil
+		if !slices.Contains(a.quarantined, node) {
+			a.quarantined = append(a.quarantined, node)
+		}
+		return nil
 	})
 }
 
 // prune drops the nodes that stale says hold their admission for nothing.
-func (g *stormGuard) prune(ctx context.Context, nodes []string, stale func(ctx context.Context, node string) (bool, error)) ([]string, error) {
+func (g *stormGuard) prune(ctx context.Context, a *admissions, stale func(ctx context.Context, node string) (bool, error)) error {
 	var kept []string
-	for _, n := range nodes {
+	for _, n := range a.nodes {
 		drop, err := stale(ctx, n)
 		if err != nil {
-			return nil, fmt.Errorf("storm guard: checking the admission of node %s: %w", n, err)
+			return fmt.Errorf("storm guard: checking the admission of node %s: %w", n, err)
 		}
 		if !drop {
 			kept = append(kept, n)
 		}
 	}
-	return kept, nil
+	a.nodes = kept
+	a.quarantined = slices.DeleteFunc(a.quarantined, func(n string) bool { return !slices.Contains(kept, n) })
+	return nil
 }
 
 // pausedBy reads the storm guard's Lease live and returns why fencing is
@@ -101,15 +145,17 @@ func (g *stormGuard) pausedBy(ctx context.Context) (string, error) {
 
 // release removes node from the list: its fencing is over.
 func (g *stormGuard) release(ctx context.Context, node string) error {
-	return g.update(ctx, func(nodes []string, _ string) ([]string, error) {
-		return slices.DeleteFunc(nodes, func(n string) bool { return n == node }), nil
+	return g.update(ctx, func(a *admissions) error {
+		this := func(n string) bool { return n == node }
+		a.nodes = slices.DeleteFunc(a.nodes, this)
+		a.quarantined = slices.DeleteFunc(a.quarantined, this)
+		return nil
 	})
 }
 
-// update applies change to the list on a fresh read of the Lease (created if
-// missing), which also tells whether fencing is paused, and writes it back
-// with optimistic concurrency.
-func (g *stormGuard) update(ctx context.Context, change func(nodes []string, paused string) ([]string, error)) error {
+// update applies change to the admissions on a fresh read of the Lease
+// (created if missing) and writes them back with optimistic concurrency.
+func (g *stormGuard) update(ctx context.Context, change func(*admissions) error) error {
 	leases := g.client.CoordinationV1().Leases(g.namespace)
 	return retry.OnError(retry.DefaultBackoff, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
@@ -121,26 +167,52 @@ func (g *stormGuard) update(ctx context.Context, change func(nodes []string, pau
 		if err != nil {
 			return err
 		}
-		var nodes []string
-		if s := lease.Annotations[stormGuardAnnotation]; s != "" {
-			nodes = strings.Split(s, ",")
+		a := &admissions{
+			nodes:       nodeList(lease.Annotations[stormGuardAnnotation]),
+			quarantined: nodeList(lease.Annotations[stormGuardQuarantinedAnnotation]),
+			paused:      lease.Annotations[PausedAnnotation],
 		}
-		before := strings.Join(nodes, ",")
-		nodes, err = change(slices.Clone(nodes), lease.Annotations[PausedAnnotation])
-		if err != nil {
+		if err := change(a); err != nil {
 			return err
 		}
-		slices.Sort(nodes)
-		after := strings.Join(nodes, ",")
-		if after == before {
+		want := map[string]string{
+			stormGuardAnnotation:            joinNodes(a.nodes),
+			stormGuardQuarantinedAnnotation: joinNodes(a.quarantined),
+		}
+		changed := false
+		for k, v := range want {
+			changed = changed || lease.Annotations[k] != v
+		}
+		if !changed {
 			return nil
 		}
 		lease = lease.DeepCopy()
 		if lease.Annotations == nil {
 			lease.Annotations = map[string]string{}
 		}
-		lease.Annotations[stormGuardAnnotation] = after
+		for k, v := range want {
+			if v == "" && k == stormGuardQuarantinedAnnotation {
+				delete(lease.Annotations, k)
+				continue
+			}
+			lease.Annotations[k] = v
+		}
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// nodeList parses a comma-separated list of nodes.
+func nodeList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// joinNodes writes nodes as a sorted, comma-separated list.
+func joinNodes(nodes []string) string {
+	nodes = slices.Clone(nodes)
+	slices.Sort(nodes)
+	return strings.Join(nodes, ",")
 }
