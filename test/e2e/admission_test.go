@@ -6,6 +6,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,13 +46,54 @@ func TestNodeAgentWritesOnlyItsOwnRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The agent's own record holds a volume fenced there and one whose
+	// fence is in flight.
+	started := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fr, err := admin.Get(ctx, nodes[0])
+		if err != nil {
+			return err
+		}
+		fr.Status.Phase = fencingv1alpha1.PhaseFencing
+		fr.Status.Volumes = []fencingv1alpha1.FencedVolume{
+			{Driver: framework.DriverName, VolumeHandle: "fenced", NodeID: nodes[0], StartedTime: &started, FencedTime: &started},
+			{Driver: framework.DriverName, VolumeHandle: "in-flight", NodeID: nodes[0], StartedTime: &started, FencesInFlight: []string{"a1"}},
+		}
+		_, err = admin.UpdateStatus(ctx, fr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	const onlyCleanups = "a node agent may only record the cleanup of volumes"
 	for _, tc := range []struct {
 		name, kubeconfig, record string
-		refused                  string // "": allowed
+		// change is what the agent writes (nil: the status unchanged;
+		// admission runs for every update).
+		change  func(*fencingv1alpha1.FencingRequestStatus)
+		refused string // "": allowed
 	}{
 		{name: "own record", kubeconfig: bound, record: nodes[0]},
 		{name: "another node's record", kubeconfig: bound, record: nodes[1], refused: "may write only the FencingRequest of its own node (" + nodes[0] + ")"},
 		{name: "token naming no node", kubeconfig: unbound, record: nodes[0], refused: "its token names no node"},
+		{name: "a cleanup error", kubeconfig: bound, record: nodes[0], change: func(s *fencingv1alpha1.FencingRequestStatus) {
+			s.Volumes[0].CleanupError = "plugin down"
+		}},
+		{name: "a cleanup", kubeconfig: bound, record: nodes[0], change: func(s *fencingv1alpha1.FencingRequestStatus) {
+			s.Volumes[0].CleanedTime, s.Volumes[0].CleanupError = &now, ""
+		}},
+		{name: "a fence confirmed by the node itself", kubeconfig: bound, record: nodes[0], refused: onlyCleanups, change: func(s *fencingv1alpha1.FencingRequestStatus) {
+			s.Volumes[1].FencedTime = &now
+		}},
+		{name: "an entry removed", kubeconfig: bound, record: nodes[0], refused: onlyCleanups, change: func(s *fencingv1alpha1.FencingRequestStatus) {
+			s.Volumes = s.Volumes[:1]
+		}},
+		{name: "its own power-off confirmed", kubeconfig: bound, record: nodes[0], refused: onlyCleanups, change: func(s *fencingv1alpha1.FencingRequestStatus) {
+			s.NodeFence = &fencingv1alpha1.NodeFence{Backend: fencingv1alpha1.BackendPower, StartedTime: &now, ConfirmedTime: &now}
+		}},
+		{name: "the phase", kubeconfig: bound, record: nodes[0], refused: onlyCleanups, change: func(s *fencingv1alpha1.FencingRequestStatus) {
+			s.Phase = fencingv1alpha1.PhaseComplete
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := clientcmd.BuildConfigFromFlags("", tc.kubeconfig)
@@ -63,19 +105,21 @@ func TestNodeAgentWritesOnlyItsOwnRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 			agent := fencingv1alpha1.NewClient(dyn)
-			// What a node agent does: write the record's status (here
-			// unchanged; admission runs for every update).
+			// What a node agent does: write the record's status.
 			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				fr, err := agent.Get(ctx, tc.record)
 				if err != nil {
 					return err
+				}
+				if tc.change != nil {
+					tc.change(&fr.Status)
 				}
 				_, err = agent.UpdateStatus(ctx, fr)
 				return err
 			})
 			switch {
 			case tc.refused == "" && err != nil:
-				t.Errorf("node agent of %s refused its own record: %v", nodes[0], err)
+				t.Errorf("node agent of %s refused: %v", nodes[0], err)
 			case tc.refused != "" && err == nil:
 				t.Errorf("node agent allowed to write %s's record", tc.record)
 			case tc.refused != "" && (!apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.refused)):
