@@ -133,6 +133,9 @@ type Controller struct {
 	eligible eligibleSince
 	// notices: what was said of pods that will not fail over.
 	notices notices
+	// taints: when each NoExecute taint of each node was first seen, for
+	// the evictions Kubernetes lost (evictions.go).
+	taints *taintsSeen
 }
 
 // eligibleSince is when each pod (by UID) was first seen eligible for
@@ -222,6 +225,7 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		guard:      &stormGuard{client: client, namespace: opts.StormGuardNamespace},
 		owner:      AlwaysOwner{},
 		registry:   newRegistry(client, opts.StormGuardNamespace, opts.Clock),
+		taints:     newTaintsSeen(opts.Clock),
 		regFactory: newRegistryInformers(client, opts.StormGuardNamespace, opts.Resync),
 	}
 	c.heartbeats = opts.Heartbeats
@@ -548,6 +552,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 			return err
 		}
 		c.honourSignals(ctx, node, pods)
+		c.takeOverLostEvictions(ctx, node, pods)
 	}
 	if !manual && c.notAutomatically(ctx, node, ready, owner) {
 		return nil

@@ -150,6 +150,7 @@ func (c *Controller) deleteFencedAttachments(ctx context.Context, vas []*storage
 // not cleaned (a re-registered node resumes the cleanup, S6); a record with
 // nothing pending has no more use and goes.
 func (c *Controller) nodeGone(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
+	c.taints.forget(nodeName)
 	if fr == nil {
 		return nil
 	}

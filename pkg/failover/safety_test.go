@@ -1515,3 +1515,81 @@ func TestPrunedAdmissionIsNotFencedUncounted(t *testing.T) {
 		t.Errorf("n1 keeps a quarantine taint the storm guard refused")
 	}
 }
+
+// Issue 38 item 10: a pod whose eviction by the taint manager was lost (an
+// apiserver down at that moment; the taint manager does not retry) stays
+// Running on a dead node and never fails over. Once its toleration ran out,
+// with a margin on this process's clock, it is evicted as the taint manager
+// would have (graceful, DeletionByTaintManager), and only then; a pod that
+// tolerates the taint forever, or whose node is alive, is left alone.
+func TestLostEvictionTakenOver(t *testing.T) {
+	tests := []struct {
+		name        string
+		toleration  *int64 // of the unreachable taint; nil: forever
+		nodeReady   v1.ConditionStatus
+		wantEvicted bool
+	}{
+		{name: "toleration ran out", toleration: ptr.To[int64](300), nodeReady: v1.ConditionUnknown, wantEvicted: true},
+		{name: "tolerated forever", nodeReady: v1.ConditionUnknown},
+		{name: "the kubelet reports itself not Ready", toleration: ptr.To[int64](300), nodeReady: v1.ConditionFalse},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(tc.nodeReady, false)
+			for _, o := range objs {
+				switch o := o.(type) {
+				case *v1.Node:
+					if o.Name == "n1" {
+						o.Spec.Taints = []v1.Taint{{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.Now())}}
+					}
+				case *v1.Pod:
+					o.Spec.Tolerations = []v1.Toleration{{Key: v1.TaintNodeUnreachable, Operator: v1.TolerationOpExists,
+						Effect: v1.TaintEffectNoExecute, TolerationSeconds: tc.toleration}}
+				}
+			}
+			e := newEnv(t, objs, true)
+			var mu sync.Mutex
+			var deletes []metav1.DeleteOptions
+			e.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				deletes = append(deletes, a.(k8stesting.DeleteActionImpl).DeleteOptions)
+				return false, nil, nil
+			})
+			clk := testingclock.NewFakeClock(time.Now())
+			e.tweaks = append(e.tweaks, func(o *Options) { o.Clock = clk })
+			e.restart(t)
+			_ = e.sync(t)
+			clk.Step(300*time.Second + podgc.LostEvictionMargin - time.Second)
+			_ = e.sync(t)
+			if len(deletes) != 0 {
+				t.Fatalf("pod evicted before its toleration and the margin ran out: %v", e.steps.log)
+			}
+			clk.Step(2 * time.Second)
+			_ = e.sync(t)
+			evicted := len(deletes) > 0
+			if evicted != tc.wantEvicted {
+				t.Fatalf("evicted = %v, want %v (steps %v)", evicted, tc.wantEvicted, e.steps.log)
+			}
+			if !evicted {
+				return
+			}
+			if deletes[0].GracePeriodSeconds != nil {
+				t.Errorf("evicted with a grace period of %d s, want the pod's own (a graceful delete)", *deletes[0].GracePeriodSeconds)
+			}
+			pod, err := e.client.CoreV1().Pods("ns").Get(context.Background(), "db-0", metav1.GetOptions{})
+			if err == nil && podgc.TerminationReason(pod) == "" {
+				t.Error("no termination reason")
+			}
+			if err == nil {
+				found := false
+				for _, c := range pod.Status.Conditions {
+					found = found || c.Type == v1.DisruptionTarget && c.Reason == podgc.DisruptionReasonTaintManager
+				}
+				if !found {
+					t.Errorf("no DisruptionTarget condition of the taint manager's: %+v", pod.Status.Conditions)
+				}
+			}
+		})
+	}
+}

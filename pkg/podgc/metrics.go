@@ -21,6 +21,10 @@ var (
 		Name: "force_delete_pods_refused_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of force-deletes refused because a live read found the node alive (Ready, or its Lease renewed), by reason.",
 	}, []string{"reason"})
+	lostEvictions = metrics.NewCounter(&metrics.CounterOpts{
+		Name: "lost_evictions_taken_over_total", StabilityLevel: metrics.ALPHA,
+		Help: "Number of pods evicted from a dead node because the taint manager's eviction of them was lost (their toleration ran out and they were not terminating).",
+	})
 	registerOnce sync.Once
 )
 
@@ -32,7 +36,7 @@ var reasons = []string{ReasonSafeDetach, ReasonOutOfService, ReasonFencingComple
 // force-delete, so that alerts on them can be set up in advance.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, forceDeletePodsRefused)
+		legacyregistry.MustRegister(forceDeletePods, forceDeletePodErrors, forceDeletePodsRefused, lostEvictions)
 		for _, r := range reasons {
 			for _, c := range []*metrics.CounterVec{forceDeletePods, forceDeletePodErrors, forceDeletePodsRefused} {
 				c.WithLabelValues(r)

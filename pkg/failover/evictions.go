@@ -1,0 +1,119 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
+)
+
+// taintsSeen remembers when this process first saw each NoExecute taint of
+// each node, on its own clock: the taint's timeAdded is the node lifecycle
+// controller's clock, which this process never compares with its own. A
+// process that starts later sees every taint afresh, and so takes over an
+// eviction later, never earlier. It is safe for concurrent use.
+type taintsSeen struct {
+	clock clock.PassiveClock
+	mu    sync.Mutex
+	seen  map[string]time.Time // node/key/timeAdded
+}
+
+func newTaintsSeen(c clock.PassiveClock) *taintsSeen {
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	return &taintsSeen{clock: c, seen: map[string]time.Time{}}
+}
+
+// observe records the node's NoExecute taints as seen now if they are new,
+// forgets the node's taints that are gone, and returns when each taint was
+// first seen.
+func (t *taintsSeen) observe(node *v1.Node) func(v1.Taint) time.Time {
+	key := func(taint v1.Taint) string {
+		// A taint added again since is another one; timeAdded is kept
+		// to the second, as the API serializes it.
+		var added int64
+		if taint.TimeAdded != nil {
+			added = taint.TimeAdded.Unix()
+		}
+		return fmt.Sprintf("%s/%s/%d", node.Name, taint.Key, added)
+	}
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	current := map[string]bool{}
+	for _, taint := range node.Spec.Taints {
+		if taint.Effect != v1.TaintEffectNoExecute {
+			continue
+		}
+		k := key(taint)
+		current[k] = true
+		if _, ok := t.seen[k]; !ok {
+			t.seen[k] = now
+		}
+	}
+	for k := range t.seen {
+		if strings.HasPrefix(k, node.Name+"/") && !current[k] {
+			delete(t.seen, k)
+		}
+	}
+	seen := map[string]time.Time{}
+	for k := range current {
+		seen[k] = t.seen[k]
+	}
+	return func(taint v1.Taint) time.Time { return seen[key(taint)] }
+}
+
+// forget drops what was seen of a node (it is gone).
+func (t *taintsSeen) forget(node string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.seen {
+		if strings.HasPrefix(k, node+"/") {
+			delete(t.seen, k)
+		}
+	}
+}
+
+// takeOverLostEvictions evicts the pods of a node that is not Ready whose
+// eviction by the taint manager is overdue (podgc.EvictionDue): their
+// toleration of the node's NoExecute taints ran out, with a margin, and
+// they are not terminating. Kubernetes lost that eviction (its taint
+// manager does not retry a failed delete), and without it the pod stays
+// Running on the dead node and never fails over. Each eviction reads the
+// node and the pod live first (podgc.GC.Evict). A pod whose eviction is
+// not due yet brings the node back then: no event announces it.
+func (c *Controller) takeOverLostEvictions(ctx context.Context, node *v1.Node, pods []*v1.Pod) {
+	seen := c.taints.observe(node)
+	now := c.taints.clock.Now()
+	var next time.Duration
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		due, ok := podgc.EvictionDue(p, node, seen)
+		if !ok {
+			continue
+		}
+		if wait := due.Sub(now); wait > 0 {
+			if next == 0 || wait < next {
+				next = wait
+			}
+			continue
+		}
+		msg := fmt.Sprintf("csi-fence-attacher: the taint manager's eviction of this pod from node %s, which is not Ready, is overdue by %s: evicted in its place", node.Name, now.Sub(due).Round(time.Second)+podgc.LostEvictionMargin)
+		if err := c.pgc.Evict(ctx, p, msg); err != nil {
+			klog.FromContext(ctx).Error(err, "A lost eviction was not taken over", "pod", klog.KObj(p))
+		}
+	}
+	if next > 0 {
+		c.queue.AddAfter(node.Name, next)
+	}
+}
