@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -94,25 +95,30 @@ func (c *Controller) takeOverLostEvictions(ctx context.Context, node *v1.Node, p
 	seen := c.taints.observe(node)
 	now := c.taints.clock.Now()
 	var next time.Duration
+	var due []*v1.Pod
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 			continue
 		}
-		due, ok := podgc.EvictionDue(p, node, seen)
+		at, ok := podgc.EvictionDue(p, node, seen)
 		if !ok {
 			continue
 		}
-		if wait := due.Sub(now); wait > 0 {
+		if wait := at.Sub(now); wait > 0 {
 			if next == 0 || wait < next {
 				next = wait
 			}
 			continue
 		}
-		msg := fmt.Sprintf("csi-fence-attacher: the taint manager's eviction of this pod from node %s, which is not Ready, is overdue by %s: evicted in its place", node.Name, now.Sub(due).Round(time.Second)+podgc.LostEvictionMargin)
-		if err := c.pgc.Evict(ctx, p, msg); err != nil {
-			klog.FromContext(ctx).Error(err, "A lost eviction was not taken over", "pod", klog.KObj(p))
-		}
+		due = append(due, p)
 	}
+	// A node's pods go at once, as the force-deletes do.
+	workqueue.ParallelizeUntil(ctx, forceDeleteWorkers, len(due), func(i int) {
+		msg := fmt.Sprintf("csi-fence-attacher: the taint manager did not evict this pod from node %s, which is not Ready, when its toleration ran out: evicted in its place", node.Name)
+		if err := c.pgc.Evict(ctx, due[i], msg); err != nil {
+			klog.FromContext(ctx).Error(err, "A lost eviction was not taken over", "pod", klog.KObj(due[i]))
+		}
+	})
 	if next > 0 {
 		c.queue.AddAfter(node.Name, next)
 	}
