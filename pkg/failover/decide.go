@@ -127,9 +127,12 @@ func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storag
 			return false, msg
 		}
 	}
-	if fr.Withdrawn() {
-		// Withdrawn by an admin (released or deleted), everything
-		// cleaned: whatever stays attached there may be published again.
+	if fr.Spec.Released || fr.Withdrawn() && fr.Spec.Origin != fencingv1alpha1.OriginAutomatic {
+		// Withdrawn by an admin (released, or their own request
+		// deleted), everything cleaned: whatever stays attached there
+		// may be published again. Deleting the record of an automatic
+		// failover withdraws nothing: the fenced attachment must go
+		// first, as without the deletion.
 		return true, ""
 	}
 	for _, va := range vas {

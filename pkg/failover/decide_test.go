@@ -54,6 +54,10 @@ func TestRelease(t *testing.T) {
 		fr.Spec.Released = true
 		return fr
 	}
+	automatic := func(fr *fencingv1alpha1.FencingRequest) *fencingv1alpha1.FencingRequest {
+		fr.Spec.Origin = fencingv1alpha1.OriginAutomatic
+		return fr
+	}
 	attached := va.DeepCopy()
 	attached.Status.Attached = true
 	deleting := va.DeepCopy()
@@ -79,6 +83,10 @@ func TestRelease(t *testing.T) {
 		{"cleaned but its VA is still on the node", fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}), true, []*storagev1.VolumeAttachment{va}, false, false},
 		{"withdrawn, cleaned, its VA still there (a manual request on a live node)",
 			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now})), true, []*storagev1.VolumeAttachment{va}, true, false},
+		{"automatic record deleted, cleaned, its VA still there: nobody withdrew the fence",
+			automatic(withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}))), true, []*storagev1.VolumeAttachment{attached}, false, false},
+		{"automatic record released through its spec by an admin, cleaned, its VA still there",
+			automatic(released(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now, CleanedTime: &now}))), true, []*storagev1.VolumeAttachment{attached}, true, false},
 		{"withdrawn, not cleaned: deleting a record never skips the cleanup",
 			withdrawn(fr(fencingv1alpha1.FencedVolume{Driver: driver, VolumeHandle: "h1", FencedTime: &now})), true, nil, false, false},
 		{"released through its spec, cleaned, its VA still there (kubectl fence release)",
