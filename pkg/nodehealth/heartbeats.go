@@ -57,18 +57,14 @@ func (h *Heartbeats) HasSynced() bool {
 	return h.handled()
 }
 
-// heartbeat hands a kubelet's Lease to the Observer, or makes it forget a
-// deleted one.
+// heartbeat hands a kubelet's Lease to the Observer.
 func (h *Heartbeats) heartbeat(o interface{}, deleted bool) {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = d.Obj
 	}
-	l, ok := o.(*coordinationv1.Lease)
-	switch {
-	case !ok:
-	case deleted:
-		h.Forget(l.Name)
-	default:
+	// A deleted Lease is not forgotten here: its last renewal still
+	// counts until a lease duration has passed (Observer.Down).
+	if l, ok := o.(*coordinationv1.Lease); ok && !deleted {
 		h.Observe(l)
 	}
 }

@@ -109,7 +109,16 @@ func (o *Observer) observe(l *coordinationv1.Lease) observation {
 	return cur
 }
 
-// Forget drops a node's observation (its Lease was deleted).
+// last returns what was last observed of a node's Lease, if anything.
+func (o *Observer) last(node string) (observation, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs, ok := o.seen[node]
+	return obs, ok
+}
+
+// Forget drops a node's observation: its Lease is gone and has not been
+// renewed for a lease duration.
 func (o *Observer) Forget(node string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -123,7 +132,9 @@ func (o *Observer) Forget(node string) {
 // A Node that is gone is down unless its Lease is still renewed: no kubelet
 // runs pods for a Node that does not exist, and a kubelet that is alive
 // re-registers it. A Node whose Lease is missing is decided by its
-// condition alone (a kubelet without Leases, or a Node deleted with them).
+// condition alone (a kubelet without Leases, or a Node deleted with them),
+// once the last renewal this process saw of it, if any, is a lease
+// duration old.
 func (o *Observer) Down(ctx context.Context, nodeName string) error {
 	lease, err := o.reads.Do(ctx, nodeName, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		return o.readHeartbeat(ctx, nodeName)
@@ -132,6 +143,15 @@ func (o *Observer) Down(ctx context.Context, nodeName string) error {
 		return err
 	}
 	if lease == nil {
+		// The last renewal this process saw still counts: a Node
+		// deleted while its kubelet runs (kubectl delete node) takes
+		// its Lease with it, and the kubelet registers both again a
+		// few seconds later.
+		if obs, ok := o.last(nodeName); ok {
+			if unchanged := o.clock.Since(obs.since); unchanged < obs.duration {
+				return &LeaseFreshError{Node: nodeName, Unchanged: unchanged, Duration: obs.duration}
+			}
+		}
 		o.Forget(nodeName)
 		return nil
 	}

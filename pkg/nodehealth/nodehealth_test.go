@@ -37,6 +37,7 @@ func TestDown(t *testing.T) {
 	type step struct {
 		after time.Duration // this process's clock moves on by
 		renew *time.Time    // the kubelet renews its Lease with this renewTime (its clock)
+		gone  bool          // the Lease is deleted (with its Node, by the garbage collector)
 	}
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
 	tests := []struct {
@@ -65,6 +66,14 @@ func TestDown(t *testing.T) {
 		{name: "Node gone, Lease unchanged", lease: lease(now.Add(-time.Minute)), steps: []step{{after: 10 * time.Second}}},
 		{name: "Node gone, Lease renewed", lease: lease(now.Add(-time.Minute)),
 			steps: []step{{after: 10 * time.Second}, {after: time.Second, renew: at(time.Second)}}, alive: true},
+		// kubectl delete node on a live node: its Lease goes with it, and
+		// the kubelet registers both again a few seconds later.
+		{name: "Node deleted while renewing, Lease gone with it", lease: lease(now.Add(-time.Minute)),
+			steps: []step{{after: 9 * time.Second, renew: at(9 * time.Second)}, {after: 2 * time.Second, gone: true}}, alive: true},
+		{name: "Node deleted while renewing, Lease gone for its duration", lease: lease(now.Add(-time.Minute)),
+			steps: []step{{after: 9 * time.Second, renew: at(9 * time.Second)}, {after: 2 * time.Second, gone: true}, {after: 8 * time.Second}}},
+		{name: "Node deleted long silent, Lease gone", lease: lease(now.Add(-time.Minute)),
+			steps: []step{{after: 10 * time.Second}, {after: time.Second, gone: true}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,6 +94,11 @@ func TestDown(t *testing.T) {
 			}
 			for _, s := range tc.steps {
 				clk.SetTime(clk.Now().Add(s.after))
+				if s.gone {
+					if err := leases.Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if s.renew != nil {
 					l, err := leases.Get(ctx, "n1", metav1.GetOptions{})
 					if err != nil {
