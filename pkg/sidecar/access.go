@@ -100,9 +100,11 @@ var FullAccess = Access{Nodes: true, Record: true, Events: true, Failover: true,
 // CheckAccess asks the API server what the sidecar's user may do in
 // namespace (--storm-guard-namespace: the failover's Leases live there), with one
 // SelfSubjectRulesReview, which every authenticated user may create. When
-// the server cannot list the rules (an authorizer that cannot, such as a
-// webhook) everything is assumed granted, as before this check existed: a
-// missing verb then shows as caches that do not sync (SyncHealth).
+// the review is incomplete (an authorizer that cannot list its rules, such
+// as a webhook), each permission it does not show is asked of every
+// authorizer with a SelfSubjectAccessReview. When the review itself fails,
+// everything is assumed granted, as before this check existed: a missing
+// verb then shows as caches that do not sync (SyncHealth).
 func CheckAccess(ctx context.Context, client kubernetes.Interface, namespace string, recordServed bool) Access {
 	a, _ := Preflight(ctx, client, namespace, recordServed, Wanted{})
 	return a
@@ -116,14 +118,8 @@ func Preflight(ctx context.Context, client kubernetes.Interface, namespace strin
 	review, err := client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
 		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
 	}, metav1.CreateOptions{})
-	if err != nil || review.Status.Incomplete {
-		reason := ""
-		if err != nil {
-			reason = err.Error()
-		} else {
-			reason = review.Status.EvaluationError
-		}
-		logger.Info("Cannot tell which permissions the sidecar has; assuming those of deploy/kubernetes/base/rbac-controller.yaml", "reason", reason)
+	if err != nil {
+		logger.Info("Cannot tell which permissions the sidecar has; assuming those of deploy/kubernetes/base/rbac-controller.yaml", "reason", err.Error())
 		a := FullAccess
 		a.Record = recordServed
 		a.Failover = recordServed
@@ -131,8 +127,45 @@ func Preflight(ctx context.Context, client kubernetes.Interface, namespace strin
 		return a, a.checks(nil, false, w, namespace)
 	}
 	granted := grantedRules(review.Status.ResourceRules)
+	if review.Status.Incomplete {
+		// Another authorizer (a webhook) cannot list its rules: the
+		// review holds RBAC's only. What they do not cover is asked of
+		// every authorizer, one permission at a time; what no answer
+		// grants is taken as missing, never as granted.
+		logger.V(2).Info("The permission review is incomplete; asking for each permission it does not show", "reason", review.Status.EvaluationError)
+		granted = append(granted, allowed(ctx, client, namespace, granted)...)
+	}
 	a := accessFrom(granted, recordServed)
 	return a, a.checks(granted, true, w, namespace)
+}
+
+// allowed asks the API server, with a SelfSubjectAccessReview each, for the
+// permissions of every feature that granted does not cover, and returns
+// those it allows. One it cannot answer is not returned.
+func allowed(ctx context.Context, client kubernetes.Interface, namespace string, granted []rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	_, uncovered := validation.Covers(granted, slices.Concat(AttacherRules, NodeRules, RecordRules, EventRules, FailoverRules, PowerRules, MachineRules))
+	var out []rbacv1.PolicyRule
+	for _, r := range uncovered {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				resource, sub, _ := strings.Cut(res, "/")
+				for _, v := range r.Verbs {
+					review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+						Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+							Namespace: namespace, Verb: v, Group: g, Resource: resource, Subresource: sub}},
+					}, metav1.CreateOptions{})
+					if err != nil {
+						klog.FromContext(ctx).V(2).Info("Cannot tell whether a permission is granted; taken as missing", "verb", v, "group", g, "resource", res, "err", err)
+						continue
+					}
+					if review.Status.Allowed {
+						out = append(out, rbacv1.PolicyRule{Verbs: []string{v}, APIGroups: []string{g}, Resources: []string{res}})
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // accessFrom decides Access from the rules granted.

@@ -111,13 +111,19 @@ func TestCheckAccess(t *testing.T) {
 	stock := rulesOf(t, stockRBAC)
 	tests := []struct {
 		name   string
-		status authorizationv1.SubjectRulesReviewStatus
-		err    error
-		want   Access
+		status   authorizationv1.SubjectRulesReviewStatus
+		err      error
+		allowAll bool // every SelfSubjectAccessReview allows
+		want     Access
 	}{
 		{name: "stock RBAC", status: reviewStatus(stock), want: Access{}},
 		{name: "deploy/'s RBAC", status: reviewStatus(rulesOf(t, ourRBAC)), want: FullAccess},
-		{name: "incomplete answer", status: authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "webhook"}, want: FullAccess},
+		// An incomplete review: what it does not show is asked one
+		// permission at a time (allowAll: every answer allows).
+		{name: "incomplete answer, every permission allowed when asked", status: authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "webhook"}, allowAll: true, want: FullAccess},
+		{name: "incomplete answer, nothing allowed when asked", status: authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "webhook"}, want: Access{}},
+		{name: "incomplete answer, the stock rules listed", status: incomplete(reviewStatus(stock)), want: Access{}},
+		{name: "incomplete answer, deploy/'s rules listed", status: incomplete(reviewStatus(rulesOf(t, ourRBAC))), want: FullAccess},
 		{name: "review refused", err: errors.New("forbidden"), want: FullAccess},
 	}
 	for _, tc := range tests {
@@ -131,6 +137,11 @@ func TestCheckAccess(t *testing.T) {
 				r.Status = tc.status
 				return true, r, tc.err
 			})
+			client.PrependReactor("create", "selfsubjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				r := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+				r.Status.Allowed = tc.allowAll
+				return true, r, nil
+			})
 			got := CheckAccess(ctx, client, "csi-ns", true)
 			got.Missing = nil
 			if !reflect.DeepEqual(got, tc.want) {
@@ -141,6 +152,11 @@ func TestCheckAccess(t *testing.T) {
 			}
 		})
 	}
+}
+
+func incomplete(s authorizationv1.SubjectRulesReviewStatus) authorizationv1.SubjectRulesReviewStatus {
+	s.Incomplete, s.EvaluationError = true, "webhook"
+	return s
 }
 
 func reviewStatus(rules []rbacv1.PolicyRule) authorizationv1.SubjectRulesReviewStatus {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"slices"
 	"strings"
@@ -201,21 +202,47 @@ func find(lines []string, s string) string {
 	return ""
 }
 
-// A server that cannot list the rules: every feature is assumed granted,
-// as before the preflight existed, and nothing is reported missing.
+// A server that cannot list every rule (a webhook authorizer): each
+// permission the review does not show is asked on its own, and a feature
+// runs only when every answer grants what it needs; what is refused, or
+// not answered, is reported missing (issue 38 item 9: an incomplete review
+// is not full access).
 func TestPreflightIncompleteReview(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewSimpleClientset()
-	client.PrependReactor("create", "selfsubjectrulesreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		r := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectRulesReview)
-		r.Status = authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "webhook"}
-		return true, r, nil
-	})
-	_, checks := Preflight(ctx, client, "ns", true, Wanted{Failover: true, Power: true, Machine: true})
-	for _, c := range checks {
-		if !c.Runs || len(c.Missing) > 0 {
-			t.Errorf("%+v: want it to run, nothing missing", c)
-		}
+	for _, tc := range []struct {
+		name     string
+		answer   func(*authorizationv1.ResourceAttributes) (bool, error)
+		wantRuns bool
+	}{
+		{name: "every permission allowed", answer: func(*authorizationv1.ResourceAttributes) (bool, error) { return true, nil }, wantRuns: true},
+		{name: "deleting pods refused", answer: func(r *authorizationv1.ResourceAttributes) (bool, error) {
+			return !(r.Verb == "delete" && r.Resource == "pods"), nil
+		}},
+		{name: "no answer", answer: func(*authorizationv1.ResourceAttributes) (bool, error) { return false, errors.New("webhook down") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			client := fake.NewSimpleClientset()
+			client.PrependReactor("create", "selfsubjectrulesreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				r := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectRulesReview)
+				r.Status = authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "webhook"}
+				return true, r, nil
+			})
+			client.PrependReactor("create", "selfsubjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				r := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+				allowed, err := tc.answer(r.Spec.ResourceAttributes)
+				r.Status.Allowed = allowed
+				return true, r, err
+			})
+			_, checks := Preflight(ctx, client, "ns", true, Wanted{Failover: true, Power: true})
+			for _, c := range checks {
+				if c.Feature != FeatureFailover {
+					continue
+				}
+				if c.Runs != tc.wantRuns || (len(c.Missing) == 0) != tc.wantRuns {
+					t.Errorf("%+v: want runs=%v, something missing=%v", c, tc.wantRuns, !tc.wantRuns)
+				}
+			}
+		})
 	}
 }
 
