@@ -601,6 +601,11 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		if fr, err = c.fenceNodeLevel(ctx, node, fr, candidates); err != nil {
 			fenceErr = errors.Join(fenceErr, err)
 		}
+		// A power or machine fence may have outlasted this pass's
+		// ownership: what follows is the owner's.
+		if err := c.stillOwner(); err != nil {
+			return errors.Join(fenceErr, err)
+		}
 		// 4. The attach/detach controller may detach the fenced volumes
 		//    as soon as their pods are gone: each one as its pod goes,
 		//    not once the node's last pod has.

@@ -303,6 +303,9 @@ func (c *Controller) addOutOfServiceTaint(ctx context.Context, node *v1.Node) er
 	if podgc.Taint(node, contract.OutOfServiceTaintKey) != nil {
 		return nil
 	}
+	if err := c.stillOwner(); err != nil {
+		return err
+	}
 	timeAdded, err := fencerecord.RecordOutOfServiceTaint(ctx, c.frClient, node.Name)
 	if err != nil {
 		return fmt.Errorf("recording the out-of-service taint: %w", err)

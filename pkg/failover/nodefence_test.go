@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -464,5 +465,43 @@ func renewLease(t *testing.T, client kubernetes.Interface, node string) {
 		Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
 	if _, err := client.CoordinationV1().Leases(v1.NamespaceNodeLease).Create(context.Background(), lease, metav1.CreateOptions{}); err != nil {
 		t.Error(err)
+	}
+}
+
+// flipOwner owns node-level state until lose is called.
+type flipOwner struct{ lost atomic.Bool }
+
+func (o *flipOwner) IsOwner() bool { return !o.lost.Load() }
+
+// Issue 38 item 9: a pass decides its part by its ownership at its start,
+// and a power fence may outlast that ownership (an agent timing out for
+// minutes, the Lease lost meanwhile). The confirmation is recorded, but the
+// node-level writes after it (the out-of-service taint, FencingComplete,
+// the force-deletes) are left to the new owner.
+func TestOwnershipLostDuringAPowerFence(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, true)
+	objs[0].(*v1.Node).Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	owner := &flipOwner{}
+	power := &fakePower{configured: true, confirmed: true, onFenceDo: func() { owner.lost.Store(true) }}
+	e := powerEnv(t, objs, false, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower}, power)
+	e.c.owner = owner
+	if err := e.sync(t); !errors.Is(err, errNotOwner) {
+		t.Errorf("sync = %v, want it to stop as no longer the owner", err)
+	}
+	if power.count() != 1 {
+		t.Fatalf("power fences = %d, want 1: the test proves nothing", power.count())
+	}
+	if nf := e.record(t).Status.NodeFence; nf == nil || nf.ConfirmedTime == nil {
+		t.Errorf("the confirmed power off is not recorded: %+v", nf)
+	}
+	n := e.node(t, "n1")
+	if taint, _ := outOfService(n); taint {
+		t.Error("out-of-service taint added by a controller that lost the ownership")
+	}
+	if podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+		t.Error("FencingComplete set by a controller that lost the ownership")
+	}
+	if e.steps.index("delete db-0") >= 0 {
+		t.Errorf("pod force-deleted by a controller that lost the ownership: %v", e.steps.log)
 	}
 }

@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,21 @@ const NodeFencingLeaseName = "csi-fence-node-fencing"
 // Owner says whether this controller owns node-level fencing state now.
 type Owner interface {
 	IsOwner() bool
+}
+
+// errNotOwner stops a pass that lost the ownership of node-level state
+// while it ran.
+var errNotOwner = errors.New("this controller no longer owns node-level fencing state: the new owner goes on with the node")
+
+// stillOwner returns errNotOwner once this controller no longer owns
+// node-level state. A pass decides its part by the ownership at its start,
+// and a power or machine fence may outlast that ownership: the node-level
+// writes after such a step check it again.
+func (c *Controller) stillOwner() error {
+	if c.owner.IsOwner() {
+		return nil
+	}
+	return errNotOwner
 }
 
 // AlwaysOwner is the owner of a controller that is alone by construction

@@ -110,7 +110,7 @@ func TestAccessFrom(t *testing.T) {
 func TestCheckAccess(t *testing.T) {
 	stock := rulesOf(t, stockRBAC)
 	tests := []struct {
-		name   string
+		name     string
 		status   authorizationv1.SubjectRulesReviewStatus
 		err      error
 		allowAll bool // every SelfSubjectAccessReview allows
