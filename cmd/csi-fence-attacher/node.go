@@ -101,6 +101,7 @@ func runNode(ctx context.Context, opts *sidecar.Options, nodeOpts *sidecar.NodeO
 		KubeletDir:         nodeOpts.KubeletDir,
 		Conn:               conn,
 		Dynamic:            dyn,
+		CSINodes:           client.StorageV1().CSINodes(),
 		Recorder:           recorder,
 		Timeout:            opts.Timeout,
 		RetryIntervalStart: opts.RetryIntervalStart,

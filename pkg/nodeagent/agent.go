@@ -53,6 +53,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -90,6 +91,10 @@ type Options struct {
 	Conn grpc.ClientConnInterface
 	// Dynamic is the client for FencingRequests. Required.
 	Dynamic dynamic.Interface
+	// CSINodes reads the CSINodes, live, to tell whether a volume fenced
+	// from a node ID the node plugin no longer reports was fenced from
+	// this node (movedNodeID). Without it such a volume is never cleaned.
+	CSINodes storagev1client.CSINodeInterface
 	// Recorder records Events on the Node. Required.
 	Recorder record.EventRecorder
 	// Mounts tells mount points apart; default mount.New("").
@@ -442,8 +447,14 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	if err != nil {
 		return "", err
 	}
+	movedFrom := ""
 	if entry.NodeID != "" && ps.nodeID != entry.NodeID {
-		return "", fmt.Errorf("the node plugin reports node ID %q but the volume was fenced from node ID %q: not cleaning another node's volume", ps.nodeID, entry.NodeID)
+		// The record is this node's; the ID may be its past (nodeid.go).
+		if err := a.checkMovedNodeID(ctx, ps.nodeID, entry.NodeID); err != nil {
+			return "", fmt.Errorf("the node plugin reports node ID %q but the volume was fenced from node ID %q, and %w: not cleaning what may be another node's volume", ps.nodeID, entry.NodeID, err)
+		}
+		logger.Info("The volume was fenced from a node ID this node had before: cleaning it up under the new one", "fencedNodeID", entry.NodeID, "nodeID", ps.nodeID)
+		movedFrom = entry.NodeID
 	}
 	force := ps.caps.CanForceUnpublish()
 	if !force {
@@ -474,7 +485,11 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	if m := inv.Match(vol); !m.Empty() {
 		return "", fmt.Errorf("leftovers remain after the cleanup: %s", strings.Join(m.Paths(a.layout), ", "))
 	}
-	return summarize(steps, force), nil
+	summary := summarize(steps, force)
+	if movedFrom != "" {
+		summary += fmt.Sprintf("; fenced from node ID %q, which this node's plugin no longer uses (its fence at the storage is the driver's to lift)", movedFrom)
+	}
+	return summary, nil
 }
 
 // execute runs the steps in order and stops at the first failure: the

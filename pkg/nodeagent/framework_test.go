@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/testutil"
@@ -63,6 +64,11 @@ type env struct {
 	faults *faults.Store
 	conn   *grpc.ClientConn
 	sock   string
+	// nodeID is the CSI node ID the mock node plugin reports, under which
+	// volumes are published and fenced; testNode unless a test says.
+	nodeID string
+	// csiNodes holds the CSINodes the agent reads (Options.CSINodes).
+	csiNodes *kubefake.Clientset
 
 	events []string
 }
@@ -84,6 +90,7 @@ func newEnv(t *testing.T) *env {
 	return &env{
 		t: t, ctx: ctx, layout: kubeletlayout.New(root), dyn: dyn, records: fencingv1alpha1.NewClient(dyn),
 		recorder: record.NewFakeRecorder(1000), mounts: &fakeMounts{paths: map[string]bool{}},
+		nodeID: testNode, csiNodes: kubefake.NewClientset(),
 	}
 }
 
@@ -107,7 +114,15 @@ func (e *env) startMockDriver(cfg driver.Config) {
 		e.t.Fatal(err)
 	}
 	e.faults = faults.NewStore(state)
-	cfg.Name, cfg.NodeID = testDriver, testNode
+	e.serveMockDriver(cfg)
+}
+
+// serveMockDriver serves a node plugin instance reporting e.nodeID on the
+// array already open, and points e.conn at it: a plugin that restarted,
+// possibly under another node ID, beside the one before.
+func (e *env) serveMockDriver(cfg driver.Config) {
+	e.t.Helper()
+	cfg.Name, cfg.NodeID = testDriver, e.nodeID
 	d := driver.New(cfg, e.arr)
 	srv := grpc.NewServer(grpc.UnaryInterceptor(e.faults.Interceptor()))
 	csi.RegisterIdentityServer(srv, d)
@@ -141,7 +156,7 @@ func (e *env) attach(handle string) {
 	if err := e.arr.AddVolume(handle, 1<<30); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.arr.Publish(handle, testNode, true, false, array.Options{}); err != nil {
+	if err := e.arr.Publish(handle, e.nodeID, true, false, array.Options{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -150,7 +165,7 @@ func (e *env) attach(handle string) {
 // would, and records it, as the attacher does.
 func (e *env) fence(handle, pv string) {
 	e.t.Helper()
-	if err := e.arr.Unpublish(handle, testNode, true, array.Options{}); err != nil {
+	if err := e.arr.Unpublish(handle, e.nodeID, true, array.Options{}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.record(handle, pv)
@@ -159,7 +174,7 @@ func (e *env) fence(handle, pv string) {
 func (e *env) record(handle, pv string) {
 	e.t.Helper()
 	if err := fencerecord.RecordFenced(e.ctx, e.records, testNode, "NodeUnreachable", fencingv1alpha1.FencedVolume{
-		Driver: testDriver, VolumeHandle: handle, PersistentVolumeName: pv, NodeID: testNode,
+		Driver: testDriver, VolumeHandle: handle, PersistentVolumeName: pv, NodeID: e.nodeID,
 	}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -232,7 +247,7 @@ func (e *env) mapBlock(handle, pv string, pods ...string) {
 func (e *env) options() Options {
 	return Options{
 		DriverName: testDriver, NodeName: testNode, KubeletDir: e.layout.Root,
-		Conn: e.conn, Dynamic: e.dyn, Recorder: e.recorder, Mounts: e.mounts,
+		Conn: e.conn, Dynamic: e.dyn, CSINodes: e.csiNodes.StorageV1().CSINodes(), Recorder: e.recorder, Mounts: e.mounts,
 		Timeout: 5 * time.Second, RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 200 * time.Millisecond,
 	}
 }
@@ -316,6 +331,13 @@ func (e *env) hasEvent(prefix string) bool {
 // publication returns the array's view of handle on the node (nil: none).
 func (e *env) publication(handle string) *array.Publication {
 	e.t.Helper()
+	return e.publicationOn(handle, e.nodeID)
+}
+
+// publicationOn returns the array's view of handle on the node ID (nil:
+// none).
+func (e *env) publicationOn(handle, nodeID string) *array.Publication {
+	e.t.Helper()
 	s, err := e.arr.Snapshot()
 	if err != nil {
 		e.t.Fatal(err)
@@ -324,7 +346,7 @@ func (e *env) publication(handle string) *array.Publication {
 	if v == nil {
 		return nil
 	}
-	return v.Publications[testNode]
+	return v.Publications[nodeID]
 }
 
 func (e *env) violations() map[string]int {
