@@ -18,7 +18,8 @@
 // the node agent never lose each other's entries. Concurrent fences on one
 // node share their writes through a Recorder (group commit, recorder.go):
 // one request per node, written by every worker of a burst, would otherwise
-// cost each fence two writes and a storm of conflicts.
+// cost each fence two writes and a storm of conflicts. The node agent's
+// concurrent cleanups of one node share theirs the same way.
 //
 // The record is bounded (MaxVolumes): what is cleaned is forgotten when the
 // request starts over, or at the bound; what is not cleaned never is.
@@ -355,7 +356,12 @@ func RecordFenceError(ctx context.Context, c Client, nodeName, reason string, vo
 // (driver, volumeHandle) on nodeName: the volume is no longer quarantined
 // there. A missing entry or FencingRequest is not created.
 func RecordCleaned(ctx context.Context, c Client, nodeName, driver, volumeHandle string) error {
-	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+	return updateExisting(ctx, c, nodeName, cleaned(driver, volumeHandle))
+}
+
+// cleaned is the mutation of RecordCleaned.
+func cleaned(driver, volumeHandle string) mutation {
+	return func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		e := Find(fr, driver, volumeHandle)
 		if e == nil || e.CleanedTime != nil {
 			return false
@@ -363,21 +369,26 @@ func RecordCleaned(ctx context.Context, c Client, nodeName, driver, volumeHandle
 		e.CleanedTime = &now
 		e.CleanupError = ""
 		return true
-	})
+	}
 }
 
 // RecordCleanupError records that the cleanup of (driver, volumeHandle) on
 // nodeName failed with msg; the volume stays quarantined.
 func RecordCleanupError(ctx context.Context, c Client, nodeName, driver, volumeHandle, msg string) error {
+	return updateExisting(ctx, c, nodeName, cleanupFailed(driver, volumeHandle, msg))
+}
+
+// cleanupFailed is the mutation of RecordCleanupError.
+func cleanupFailed(driver, volumeHandle, msg string) mutation {
 	msg = bounded(msg)
-	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, _ metav1.Time) bool {
+	return func(fr *fencingv1alpha1.FencingRequest, _ metav1.Time) bool {
 		e := Find(fr, driver, volumeHandle)
 		if e == nil || e.CleanedTime != nil || e.CleanupError == msg {
 			return false
 		}
 		e.CleanupError = msg
 		return true
-	})
+	}
 }
 
 // upsert returns the entry of vol in fr, appending one if needed, and fills

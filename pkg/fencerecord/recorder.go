@@ -51,6 +51,8 @@ type change struct {
 	// refused is why the write left this change out, nil when it carried
 	// it: the change did not fit in its limit.
 	refused error
+	// existing: the change must not create the request (a cleanup's).
+	existing bool
 }
 
 // FenceConcurrency is how many fences of one Fence call run at once: a
@@ -114,10 +116,22 @@ func (r *Recorder) Fence(ctx context.Context, nodeName, reason string, vols []fe
 // when its caller gives up is withdrawn; one already being written may land
 // all the same, as any request in flight may.
 func (r *Recorder) write(ctx context.Context, nodeName, reason string, limit int, mutate mutation) error {
+	return r.queue(ctx, nodeName, &change{ctx: ctx, reason: reason, limit: limit, mutate: mutate})
+}
+
+// writeExisting is write for a change that must not create the request:
+// when none of its write's changes may, a missing request stays missing.
+func (r *Recorder) writeExisting(ctx context.Context, nodeName string, mutate mutation) error {
+	return r.queue(ctx, nodeName, &change{ctx: ctx, limit: MaxVolumes, mutate: mutate, existing: true})
+}
+
+// queue queues ch for the node's next record write and waits for the
+// result of the write that carries it (write).
+func (r *Recorder) queue(ctx context.Context, nodeName string, ch *change) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ch := &change{ctx: ctx, reason: reason, limit: limit, mutate: mutate, done: make(chan struct{})}
+	ch.done = make(chan struct{})
 	r.mu.Lock()
 	queue, writing := r.queues[nodeName]
 	r.queues[nodeName] = append(queue, ch)
@@ -208,7 +222,7 @@ func (r *Recorder) commit(nodeName string, batch []*change) {
 	if len(batch) > 1 {
 		klog.FromContext(ctx).V(5).Info("Writing the fence record changes of several callers at once", "node", nodeName, "changes", len(batch))
 	}
-	err := update(ctx, r.c, nodeName, batch[0].reason, MaxVolumes, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+	err := store(ctx, r.c, nodeName, batch, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
 		for _, ch := range batch {
 			ch.refused = nil
@@ -234,4 +248,34 @@ func (r *Recorder) commit(nodeName string, batch []*change) {
 			ch.err = ch.refused
 		}
 	}
+}
+
+// store writes mutate, the changes of batch, through update, which creates
+// the request (with the reason of the first change that may create it),
+// or, when none may, through updateExisting, which leaves a missing request
+// missing.
+func store(ctx context.Context, c Client, nodeName string, batch []*change, mutate mutation) error {
+	for _, ch := range batch {
+		if !ch.existing {
+			return update(ctx, c, nodeName, ch.reason, MaxVolumes, mutate)
+		}
+	}
+	return updateExisting(ctx, c, nodeName, mutate)
+}
+
+// RecordCleaned is RecordCleaned through the node's queue: the node agent's
+// workers, each cleaning one volume of a node that came back, record their
+// cleanups together, as the attacher's record their fences. The caller has
+// finished the cleanup (the entry is marked cleaned only after it, S8); a
+// nil error means the write carrying it succeeded, an error that it is not
+// recorded (and the cleanup must be done and recorded again). A missing
+// request or entry is not created.
+func (r *Recorder) RecordCleaned(ctx context.Context, nodeName, driver, volumeHandle string) error {
+	return r.writeExisting(ctx, nodeName, cleaned(driver, volumeHandle))
+}
+
+// RecordCleanupError is RecordCleanupError through the node's queue, as
+// RecordCleaned.
+func (r *Recorder) RecordCleanupError(ctx context.Context, nodeName, driver, volumeHandle, msg string) error {
+	return r.writeExisting(ctx, nodeName, cleanupFailed(driver, volumeHandle, msg))
 }
