@@ -163,7 +163,11 @@ type Agent struct {
 	remover kubeletlayout.Remover
 	node    csi.NodeClient
 	records *fencingv1alpha1.Client
-	nodeRef *v1.ObjectReference
+	// recorder writes the workers' outcomes together: one FencingRequest
+	// per node, written by every worker of a node that came back with many
+	// volumes, would otherwise cost a write and its conflicts per volume.
+	recorder *fencerecord.Recorder
+	nodeRef  *v1.ObjectReference
 
 	factory  dynamicinformer.DynamicSharedInformerFactory
 	informer cache.SharedIndexInformer
@@ -184,12 +188,14 @@ func New(opts Options) (*Agent, error) {
 	RegisterMetrics()
 	initMetrics(opts.DriverName)
 	layout := kubeletlayout.New(opts.KubeletDir)
+	records := fencingv1alpha1.NewClient(opts.Dynamic)
 	a := &Agent{
-		opts:    opts,
-		layout:  layout,
-		remover: kubeletlayout.Remover{Layout: layout, Mounts: opts.Mounts},
-		node:    csi.NewNodeClient(opts.Conn),
-		records: fencingv1alpha1.NewClient(opts.Dynamic),
+		opts:     opts,
+		layout:   layout,
+		remover:  kubeletlayout.Remover{Layout: layout, Mounts: opts.Mounts},
+		node:     csi.NewNodeClient(opts.Conn),
+		records:  records,
+		recorder: fencerecord.NewRecorder(records),
 		// The kubelet refers to its Node this way in its own Events.
 		nodeRef: &v1.ObjectReference{Kind: "Node", Name: opts.NodeName, UID: types.UID(opts.NodeName)},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -385,14 +391,16 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 		a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeWarning, ReasonCleanupFailed,
 			"%s: volume %s (PV %s) fenced on this node is not cleaned up, the node stays quarantined: %v",
 			a.opts.DriverName, handle, entry.PersistentVolumeName, err)
-		if rerr := fencerecord.RecordCleanupError(ctx, a.records, a.opts.NodeName, a.opts.DriverName, handle, err.Error()); rerr != nil {
+		if rerr := a.recorder.RecordCleanupError(ctx, a.opts.NodeName, a.opts.DriverName, handle, err.Error()); rerr != nil {
 			recordErrors.WithLabelValues(a.opts.DriverName, opUpdate).Inc()
 			logger.Error(rerr, "Cannot record the cleanup error")
 		}
 		return err
 	}
-	if err := fencerecord.RecordCleaned(ctx, a.records, a.opts.NodeName, a.opts.DriverName, handle); err != nil {
-		// The cleanup is idempotent: it is done again on the retry.
+	// Only now that the cleanup is done (S8). The write is shared with the
+	// other workers' outcomes; if it fails, the cleanup is not recorded and
+	// is done again on the retry (it is idempotent).
+	if err := a.recorder.RecordCleaned(ctx, a.opts.NodeName, a.opts.DriverName, handle); err != nil {
 		recordErrors.WithLabelValues(a.opts.DriverName, opUpdate).Inc()
 		cleanups.WithLabelValues(a.opts.DriverName, resultError).Inc()
 		return fmt.Errorf("recording the cleanup: %w", err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 // env is one node: a kubelet directory, the FencingRequest API (fake), an
 // event recorder and, optionally, a real mock node plugin on a unix socket.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	layout   kubeletlayout.Layout
 	dyn      *dynamicfake.FakeDynamicClient
@@ -71,9 +72,20 @@ type env struct {
 	csiNodes *kubefake.Clientset
 
 	events []string
+	// writes counts the FencingRequest writes the fake API answered.
+	writes *writeCounts
+	// interceptor, when set before the mock driver is served, runs before
+	// each of its calls.
+	interceptor grpc.UnaryServerInterceptor
 }
 
-func newEnv(t *testing.T) *env {
+// writeCounts counts the writes of FencingRequests (the object or its
+// status) the fake API was asked for, and those it refused with a conflict.
+type writeCounts struct {
+	writes, conflicts, gets atomic.Int64
+}
+
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -86,16 +98,17 @@ func newEnv(t *testing.T) *env {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
-	compareAndSwap(dyn)
+	writes := &writeCounts{}
+	compareAndSwap(dyn, writes)
 	return &env{
 		t: t, ctx: ctx, layout: kubeletlayout.New(root), dyn: dyn, records: fencingv1alpha1.NewClient(dyn),
 		recorder: record.NewFakeRecorder(1000), mounts: &fakeMounts{paths: map[string]bool{}},
-		nodeID: testNode, csiNodes: kubefake.NewClientset(),
+		nodeID: testNode, csiNodes: kubefake.NewClientset(), writes: writes,
 	}
 }
 
 // socketDir returns a short directory for unix sockets (108-byte limit).
-func socketDir(t *testing.T) string {
+func socketDir(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "na")
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +137,11 @@ func (e *env) serveMockDriver(cfg driver.Config) {
 	e.t.Helper()
 	cfg.Name, cfg.NodeID = testDriver, e.nodeID
 	d := driver.New(cfg, e.arr)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(e.faults.Interceptor()))
+	interceptors := []grpc.UnaryServerInterceptor{e.faults.Interceptor()}
+	if e.interceptor != nil {
+		interceptors = append([]grpc.UnaryServerInterceptor{e.interceptor}, interceptors...)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
 	csi.RegisterIdentityServer(srv, d)
 	csi.RegisterNodeServer(srv, d)
 	e.sock = filepath.Join(socketDir(e.t), "csi.sock")
@@ -169,6 +186,26 @@ func (e *env) fence(handle, pv string) {
 		e.t.Fatal(err)
 	}
 	e.record(handle, pv)
+}
+
+// fenceAll fences the volumes on the node at once, as the failover does,
+// with one write of their intents and one of their outcomes. pvs[i] is the
+// PV of handles[i].
+func (e *env) fenceAll(handles, pvs []string) {
+	e.t.Helper()
+	vols := make([]fencingv1alpha1.FencedVolume, len(handles))
+	for i, h := range handles {
+		vols[i] = fencingv1alpha1.FencedVolume{Driver: testDriver, VolumeHandle: h, PersistentVolumeName: pvs[i], NodeID: e.nodeID}
+	}
+	errs, err := fencerecord.Fence(e.ctx, e.records, testNode, "NodeUnreachable", vols, func(_ context.Context, v fencingv1alpha1.FencedVolume) error {
+		return e.arr.Unpublish(v.VolumeHandle, e.nodeID, true, array.Options{})
+	})
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func (e *env) record(handle, pv string) {
@@ -255,6 +292,14 @@ func (e *env) options() Options {
 // run starts an agent and stops it at the end of the test.
 func (e *env) run(opts Options) *Agent {
 	e.t.Helper()
+	a, stop := e.start(opts)
+	e.t.Cleanup(stop)
+	return a
+}
+
+// start starts an agent; stop stops it and waits until it has stopped.
+func (e *env) start(opts Options) (a *Agent, stop func()) {
+	e.t.Helper()
 	a, err := New(opts)
 	if err != nil {
 		e.t.Fatal(err)
@@ -263,8 +308,7 @@ func (e *env) run(opts Options) *Agent {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.Run(ctx) }()
-	e.t.Cleanup(func() { cancel(); wg.Wait() })
-	return a
+	return a, func() { cancel(); wg.Wait() }
 }
 
 // entry returns the record of handle.
@@ -425,11 +469,16 @@ func denyAll(action k8stesting.Action) (bool, runtime.Object, error) {
 // unless it carries the object's current resourceVersion, and bumps it. The
 // agent's workers write one record concurrently: without it, a write from
 // a stale read would silently undo another's (a cleanup done twice).
-func compareAndSwap(dyn *dynamicfake.FakeDynamicClient) {
+func compareAndSwap(dyn *dynamicfake.FakeDynamicClient, counts *writeCounts) {
 	var mu sync.Mutex
+	dyn.PrependReactor("get", "fencingrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		counts.gets.Add(1)
+		return false, nil, nil // answered by the tracker
+	})
 	dyn.PrependReactor("update", "fencingrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
+		counts.writes.Add(1)
 		obj := a.(k8stesting.UpdateAction).GetObject().(*unstructured.Unstructured).DeepCopy()
 		cur, err := dyn.Tracker().Get(a.GetResource(), obj.GetNamespace(), obj.GetName())
 		if err != nil {
@@ -437,6 +486,7 @@ func compareAndSwap(dyn *dynamicfake.FakeDynamicClient) {
 		}
 		curRV := cur.(*unstructured.Unstructured).GetResourceVersion()
 		if curRV != obj.GetResourceVersion() {
+			counts.conflicts.Add(1)
 			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), obj.GetName(), errors.New("the object has been modified"))
 		}
 		rv, _ := strconv.Atoi(curRV)
