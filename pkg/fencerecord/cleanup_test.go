@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
@@ -173,6 +174,101 @@ func TestRecorderCleanupCreatesNothing(t *testing.T) {
 		}
 		if creates != 0 || c.statusWrites != 0 {
 			t.Errorf("%d creates, %d status writes; want none", creates, c.statusWrites)
+		}
+	})
+}
+
+// getCounter counts the reads of the request.
+type getCounter struct {
+	*hookedClient
+	gets atomic.Int64
+}
+
+func (c *getCounter) Get(ctx context.Context, name string) (*fencingv1alpha1.FencingRequest, error) {
+	c.gets.Add(1)
+	return c.hookedClient.Get(ctx, name)
+}
+
+// The node agent's workers each read the request afresh before they clean
+// (the cache may not have seen their own last writes): the reads queued
+// while a write is under way share the next one's read, and each sees what
+// is stored, never a change queued beside it that its write may yet fail to
+// store. A read queued after a write returned sees it.
+func TestRecorderReadsShareWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 12
+		_, ctx := ktesting.NewTestContext(t)
+		dyn, fc := newClient(t, fencedOn(n))
+		c := &getCounter{hookedClient: newHookedClient(fc)}
+		c.hook = afterOthers(func(*fencingv1alpha1.FencingRequest) error {
+			// Every change of the first shared write is refused.
+			return apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+		})
+		r := NewRecorder(c)
+
+		// Half the callers read, the other half record a cleanup, at once.
+		read := make([]*fencingv1alpha1.FencingRequest, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if i%2 == 0 {
+					read[i], errs[i] = r.Read(ctx, burstNode)
+					return
+				}
+				errs[i] = r.RecordCleaned(ctx, burstNode, drv, handle(i))
+			})
+		}
+		wg.Wait()
+
+		for i := range n {
+			if i%2 == 1 {
+				if !apierrors.IsInternalError(errs[i]) {
+					t.Errorf("%s: cleanup recorded despite the failed write: %v", handle(i), errs[i])
+				}
+				continue
+			}
+			if errs[i] != nil {
+				t.Errorf("read %d: %v", i, errs[i])
+				continue
+			}
+			for j := range n {
+				if v := Find(read[i], drv, handle(j)); v == nil || v.CleanedTime != nil {
+					t.Errorf("read %d saw %s as %+v, which is not stored", i, handle(j), v)
+				}
+			}
+		}
+		t.Logf("%d reads beside %d cleanups: %d reads of the API", n/2, n/2, c.gets.Load())
+		if got := c.gets.Load(); got > 3 {
+			t.Errorf("%d reads and %d cleanups read the request %d times, want at most 3", n/2, n/2, got)
+		}
+
+		// Once the write stores a cleanup, a read sees it.
+		c.hook = func(*fencingv1alpha1.FencingRequest) error { return nil }
+		if err := r.RecordCleaned(ctx, burstNode, drv, handle(1)); err != nil {
+			t.Fatal(err)
+		}
+		after, err := r.Read(ctx, burstNode)
+		if err != nil || Find(after, drv, handle(1)).CleanedTime == nil {
+			t.Errorf("a read after the write: %v, %+v", err, Find(after, drv, handle(1)))
+		}
+		if got := stored(t, dyn); Find(got, drv, handle(1)).CleanedTime == nil {
+			t.Errorf("cleanup not stored: %+v", Find(got, drv, handle(1)))
+		}
+	})
+}
+
+// A read of a request that is gone is NotFound, and creates nothing.
+func TestRecorderReadNotFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		dyn, fc := newClient(t)
+		r := NewRecorder(newHookedClient(fc))
+		if got, err := r.Read(ctx, burstNode); !apierrors.IsNotFound(err) {
+			t.Errorf("Read: %+v, %v; want NotFound", got, err)
+		}
+		if got := stored(t, dyn); got != nil {
+			t.Errorf("a read created the request: %+v", got)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -53,6 +54,9 @@ type change struct {
 	refused error
 	// existing: the change must not create the request (a cleanup's).
 	existing bool
+	// read: the change only reads (Read); it goes before the changes
+	// queued, so that it sees none of them.
+	read bool
 }
 
 // FenceConcurrency is how many fences of one Fence call run at once: a
@@ -134,7 +138,11 @@ func (r *Recorder) queue(ctx context.Context, nodeName string, ch *change) error
 	ch.done = make(chan struct{})
 	r.mu.Lock()
 	queue, writing := r.queues[nodeName]
-	r.queues[nodeName] = append(queue, ch)
+	if ch.read {
+		r.queues[nodeName] = append([]*change{ch}, queue...)
+	} else {
+		r.queues[nodeName] = append(queue, ch)
+	}
 	r.mu.Unlock()
 	if !writing {
 		go r.writeQueued(nodeName)
@@ -278,4 +286,36 @@ func (r *Recorder) RecordCleaned(ctx context.Context, nodeName, driver, volumeHa
 // RecordCleaned.
 func (r *Recorder) RecordCleanupError(ctx context.Context, nodeName, driver, volumeHandle, msg string) error {
 	return r.writeExisting(ctx, nodeName, cleanupFailed(driver, volumeHandle, msg))
+}
+
+// Read returns the node's request as a read that started after the call
+// finds it: a fresh read, for a caller that must see its own last writes
+// (the node agent, before it cleans a volume, as its cache may be behind).
+// It is the read of the node's next write, shared with the changes and the
+// other reads queued with it, and sees none of those changes: only what is
+// stored (or, when one of them creates the request or starts it over, the
+// request as that write finds it). A request that is gone is NotFound; none
+// is created.
+func (r *Recorder) Read(ctx context.Context, nodeName string) (*fencingv1alpha1.FencingRequest, error) {
+	var got *fencingv1alpha1.FencingRequest
+	ch := &change{ctx: ctx, limit: MaxVolumes, existing: true, read: true,
+		mutate: func(fr *fencingv1alpha1.FencingRequest, _ metav1.Time) bool {
+			got = fr.DeepCopy()
+			return false
+		}}
+	err := r.queue(ctx, nodeName, ch)
+	select {
+	case <-ch.done:
+	default:
+		return nil, err // gave up: the writer may still be at it
+	}
+	switch {
+	case got != nil:
+		// Read before any change of its write: what is stored, whatever
+		// became of the write.
+		return got, nil
+	case err != nil:
+		return nil, err
+	}
+	return nil, apierrors.NewNotFound(fencingv1alpha1.Resource.GroupResource(), nodeName)
 }
