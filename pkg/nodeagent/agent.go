@@ -362,8 +362,10 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 		return nil
 	}
 	// The cache may not have seen our own last write yet: confirm with a
-	// fresh read before calling the plugin and recording anything.
-	fr, err = a.records.Get(ctx, a.opts.NodeName)
+	// fresh read before calling the plugin and recording anything. The
+	// read is shared with the other workers' (and their outcomes' next
+	// write), started after this call: it sees every write that returned.
+	fr, err = a.recorder.Read(ctx, a.opts.NodeName)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

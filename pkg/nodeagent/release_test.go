@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -70,6 +71,29 @@ func (r gatedResource) UpdateStatus(ctx context.Context, obj *unstructured.Unstr
 	return r.NamespaceableResourceInterface.UpdateStatus(ctx, obj, opts)
 }
 
+// barrier holds every call of method until n of them have arrived, then
+// lets them all (and any later one) through.
+func barrier(method string, n int) grpc.UnaryServerInterceptor {
+	var mu sync.Mutex
+	arrived := 0
+	open := make(chan struct{})
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == method {
+			mu.Lock()
+			if arrived++; arrived == n {
+				close(open)
+			}
+			mu.Unlock()
+			select {
+			case <-open:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
 // fencedVolumes lays out n volumes on the node, each staged and published
 // to a pod of its own through the mock plugin, and fences them all.
 func (e *env) fencedVolumes(n int) (handles, pvs []string) {
@@ -94,6 +118,10 @@ type burst struct {
 
 func newBurst(t *testing.T, n int) *burst {
 	e := newEnv(t)
+	// Each worker asks the plugin for its node ID after its fresh read of
+	// the record: none is done cleaning before every read is done, and no
+	// read waits behind the first write, which waits for every cleanup.
+	e.interceptor = barrier("/csi.v1.Node/NodeGetInfo", n)
 	e.startMockDriver(driver.Config{})
 	handles, pvs := e.fencedVolumes(n)
 	return &burst{env: e, handles: handles, pvs: pvs}
