@@ -14,7 +14,9 @@
 //
 // Safety rules:
 //   - only volumes of its own driver that the record says are fenced on its
-//     node and not cleaned are touched;
+//     node and not cleaned are touched; one fenced from another CSI node ID
+//     than its plugin reports now only when the CSINodes prove the ID moved
+//     on this node (nodeid.go);
 //   - leftovers are attributed by their vol_data.json; without it, only by a
 //     name that cannot belong to another volume (the staging directory named
 //     by the hash of the recorded handle, a block volume named after the
