@@ -178,13 +178,16 @@ func TestRecorderCleanupCreatesNothing(t *testing.T) {
 	})
 }
 
-// getCounter counts the reads of the request.
+// getCounter counts the reads of the request, each answered once every
+// other goroutine of the bubble is blocked (as afterOthers): every caller
+// that can queue has queued.
 type getCounter struct {
 	*hookedClient
 	gets atomic.Int64
 }
 
 func (c *getCounter) Get(ctx context.Context, name string) (*fencingv1alpha1.FencingRequest, error) {
+	synctest.Wait()
 	c.gets.Add(1)
 	return c.hookedClient.Get(ctx, name)
 }
