@@ -74,6 +74,21 @@ var (
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FenceAgentConfigResource}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
 	}
+	// LeaderElectionRules are client-go's Lease lock, external-attacher's
+	// leader election on the driver's Lease (--leader-election), in
+	// --leader-election-namespace or the pod's (base/rbac-attacher.yaml's
+	// Role csi-fence-attacher-cfg). Not checked at start: external-attacher
+	// does not either, and without them no replica ever leads.
+	LeaderElectionRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
+	// NodeAgentRules are what the node role needs (base/rbac-node.yaml):
+	// read its node's FencingRequest, record the cleanup, post Events.
+	NodeAgentRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource + "/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
 )
 
 // Access is what the controller role may do, as far as fencing goes.

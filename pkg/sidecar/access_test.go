@@ -232,6 +232,8 @@ func TestFeatureRolesAreExactlyTheirRuleSets(t *testing.T) {
 		{"fenced detach: base's ClusterRole", fencedDetach, concat(AttacherRules, NodeRules, RecordRules, EventRules)},
 		{"failover: its ClusterRole and the Role of the cluster-wide Leases", failoverRoles, FailoverRules},
 		{"power fencing: its ClusterRole", powerRole, PowerRules},
+		{"leader election: base's Role", base["Role/csi-fence-attacher-cfg"], LeaderElectionRules},
+		{"node agent: rbac-node's ClusterRole", rolesIn(t, deployDir+"base/rbac-node.yaml")["ClusterRole/csi-fence-attacher-node"], NodeAgentRules},
 		// What external-attacher's controller uses is within what
 		// external-attacher itself is granted, Lease included.
 		{"the attacher's part of the fenced detach is within external-attacher's runner",
