@@ -1,8 +1,15 @@
 // Package manifestcheck checks a driver's manifests after csi-fence-attacher
-// was put into them (deploy/kubernetes/sidecar, or by hand): kustomize
-// cannot fail a build whose patches or image rewrites matched nothing, so
-// this is where such a build fails, saying what was looked for. It backs
-// `kubectl fence check-manifests` and the tests of deploy/kubernetes.
+// was put into them (deploy/kubernetes/sidecar, Helm, or by hand) and
+// answers "will this fence?": kustomize cannot fail a build whose patches or
+// image rewrites matched nothing, and nothing fails an install whose roles
+// are bound to ServiceAccounts no pod runs as, so this is where such a build
+// fails, each finding naming its fix. Beside the containers it checks the
+// RBAC granted to the pods' ServiceAccounts against what the sidecar's
+// preflight needs for each feature the arguments enable (the rule sets of
+// pkg/sidecar/access.go), the namespaces, the failover's gate against its
+// RBAC, host ports on the host network, CSIDrivers without attachments and
+// Windows node DaemonSets. It backs `kubectl fence check-manifests` and the
+// tests of deploy/kubernetes and deploy/helm.
 package manifestcheck
 
 import (
@@ -83,6 +90,9 @@ type Options struct {
 	// ControllerOnly does not require the node agent (a cluster where it
 	// is deployed by another manifest).
 	ControllerOnly bool
+	// Namespace is where objects without one are applied (kubectl's
+	// namespace); "" is "default".
+	Namespace string
 }
 
 // Read decodes multi-document YAML or JSON (kustomize build's output, a
@@ -243,9 +253,40 @@ func Check(objs []*unstructured.Unstructured, opts Options) (Result, error) {
 				}
 				s.Socket = socketPath(expand(addr, c))
 				r.Sidecars = append(r.Sidecars, s)
-				r.Errors = append(r.Errors, checkSidecar(s, opts)...)
 			}
 		}
+	}
+	ns := opts.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	noAttach := noAttachDrivers(objs)
+	if len(noAttach) > 0 {
+		r.Errors = append(r.Errors, noAttachMessage(noAttach))
+	}
+	rb, err := readRBAC(objs, ns)
+	if err != nil {
+		return Result{}, err
+	}
+	if rb.empty() && len(r.Sidecars) > 0 {
+		r.Errors = append(r.Errors, "no RoleBinding or ClusterRoleBinding in the input: nothing says csi-fence-attacher may fence. "+
+			"Fix: check the manifests that bind its roles together with the driver's (kubectl fence check-manifests -f driver.yaml -f csi-fence.yaml, e.g. two Helm releases' renders)")
+	} else {
+		for _, s := range r.Sidecars {
+			if s.Node {
+				r.Errors = append(r.Errors, checkNodeAgentRBAC(s, rb, ns)...)
+			} else {
+				r.Errors = append(r.Errors, checkControllerRBAC(s, rb, ns)...)
+			}
+		}
+	}
+	r.Errors = append(r.Errors, checkNodeAgentService(objs, r.Sidecars, ns)...)
+	r.Errors = append(r.Errors, checkHostPorts(ws)...)
+	r.Notes = append(r.Notes, windowsNotes(ws)...)
+	// Each sidecar is checked once every workload is known: a socket may be
+	// shared with another pod through the host.
+	for _, s := range r.Sidecars {
+		r.Errors = append(r.Errors, checkSidecar(s, ws, opts)...)
 	}
 	var controllers, nodes int
 	for _, s := range r.Sidecars {
@@ -259,7 +300,7 @@ func Check(objs []*unstructured.Unstructured, opts Options) (Result, error) {
 		r.Notes = append(r.Notes, fmt.Sprintf("%s: container %q runs csi-fence-attacher (%s, %s) on socket %s, args %s", s.Workload, s.Container.Name, role, s.Container.Image, s.Socket, strings.Join(s.Container.Args, " ")))
 	}
 	sort.Strings(names)
-	if controllers == 0 {
+	if controllers == 0 && len(noAttach) == 0 {
 		looked := "no Deployment, StatefulSet, DaemonSet, ReplicaSet or Pod in the input"
 		if len(names) > 0 {
 			looked = "in " + strings.Join(names, ", ")
@@ -268,9 +309,9 @@ func Check(objs []*unstructured.Unstructured, opts Options) (Result, error) {
 			"and for an external-attacher container (image .../%s) it should have replaced, %s. Does the kustomization include the driver's controller manifest and deploy/kubernetes/sidecar in its components:?",
 			FenceImage, strings.Join(ExternalAttacherImages, " or .../"), looked))
 	}
-	r.Errors = append(r.Errors, checkNodeAgentIdentity(objs, r.Sidecars)...)
+	r.Errors = append(r.Errors, checkNodeAgentIdentity(objs, r.Sidecars, ns)...)
 	r.Errors = append(r.Errors, checkNodeAgentTolerations(r.Sidecars)...)
-	if nodes == 0 && !opts.ControllerOnly {
+	if nodes == 0 && !opts.ControllerOnly && len(noAttach) == 0 {
 		r.Errors = append(r.Errors, fmt.Sprintf("found no csi-fence-attacher node agent (image .../%s with --role=node) in %s: without it a node that comes back keeps its fenced volumes quarantined for ever. "+
 			"Patch your node plugin's DaemonSet as deploy/kubernetes/sidecar/node-patch.yaml does (its name, its socket volume), or pass --controller-only if it is deployed elsewhere",
 			FenceImage, strings.Join(names, ", ")))
@@ -288,7 +329,7 @@ func imageRepo(image string) string {
 }
 
 // checkSidecar checks one csi-fence-attacher container in its pod.
-func checkSidecar(s Sidecar, opts Options) []string {
+func checkSidecar(s Sidecar, ws []Workload, opts Options) []string {
 	var errs []string
 	where := fmt.Sprintf("%s: container %q", s.Workload, s.Container.Name)
 	if strings.Contains(s.Socket, "$(") {
@@ -308,7 +349,13 @@ func checkSidecar(s Sidecar, opts Options) []string {
 			}
 		}
 		if !shared {
-			errs = append(errs, fmt.Sprintf("%s: its socket volume %q (for %s) is mounted by no other container: the driver cannot be listening there", where, m.Name, s.Socket))
+			if file := hostFile(s.Workload, s.Container, s.Socket); file != "" {
+				shared = sharedOnHost(ws, file)
+			}
+		}
+		if !shared {
+			errs = append(errs, fmt.Sprintf("%s: its socket volume %q (for %s) is mounted by no other container, in this pod or, for a hostPath volume, in another pod through the same host directory: the driver cannot be listening there. "+
+				"Fix: mount the volume the driver's socket is in (in this pod, the one its node-driver-registrar mounts)", where, m.Name, s.Socket))
 		}
 	}
 	for _, m := range s.Container.VolumeMounts {
@@ -319,6 +366,9 @@ func checkSidecar(s Sidecar, opts Options) []string {
 		if !found {
 			errs = append(errs, fmt.Sprintf("%s: mounts volume %q, which the pod does not have", where, m.Name))
 		}
+	}
+	if s.Node && s.Workload.Spec.NodeSelector[corev1.LabelOSStable] == "windows" {
+		errs = append(errs, fmt.Sprintf("%s: the node agent is in a DaemonSet for Windows nodes, and has no Windows build. Fix: patch the Linux node DaemonSet instead", where))
 	}
 	if s.Node {
 		if _, ok := mountFor(s.Container, "/var/lib/kubelet/pods"); !ok {
@@ -361,7 +411,7 @@ const NodeAgentPolicy = "csi-fence-node-agent-own-record"
 // passes when the expression names its ServiceAccount as a quoted string
 // (':name' or the whole user name), which is what the shipped policy and
 // the README's patch do.
-func checkNodeAgentIdentity(objs []*unstructured.Unstructured, sidecars []Sidecar) []string {
+func checkNodeAgentIdentity(objs []*unstructured.Unstructured, sidecars []Sidecar, defaultNamespace string) []string {
 	var policy *unstructured.Unstructured
 	for _, o := range objs {
 		// A kustomize namePrefix or nameSuffix renames it.
@@ -383,12 +433,14 @@ func checkNodeAgentIdentity(objs []*unstructured.Unstructured, sidecars []Sideca
 			}
 		}
 	}
+	// The sidecar component writes the user as 'system:serviceaccount:' +
+	// 'ns' + ':' + 'sa', so that kustomize can set its parts: read it whole.
+	norm := strings.ReplaceAll(expr.String(), "' + '", "")
+	expr.Reset()
+	expr.WriteString(norm)
 	identity := func(w Workload) (sa, user string) {
-		sa = w.Spec.ServiceAccountName
-		if sa == "" {
-			sa = "default"
-		}
-		return sa, "system:serviceaccount:" + w.Namespace + ":" + sa
+		a := podServiceAccount(w, defaultNamespace)
+		return a.Name, "system:serviceaccount:" + a.Namespace + ":" + a.Name
 	}
 	controllers := map[string]Workload{} // by user name
 	for _, s := range sidecars {
