@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -65,6 +66,24 @@ func overlay(t *testing.T, kustomization string, files map[string]string) string
 	return dir
 }
 
+// withIdentity adds a driver's fence-driver.yaml (testdata/drivers/<driver>)
+// to an overlay's files, and to its resources; "" adds nothing.
+func withIdentity(t *testing.T, driver, kustomization string, files map[string]string) (string, map[string]string) {
+	t.Helper()
+	if driver == "" {
+		return kustomization, files
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "drivers", driver, "fence-driver.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{"fence-driver.yaml": string(b)}
+	for k, v := range files {
+		out[k] = v
+	}
+	return strings.Replace(kustomization, "resources: [", "resources: [fence-driver.yaml, ", 1), out
+}
+
 // container returns the named container of the named workload.
 func container(t *testing.T, objs []*unstructured.Unstructured, kind, name, containerName string) map[string]any {
 	t.Helper()
@@ -105,10 +124,10 @@ func TestDriverOverlays(t *testing.T) {
 		checkErr string
 	}{
 		{"ceph-rbd", "Deployment", "csi-rbdplugin-provisioner", "/csi/csi-provisioner.sock", "csi-rbdplugin", "/csi/csi.sock", ""},
-		// One pod runs the controller and the node plugin: the node
-		// agent cannot be told from the controller (single node only).
-		{"csi-driver-host-path", "StatefulSet", "csi-hostpathplugin", "/csi/csi.sock", "csi-hostpathplugin", "/csi/csi.sock",
-			`runs as ServiceAccount "csi-hostpathplugin-sa", as the csi-fence-attacher controller in StatefulSet default/csi-hostpathplugin does`},
+		// One pod runs the controller and the node plugin: the node agent
+		// runs in a DaemonSet of its own, on the socket shared through the
+		// host directory.
+		{"csi-driver-host-path", "StatefulSet", "csi-hostpathplugin", "/csi/csi.sock", "csi-hostpath-fence-node", "/csi/csi.sock", ""},
 		{"cloud-helm", "Deployment", "cloud-block-csi-controller", "/var/lib/csi/sockets/pluginproxy/csi.sock", "cloud-block-csi-node", "/csi/csi.sock", ""},
 	}
 	for _, tc := range tests {
@@ -169,6 +188,17 @@ func TestDriverOverlays(t *testing.T) {
 					agent = true
 				}
 			}
+			// The node agent comes after the driver's containers, where
+			// kubectl logs and exec do not pick it first.
+			for _, o := range built {
+				if o.GetName() != tc.agentWorkload || o.GetKind() == "Service" {
+					continue
+				}
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				if len(cs) > 1 && cs[0].(map[string]any)["name"] == "csi-fence-attacher" {
+					t.Errorf("the node agent is container 0 of %s %s", o.GetKind(), o.GetName())
+				}
+			}
 			if !controller || !agent {
 				t.Errorf("controller on %s in %s: %v; node agent on %s in %s: %v; found %v", tc.socket, tc.workload, controller, tc.agentSocket, tc.agentWorkload, agent, r.Notes)
 			}
@@ -181,19 +211,23 @@ func TestDriverOverlays(t *testing.T) {
 // without a word.
 func TestCheckManifestsFailsLoudly(t *testing.T) {
 	const header = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-	b, err := os.ReadFile("testdata/drivers/ceph-rbd/node-agent.yaml")
-	if err != nil {
-		t.Fatal(err)
+	read := func(f string) string {
+		b, err := os.ReadFile(filepath.Join("testdata", "drivers", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
-	cephNodeAgent := string(b)
 	tests := []struct {
 		name          string
+		driver        string // whose identities the overlay names
 		kustomization string
 		files         map[string]string
 		want          []string // each must be in the errors
 	}{
 		{
 			name:          "a cloud registry's attacher image the component does not know",
+			driver:        "cloud-helm",
 			kustomization: header + "resources: [$HERE/testdata/drivers/cloud-helm/upstream]\ncomponents: [$HERE/sidecar]\n",
 			want: []string{
 				`Deployment kube-system/cloud-block-csi-controller: container "csi-attacher" still runs external-attacher (image registry.example-cloud.com/kubernetes-csi/external-attacher:v4.9.0-cloud-1-40)`,
@@ -211,25 +245,30 @@ func TestCheckManifestsFailsLoudly(t *testing.T) {
 		{
 			// The user's patch of the node plugin without the tolerations:
 			// the out-of-service taint would evict the node agent for good.
-			name: "a node agent that does not tolerate the taints of a node under fencing",
+			name:   "a node agent that does not tolerate the taints of a node under fencing",
+			driver: "ceph-rbd",
 			kustomization: header + "resources: [$HERE/testdata/drivers/ceph-rbd/upstream]\ncomponents: [$HERE/sidecar]\n" + `patches:
+- path: node-patch.yaml
+  target: {kind: DaemonSet, name: csi-rbdplugin}
 - path: node-agent.yaml
   target: {kind: DaemonSet, name: csi-rbdplugin}
 - target: {kind: DaemonSet, name: csi-rbdplugin}
   patch: |-
     - {op: remove, path: /spec/template/spec/tolerations}
 `,
-			files: map[string]string{"node-agent.yaml": cephNodeAgent},
+			files: map[string]string{"node-patch.yaml": read("ceph-rbd/node-patch.yaml"), "node-agent.yaml": read("ceph-rbd/node-agent.yaml")},
 			want: []string{`DaemonSet csi-rbdplugin: node agent "csi-fence-attacher" runs in a pod that does not tolerate the taints of a node under fencing`,
 				"{key: csi-fence.io/quarantine, operator: Exists}, {key: node.kubernetes.io/out-of-service, operator: Exists}"},
 		},
 		{
 			name:          "the component left out",
+			driver:        "ceph-rbd",
 			kustomization: header + "resources: [$HERE/testdata/drivers/ceph-rbd/upstream]\n",
 			want:          []string{`container "csi-attacher" still runs external-attacher`, "found no csi-fence-attacher controller container"},
 		},
 		{
 			name:          "the component on manifests without an attacher: nothing matched",
+			driver:        "ceph-rbd",
 			kustomization: header + "resources: [daemonset.yaml]\ncomponents: [$HERE/sidecar]\n",
 			files: map[string]string{"daemonset.yaml": `apiVersion: apps/v1
 kind: DaemonSet
@@ -246,11 +285,13 @@ spec:
 		},
 		{
 			name:          "no node agent",
+			driver:        "ceph-rbd",
 			kustomization: header + "resources: [$HERE/testdata/drivers/ceph-rbd/upstream]\ncomponents: [$HERE/sidecar]\n",
 			want:          []string{"found no csi-fence-attacher node agent (image .../csi-fence-attacher with --role=node) in DaemonSet csi-rbdplugin, Deployment csi-rbdplugin-provisioner"},
 		},
 		{
-			name: "an attacher flag csi-fence-attacher does not accept",
+			name:   "an attacher flag csi-fence-attacher does not accept",
+			driver: "csi-driver-host-path",
 			kustomization: header + "resources: [$HERE/testdata/drivers/csi-driver-host-path/upstream]\ncomponents: [$HERE/sidecar]\n" + `patches:
 - target: {kind: StatefulSet, name: csi-hostpathplugin}
   patch: |-
@@ -264,7 +305,8 @@ spec:
 			want: []string{`StatefulSet default/csi-hostpathplugin: container "csi-attacher": csi-fence-attacher does not accept its arguments: flag provided but not defined: -leader-election-type`},
 		},
 		{
-			name: "a socket no volume holds",
+			name:   "a socket no volume holds",
+			driver: "csi-driver-host-path",
 			kustomization: header + "resources: [$HERE/testdata/drivers/csi-driver-host-path/upstream]\ncomponents: [$HERE/sidecar]\n" + `patches:
 - target: {kind: StatefulSet, name: csi-hostpathplugin}
   patch: |-
@@ -280,7 +322,8 @@ spec:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := build(t, overlay(t, tc.kustomization, tc.files))
+			k, files := withIdentity(t, tc.driver, tc.kustomization, tc.files)
+			objs := build(t, overlay(t, k, files))
 			r, err := manifestcheck.Check(objs, checkOptions())
 			if err != nil {
 				t.Fatal(err)
@@ -295,5 +338,87 @@ spec:
 				}
 			}
 		})
+	}
+}
+
+// The driver's namespace and ServiceAccounts are named once, in the
+// ConfigMap csi-fence-driver, and every binding of every component, the
+// admission policy and the namespaced objects follow them; without the
+// ConfigMap the build fails.
+func TestDriverIdentities(t *testing.T) {
+	const header = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+	const identity = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: csi-fence-driver
+  annotations: {config.kubernetes.io/local-config: "true"}
+data: {namespace: storage, controllerServiceAccount: ctl-sa, nodeServiceAccount: node-sa}
+`
+	components := "components: [$HERE/sidecar, $HERE/failover, $HERE/power-fencing, $HERE/machine-fencing]\n"
+
+	t.Run("without the ConfigMap the build fails", func(t *testing.T) {
+		dir := overlay(t, header+"resources: [$HERE/testdata/drivers/ceph-rbd/upstream]\n"+components, nil)
+		_, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+		if err == nil || !strings.Contains(err.Error(), "csi-fence-driver") {
+			t.Fatalf("build without the driver's identities: %v, want an error naming csi-fence-driver", err)
+		}
+	})
+
+	objs := build(t, overlay(t, header+"resources: [$HERE/testdata/drivers/ceph-rbd/upstream, fence-driver.yaml]\n"+components,
+		map[string]string{"fence-driver.yaml": identity}))
+	want := map[string]string{ // binding -> ServiceAccount it must bind
+		"ClusterRoleBinding/csi-fence-attacher-role":            "storage/ctl-sa",
+		"RoleBinding/csi-fence-attacher-role-cfg":               "storage/ctl-sa",
+		"ClusterRoleBinding/csi-fence-attacher-failover-role":   "storage/ctl-sa",
+		"RoleBinding/csi-fence-attacher-cluster-leases":         "storage/ctl-sa",
+		"ClusterRoleBinding/csi-fence-attacher-power-role":      "storage/ctl-sa",
+		"ClusterRoleBinding/csi-fence-attacher-machine-fencing": "storage/ctl-sa",
+		"ClusterRoleBinding/csi-fence-attacher-node":            "storage/node-sa",
+	}
+	wantNS := map[string]string{
+		"Role/csi-fence-attacher-cfg":             "storage",
+		"RoleBinding/csi-fence-attacher-role-cfg": "storage",
+		"Service/csi-fence-node-agent":            "storage",
+		// Shared by every driver, in --storm-guard-namespace.
+		"Role/csi-fence-attacher-cluster-leases":        "kube-system",
+		"RoleBinding/csi-fence-attacher-cluster-leases": "kube-system",
+	}
+	seen := map[string]bool{}
+	for _, o := range objs {
+		id := o.GetKind() + "/" + o.GetName()
+		switch o.GetKind() {
+		case "ConfigMap":
+			if o.GetName() == "csi-fence-driver" {
+				t.Errorf("the local ConfigMap %s is in the output", id)
+			}
+		case "ServiceAccount":
+			if strings.HasPrefix(o.GetName(), "csi-fence-attacher") {
+				t.Errorf("%s/%s is in the output: the driver brings its own ServiceAccounts", id, o.GetNamespace())
+			}
+		case "ClusterRoleBinding", "RoleBinding":
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			var got []string
+			for _, s := range subjects {
+				m := s.(map[string]any)
+				got = append(got, fmt.Sprint(m["namespace"], "/", m["name"]))
+			}
+			if w, ok := want[id]; !ok || len(got) != 1 || got[0] != w {
+				t.Errorf("%s binds %v, want [%s]", id, got, w)
+			}
+			seen[id] = true
+		case "ValidatingAdmissionPolicy":
+			conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+			if e := fmt.Sprint(conds); !strings.Contains(e, "'system:serviceaccount:' + 'storage' + ':' + 'node-sa'") {
+				t.Errorf("%s does not name storage/node-sa: %s", id, e)
+			}
+		}
+		if ns, ok := wantNS[id]; ok && o.GetNamespace() != ns {
+			t.Errorf("%s is in %q, want %q", id, o.GetNamespace(), ns)
+		}
+	}
+	for id := range want {
+		if !seen[id] {
+			t.Errorf("no %s", id)
+		}
 	}
 }

@@ -27,7 +27,8 @@ func TestMachineFencingComponent(t *testing.T) {
 	}
 	// A user's kustomization: the base with the component.
 	for name, content := range map[string]string{
-		"kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- base\ncomponents:\n- machine-fencing\n",
+		"kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- base\n- fence-driver.yaml\ncomponents:\n- machine-fencing\n",
+		"fence-driver.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: csi-fence-driver\n  annotations: {config.kubernetes.io/local-config: \"true\"}\ndata: {namespace: default, controllerServiceAccount: csi-fence-attacher, nodeServiceAccount: csi-fence-attacher-node}\n",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)

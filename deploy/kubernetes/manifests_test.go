@@ -119,7 +119,8 @@ func TestFeatureRBACOnlyWithItsComponent(t *testing.T) {
 			for _, c := range tc.components {
 				k += "- ../../" + c + "\n"
 			}
-			objs := build(t, overlay(t, strings.Replace(k, "resources: [../../mock-example/mock-driver.yaml]", "resources: [mock-driver.yaml]", 1), map[string]string{"mock-driver.yaml": readFile(t, "mock-example/mock-driver.yaml")}))
+			objs := build(t, overlay(t, strings.Replace(k, "resources: [../../mock-example/mock-driver.yaml]", "resources: [mock-driver.yaml, fence-driver.yaml]", 1),
+				map[string]string{"mock-driver.yaml": readFile(t, "mock-example/mock-driver.yaml"), "fence-driver.yaml": readFile(t, "mock-example/fence-driver.yaml")}))
 			have := map[string]bool{}
 			var secrets, podDelete bool
 			for _, o := range objs {
