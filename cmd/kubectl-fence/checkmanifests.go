@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/csi-fence/fence-attacher/pkg/manifestcheck"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
@@ -13,19 +16,29 @@ import (
 
 // checkManifests checks built manifests (kustomize build's or helm
 // template's output) before they are applied: kustomize cannot fail a
-// build in which the sidecar component matched nothing, so this does, and
-// says what it looked for.
+// build in which the sidecar component matched nothing, and nothing fails
+// an install whose roles are bound to ServiceAccounts no pod runs as, so
+// this does, and says what to fix. Several -f are read together: the
+// driver's release and csi-fence's, rendered apart.
 //
 //	kubectl kustomize my-driver/ | kubectl fence check-manifests
-//	kubectl fence check-manifests -f rendered.yaml
+//	kubectl fence check-manifests -f driver.yaml -f csi-fence.yaml
 func checkManifests(args []string) error {
 	return runCheckManifests(args, os.Stdin, os.Stdout)
 }
 
+// files is a repeatable -f.
+type files []string
+
+func (f *files) String() string     { return strings.Join(*f, ",") }
+func (f *files) Set(v string) error { *f = append(*f, v); return nil }
+
 func runCheckManifests(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("check-manifests", flag.ContinueOnError)
-	file := fs.String("f", "-", "file of the built manifests (YAML documents or a List); - reads stdin")
+	var in files
+	fs.Var(&in, "f", "file of the built manifests (YAML documents or a List); - reads stdin (the default); repeat it to check several together, e.g. two Helm releases' renders")
 	controllerOnly := fs.Bool("controller-only", false, "do not require the node agent (it is deployed by other manifests)")
+	namespace := fs.String("n", "default", "the namespace objects without one are applied to (as kubectl's -n)")
 	quiet := fs.Bool("q", false, "print errors only")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -33,20 +46,27 @@ func runCheckManifests(args []string, stdin io.Reader, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("check-manifests: unexpected arguments %q (the manifests come from -f or stdin)", fs.Args())
 	}
-	in := stdin
-	if *file != "-" {
-		f, err := os.Open(*file)
-		if err != nil {
-			return err
+	if len(in) == 0 {
+		in = files{"-"}
+	}
+	var objs []*unstructured.Unstructured
+	for _, name := range in {
+		r := stdin
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			r = f
 		}
-		defer f.Close()
-		in = f
+		o, err := manifestcheck.Read(r)
+		if err != nil {
+			return fmt.Errorf("check-manifests: reading the manifests of %s: %w", name, err)
+		}
+		objs = append(objs, o...)
 	}
-	objs, err := manifestcheck.Read(in)
-	if err != nil {
-		return fmt.Errorf("check-manifests: reading the manifests: %w", err)
-	}
-	r, err := manifestcheck.Check(objs, manifestcheck.Options{Flags: sidecar.NewFlagSet, ControllerOnly: *controllerOnly})
+	r, err := manifestcheck.Check(objs, manifestcheck.Options{Flags: sidecar.NewFlagSet, ControllerOnly: *controllerOnly, Namespace: *namespace})
 	if err != nil {
 		return err
 	}
@@ -59,7 +79,7 @@ func runCheckManifests(args []string, stdin io.Reader, stdout io.Writer) error {
 		return errors.New("check-manifests:\n" + err.Error())
 	}
 	if !*quiet {
-		fmt.Fprintf(stdout, "ok: csi-fence-attacher is in place (%d containers in %d workloads checked)\n", len(r.Sidecars), len(r.Workloads))
+		fmt.Fprintf(stdout, "ok: csi-fence-attacher is in place and bound to the pods' ServiceAccounts (%d containers in %d workloads checked)\n", len(r.Sidecars), len(r.Workloads))
 	}
 	return nil
 }

@@ -2,7 +2,7 @@
 // kubectl-fence, run as `kubectl fence ...`).
 //
 //	kubectl fence terminate pod/NAME --reason="..." [-n NAMESPACE] [--grace-period=N] [--force]
-//	kubectl fence check-manifests [-f FILE] [--controller-only]
+//	kubectl fence check-manifests [-f FILE]... [-n NAMESPACE] [--controller-only]
 //	kubectl fence status [-o table|json|yaml] [--storm-guard-namespace=NS]
 //	kubectl fence timeline NODE [-o table|json|yaml]
 //	kubectl fence fence NODE [--reason=REASON]
@@ -51,7 +51,7 @@ type command struct {
 var commands = map[string]command{
 	"version":         {"version: print the plugin's version", func([]string) error { fmt.Println("kubectl-fence", version.String()); return nil }},
 	"terminate":       {"terminate pod/NAME --reason=REASON [-n NAMESPACE] [--grace-period=SECONDS] [--force]: record why, then delete the pod", terminate},
-	"check-manifests": {"check-manifests [-f FILE] [--controller-only] [-q]: check built manifests (kustomize, helm template) for csi-fence-attacher", checkManifests},
+	"check-manifests": {"check-manifests [-f FILE]... [-n NAMESPACE] [--controller-only] [-q]: check built manifests (kustomize, helm template; several -f together) for an install that will fence", checkManifests},
 	"status":          {"status [-o table|json|yaml] [--storm-guard-namespace=NS]: nodes fenced or quarantined, their records, volumes and the storm guard", status},
 	"timeline":        {"timeline NODE [-o table|json|yaml]: the steps of a node's failover, from its record, conditions, taints and Events", timeline},
 	"fence":           {"fence NODE [--reason=REASON]: create the admin's FencingRequest for the node (fences its storage even when it is Ready)", adminVerb("fence", runFence)},

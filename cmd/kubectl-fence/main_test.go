@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -94,6 +96,17 @@ spec:
       volumes: [{name: socket-dir, emptyDir: {}}]
 `
 	replaced := strings.Replace(attacherOnly, "registry.k8s.io/sig-storage/csi-attacher:v4.10.0", "ghcr.io/csi-fence/csi-fence-attacher:v0.1.0", 1)
+	// The fenced detach's RBAC, rendered apart (a second Helm release), bound
+	// to the controller's ServiceAccount in storage.
+	bound := strings.Replace(replaced, "    spec:\n      containers:", "    spec:\n      serviceAccountName: csi-fence-attacher\n      containers:", 1)
+	rbac, err := os.ReadFile("../../deploy/kubernetes/base/rbac-attacher.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbacFile := filepath.Join(t.TempDir(), "csi-fence.yaml")
+	if err := os.WriteFile(rbacFile, []byte(strings.ReplaceAll(string(rbac), "namespace: default", "namespace: storage")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		args    []string
@@ -104,7 +117,9 @@ spec:
 		{"external-attacher left", nil, attacherOnly, `Deployment storage/ctrl: container "csi-attacher" still runs external-attacher`, ""},
 		{"nothing at all", nil, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no Deployment, StatefulSet, DaemonSet, ReplicaSet or Pod in the input", ""},
 		{"replaced, no node agent", nil, replaced, "found no csi-fence-attacher node agent", "found: Deployment storage/ctrl"},
-		{"replaced, node agent elsewhere", []string{"--controller-only"}, replaced, "", "ok: csi-fence-attacher is in place"},
+		{"replaced, node agent elsewhere, without its RBAC", []string{"--controller-only"}, replaced, "no RoleBinding or ClusterRoleBinding in the input", ""},
+		{"replaced, node agent elsewhere, its RBAC in a second file", []string{"--controller-only", "-f", "-", "-f", rbacFile}, bound, "", "ok: csi-fence-attacher is in place"},
+		{"its RBAC bound in another namespace", []string{"--controller-only", "-f", "-", "-f", rbacFile}, replaced, "runs as ServiceAccount storage/default, which is not granted", ""},
 		{"a flag it does not accept", []string{"--controller-only"}, strings.Replace(replaced, "args: [--csi-address=/csi/csi.sock]", "args: [--csi-address=/csi/csi.sock, --no-such-flag]", 1),
 			"does not accept its arguments: flag provided but not defined: -no-such-flag", ""},
 		{"not YAML", nil, "{{{", "reading the manifests", ""},
