@@ -20,7 +20,7 @@ _kubectl_fence() {
     case "$verb" in
     "") words="check-manifests completion fence pause release resume status terminate timeline version" ;;
     terminate) words="--reason --grace-period --force $conn" ;;
-    check-manifests) words="-f --controller-only -q" ;;
+    check-manifests) words="-f -n --controller-only -q" ;;
     status) words="-o --output --storm-guard-namespace $conn" ;;
     timeline) words="-o --output $conn" ;;
     fence) words="--reason $conn" ;;
