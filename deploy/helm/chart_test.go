@@ -97,11 +97,18 @@ func kustomizeBuild(t *testing.T, components, resources []string) []*unstructure
 	for _, c := range components {
 		fmt.Fprintf(&k, "- ../../../kubernetes/%s\n", c)
 	}
-	if len(resources) > 0 {
-		k.WriteString("resources:\n")
-		for _, r := range resources {
-			fmt.Fprintf(&k, "- ../../../kubernetes/%s\n", r)
-		}
+	// The chart's defaults: the driver's identities are the ServiceAccounts
+	// it creates, in the release's namespace (mock-example's).
+	k.WriteString("- ../../../kubernetes/mock-example/serviceaccounts\nresources:\n- fence-driver.yaml\n")
+	for _, r := range resources {
+		fmt.Fprintf(&k, "- ../../../kubernetes/%s\n", r)
+	}
+	identity, err := os.ReadFile("../kubernetes/mock-example/fence-driver.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fence-driver.yaml"), identity, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
 		t.Fatal(err)

@@ -126,7 +126,7 @@ func TestChartValues(t *testing.T) {
 			{"Role csi-fence-system/rbd-csi-fence-attacher-cluster-leases", "rules.0.resources.0", "leases"},
 			{"ClusterRoleBinding /rbd-csi-fence-attacher-node", "subjects.0.name", "rbd-csi-nodeplugin"},
 			{"ValidatingAdmissionPolicy /rbd-csi-fence-node-agent-own-record", "spec.matchConditions.0.expression",
-				"request.userInfo.username == 'system:serviceaccount:ceph-csi-rbd:rbd-csi-nodeplugin'"},
+				"request.userInfo.username == 'system:serviceaccount:' + 'ceph-csi-rbd' + ':' + 'rbd-csi-nodeplugin'"},
 			{"ValidatingAdmissionPolicyBinding /rbd-csi-fence-node-agent-own-record", "spec.policyName", "rbd-csi-fence-node-agent-own-record"},
 			{"Service ceph-csi-rbd/rbd-csi-fence-node-agent", "spec.selector.csi-fence\\.io/node-agent", ""},
 			// Shared by every driver: never prefixed.
