@@ -135,12 +135,17 @@ func TestChartValues(t *testing.T) {
 		absent: []string{"ServiceAccount", "ClusterRole /rbd-csi-fence-attacher-power-runner", "Deployment"},
 	}, {
 		name: "the preStop webhook next to a driver in another namespace",
-		vals: canary("features.prestopWebhook", true, "driver.namespace", "storage", "nodeAgent.httpPort", 9811, "image.pullPolicy", "IfNotPresent"),
+		vals: canary("features.prestopWebhook", true, "driver.namespace", "storage", "nodeAgent.httpPort", 9000, "image.pullPolicy", "IfNotPresent",
+			"imagePullSecrets", []any{map[string]any{"name": "registry-creds"}}),
 		want: []want{
 			{"Deployment default/csi-fence-prestop-webhook", "spec.template.spec.containers.0.args.2", "--certificate-hosts=csi-fence-prestop-webhook.default.svc"},
-			{"Deployment default/csi-fence-prestop-webhook", "spec.template.spec.containers.0.args.5", "--node-agent-url=http://csi-fence-node-agent.storage.svc:9811/termination-reason"},
+			{"Deployment default/csi-fence-prestop-webhook", "spec.template.spec.containers.0.args.5", "--node-agent-url=http://csi-fence-node-agent.storage.svc:8081/termination-reason"},
+			{"Deployment default/csi-fence-prestop-webhook", "spec.template.spec.imagePullSecrets.0.name", "registry-creds"},
 			{"Deployment default/csi-fence-prestop-webhook", "spec.template.spec.containers.0.imagePullPolicy", "IfNotPresent"},
-			{"Service storage/csi-fence-node-agent", "spec.ports.0.port", "9811"},
+			// The Service's port is its own: the agents' port is a host port
+			// on host-network node plugins, and may have to move.
+			{"Service storage/csi-fence-node-agent", "spec.ports.0.port", "8081"},
+			{"Service storage/csi-fence-node-agent", "spec.ports.0.targetPort", "fence-http"},
 			{"MutatingWebhookConfiguration /csi-fence-prestop", "webhooks.0.clientConfig.service.namespace", "default"},
 		},
 	}, {
@@ -304,5 +309,54 @@ func TestChartVersionIsTheRelease(t *testing.T) {
 	}
 	if meta.Version != strings.TrimPrefix(meta.AppVersion, "v") {
 		t.Errorf("Chart.yaml version %s, want its appVersion %s without the v", meta.Version, meta.AppVersion)
+	}
+}
+
+// The values driver charts offer for each sidecar reach the containers:
+// the leader election's timings and namespace, securityContext and env;
+// the node agent runs as root unless its securityContext says otherwise,
+// and listens on a port the CSI sidecars do not use by default.
+func TestSidecarValues(t *testing.T) {
+	driverChart := loadChart(t, "testdata/example-driver")
+	driverChart.SetDependencies(loadChart(t, chartDir))
+	objs := mustRender(t, driverChart, "storage", values(
+		"csi-fence.controller.leaderElectionTimings", map[string]any{"leaseDuration": "137s", "renewDeadline": "107s", "retryPeriod": "26s", "namespace": "storage"},
+		"csi-fence.controller.securityContext", map[string]any{"readOnlyRootFilesystem": true},
+		"csi-fence.controller.env", []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}},
+		"csi-fence.nodeAgent.securityContext", map[string]any{"readOnlyRootFilesystem": true, "runAsUser": 1000},
+		"csi-fence.nodeAgent.env", []any{map[string]any{"name": "GOMAXPROCS", "value": "1"}}))
+	r, err := manifestcheck.Check(objs, manifestcheck.Options{Flags: sidecar.NewFlagSet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatalf("check-manifests: %v", err)
+	}
+	for _, s := range r.Sidecars {
+		c := s.Container
+		args := strings.Join(c.Args, " ")
+		if s.Node {
+			if c.SecurityContext == nil || c.SecurityContext.RunAsUser == nil || *c.SecurityContext.RunAsUser != 1000 || c.SecurityContext.ReadOnlyRootFilesystem == nil {
+				t.Errorf("node agent's securityContext %+v, want the values' runAsUser 1000 and readOnlyRootFilesystem", c.SecurityContext)
+			}
+			if len(c.Env) != 2 || c.Env[1].Name != "GOMAXPROCS" {
+				t.Errorf("node agent's env %v, want NODE_NAME and GOMAXPROCS", c.Env)
+			}
+			if !strings.Contains(args, "--http-endpoint=:9811") {
+				t.Errorf("node agent's args %s, want --http-endpoint=:9811", args)
+			}
+			continue
+		}
+		for _, want := range []string{"--leader-election-lease-duration=137s", "--leader-election-renew-deadline=107s", "--leader-election-retry-period=26s", "--leader-election-namespace=storage"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("controller's args %s lack %s", args, want)
+			}
+		}
+		if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+			t.Errorf("controller's securityContext %+v", c.SecurityContext)
+		}
+		if len(c.Env) != 1 || c.Env[0].Value != "http://proxy:3128" {
+			t.Errorf("controller's env %v", c.Env)
+		}
 	}
 }

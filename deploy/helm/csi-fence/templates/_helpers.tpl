@@ -90,6 +90,20 @@ args:
 - --csi-address={{ $c.csiAddress }}
 {{- if $c.leaderElection }}
 - --leader-election
+{{- with $c.leaderElectionTimings }}
+{{- with .leaseDuration }}
+- --leader-election-lease-duration={{ . }}
+{{- end }}
+{{- with .renewDeadline }}
+- --leader-election-renew-deadline={{ . }}
+{{- end }}
+{{- with .retryPeriod }}
+- --leader-election-retry-period={{ . }}
+{{- end }}
+{{- with .namespace }}
+- --leader-election-namespace={{ . }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if $c.httpPort }}
 - --http-endpoint=:{{ $c.httpPort }}
@@ -136,6 +150,14 @@ readinessProbe:
   httpGet: {path: /readyz, port: http-endpoint}
   periodSeconds: 10
 {{- end }}
+{{- with $c.env }}
+env:
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- with $c.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 volumeMounts:
 - name: {{ $c.socketVolume }}
   mountPath: {{ dir $c.csiAddress }}
@@ -174,8 +196,11 @@ ports:
 env:
 - name: NODE_NAME
   valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+{{- with $n.env }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
 securityContext:
-  runAsUser: 0
+  {{- toYaml (merge (deepCopy $n.securityContext) (dict "runAsUser" 0)) | nindent 2 }}
 volumeMounts:
 - name: {{ $n.socketVolume }}
   mountPath: {{ dir $n.csiAddress }}
@@ -192,6 +217,14 @@ resources:
 {{- define "csi-fence.nodeAgent.volumes" -}}
 - name: {{ .Values.nodeAgent.kubeletDirVolume }}
   hostPath: {path: {{ .Values.nodeAgent.kubeletDir }}, type: Directory}
+{{- end -}}
+
+{{/* The pods' imagePullSecrets (values.imagePullSecrets), for a pod spec. */}}
+{{- define "csi-fence.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- toYaml . | nindent 0 }}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels of the node DaemonSet's pods: the node agents' Service selects them. */}}
