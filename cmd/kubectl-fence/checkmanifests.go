@@ -50,6 +50,7 @@ func runCheckManifests(args []string, stdin io.Reader, stdout io.Writer) error {
 		in = files{"-"}
 	}
 	var objs []*unstructured.Unstructured
+	var releases []manifestcheck.Release
 	for _, name := range in {
 		r := stdin
 		if name != "-" {
@@ -65,11 +66,13 @@ func runCheckManifests(args []string, stdin io.Reader, stdout io.Writer) error {
 			return fmt.Errorf("check-manifests: reading the manifests of %s: %w", name, err)
 		}
 		objs = append(objs, o...)
+		releases = append(releases, manifestcheck.Release{Name: name, Objects: o})
 	}
 	r, err := manifestcheck.Check(objs, manifestcheck.Options{Flags: sidecar.NewFlagSet, ControllerOnly: *controllerOnly, Namespace: *namespace})
 	if err != nil {
 		return err
 	}
+	r.Errors = append(r.Errors, manifestcheck.CheckReleases(releases, *namespace)...)
 	if !*quiet {
 		for _, n := range r.Notes {
 			fmt.Fprintln(stdout, "found:", n)

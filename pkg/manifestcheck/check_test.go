@@ -316,3 +316,56 @@ func readDeploy(t *testing.T, f string) string {
 	}
 	return string(b)
 }
+
+// Two releases installed side by side: an object in both, and the CRD
+// in the driver's release, each fail naming the fix; csi-fence's release
+// beside a driver's that only carries the containers passes.
+func TestCheckReleases(t *testing.T) {
+	driver := func(t *testing.T, extra string) Release {
+		objs, err := Read(strings.NewReader(driverYAML + extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Release{Name: "driver.yaml", Objects: objs}
+	}
+	fence := func(t *testing.T) Release {
+		var b strings.Builder
+		for _, f := range []string{"base/crd-fencingrequests.yaml", "base/rbac-controller.yaml", "base/rbac-node.yaml", "base/admission-node.yaml"} {
+			b.WriteString(readDeploy(t, f) + "\n---\n")
+		}
+		objs, err := Read(strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Release{Name: "csi-fence.yaml", Objects: objs}
+	}
+	tests := []struct {
+		name     string
+		releases func(t *testing.T) []Release
+		want     []string
+	}{
+		{"the driver's containers and csi-fence's objects apart", func(t *testing.T) []Release { return []Release{driver(t, ""), fence(t)} }, nil},
+		{"one release only", func(t *testing.T) []Release {
+			return []Release{driver(t, "---\n"+readDeploy(t, "base/crd-fencingrequests.yaml"))}
+		}, nil},
+		{"csi-fence's objects in the driver's release too (the sidecar component as post-renderer)", func(t *testing.T) []Release {
+			return []Release{driver(t, "---\n"+readDeploy(t, "base/rbac-node.yaml")), fence(t)}
+		}, []string{"ClusterRole csi-fence-attacher-node is in driver.yaml and csi-fence.yaml", "deploy/kubernetes/attacher-image"}},
+		{"the CRD in the driver's release", func(t *testing.T) []Release {
+			return []Release{driver(t, "---\n"+readDeploy(t, "base/crd-fencingrequests.yaml")), fence(t)}
+		}, []string{"CustomResourceDefinition fencingrequests.fencing.csi-fence.io is in driver.yaml with the driver's workloads", "install the CRDs with the csi-fence chart"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := strings.Join(CheckReleases(tc.releases(t), "default"), "\n")
+			if len(tc.want) == 0 && errs != "" {
+				t.Fatalf("errors:\n%s", errs)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errs, w) {
+					t.Errorf("errors do not say %q:\n%s", w, errs)
+				}
+			}
+		})
+	}
+}
