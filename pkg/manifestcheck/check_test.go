@@ -152,6 +152,20 @@ func TestWillItFence(t *testing.T) {
 			want: []string{"with --feature-gates=NonGracefulFailover=true, but it is not granted patch nodes", "add the component deploy/kubernetes/failover (Helm: features.failover=true)"},
 		},
 		{
+			// EBS's chart renders a gate of its own; ours is a second flag.
+			name: "the gate in a second --feature-gates",
+			mutate: func(t *testing.T, s string) string {
+				return replace(t, s, "--feature-gates=NonGracefulFailover=true, ", "--feature-gates=MutableCSINodeAllocatableCount=true, --feature-gates=NonGracefulFailover=true, ")
+			},
+		},
+		{
+			name: "the gate turned off by a later --feature-gates",
+			mutate: func(t *testing.T, s string) string {
+				return replace(t, s, "--feature-gates=NonGracefulFailover=true, ", "--feature-gates=NonGracefulFailover=true, --feature-gates=NonGracefulFailover=false, ")
+			},
+			want: []string{"lack --feature-gates=NonGracefulFailover=true"},
+		},
+		{
 			name: "the failover's RBAC without the gate",
 			mutate: func(t *testing.T, s string) string {
 				return replace(t, s, "--feature-gates=NonGracefulFailover=true, ", "")

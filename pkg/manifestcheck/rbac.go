@@ -196,15 +196,31 @@ func boolArg(args []string, name string) bool {
 	return false
 }
 
-// failoverGate reports whether --feature-gates turns the failover on.
+// failoverGate reports whether --feature-gates turns the failover on. The
+// flag may be given more than once (EBS's chart sets one gate of its own,
+// the user adds ours): each adds to the others, the last value of a gate
+// wins.
 func failoverGate(args []string) bool {
-	v, _ := argValue(args, "feature-gates")
-	for _, kv := range strings.Split(v, ",") {
-		if strings.TrimSpace(kv) == contract.NonGracefulFailoverGate+"=true" {
-			return true
+	on := false
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		v, ok := strings.CutPrefix(a, "feature-gates=")
+		if a == "feature-gates" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(v, ",") {
+			switch strings.TrimSpace(kv) {
+			case contract.NonGracefulFailoverGate + "=true":
+				on = true
+			case contract.NonGracefulFailoverGate + "=false":
+				on = false
+			}
 		}
 	}
-	return false
+	return on
 }
 
 // checkControllerRBAC says what the controller's ServiceAccount lacks for
