@@ -128,6 +128,18 @@ func TestWillItFence(t *testing.T) {
 				"may not get leases.coordination.k8s.io, create leases.coordination.k8s.io, update leases.coordination.k8s.io in namespace kube-system"},
 		},
 		{
+			// GCE PD's shape: the Lease's namespace from the pod's.
+			name: "the leader election's namespace from a fieldRef",
+			mutate: func(t *testing.T, s string) string {
+				return replace(t, s, `"--http-endpoint=:8080"]
+        volumeMounts: [{name: socket-dir, mountPath: /csi}]
+      volumes: [{name: socket-dir, emptyDir: {}}]`, `"--http-endpoint=:8080", "--leader-election-namespace=$(PDCSI_NAMESPACE)"]
+        env: [{name: PDCSI_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}]
+        volumeMounts: [{name: socket-dir, mountPath: /csi}]
+      volumes: [{name: socket-dir, emptyDir: {}}]`)
+			},
+		},
+		{
 			name: "the node agent's ServiceAccount is not bound",
 			mutate: func(t *testing.T, s string) string {
 				s = replace(t, s, "serviceAccountName: csi-fence-attacher-node", "serviceAccountName: rbd-csi-nodeplugin")

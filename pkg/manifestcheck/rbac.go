@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -185,6 +186,22 @@ func identityFix(role string, sa serviceAccount) string {
 		sa.Namespace, key, sa.Name, sa.Namespace, helm, sa.Name)
 }
 
+// podNamespaceRef resolves a $(VAR) the container sets from its pod's
+// namespace (fieldRef metadata.namespace, as GCE PD's chart passes
+// --leader-election-namespace=$(PDCSI_NAMESPACE)).
+func podNamespaceRef(v string, c corev1.Container, podNS string) string {
+	m := envRef.FindStringSubmatch(v)
+	if m == nil || m[0] != v {
+		return v
+	}
+	for _, e := range c.Env {
+		if e.Name == m[1] && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
+			return podNS
+		}
+	}
+	return v
+}
+
 // boolArg reads a bool flag: --name, --name=true.
 func boolArg(args []string, name string) bool {
 	for _, a := range args {
@@ -244,7 +261,9 @@ func checkControllerRBAC(s Sidecar, r *rbac, defaultNamespace string) []string {
 	}
 	if boolArg(args, "leader-election") {
 		ns, ok := argValue(args, "leader-election-namespace")
-		if !ok {
+		if ok {
+			ns = podNamespaceRef(expand(ns, s.Container), s.Container, sa.Namespace)
+		} else {
 			ns = sa.Namespace
 		}
 		if m := missing(r.granted(sa, ns), sidecar.LeaderElectionRules); len(m) > 0 {
