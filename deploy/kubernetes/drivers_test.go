@@ -129,6 +129,9 @@ func TestDriverOverlays(t *testing.T) {
 		// host directory.
 		{"csi-driver-host-path", "StatefulSet", "csi-hostpathplugin", "/csi/csi.sock", "csi-hostpath-fence-node", "/csi/csi.sock", ""},
 		{"cloud-helm", "Deployment", "cloud-block-csi-controller", "/var/lib/csi/sockets/pluginproxy/csi.sock", "cloud-block-csi-node", "/csi/csi.sock", ""},
+		{"aws-ebs", "Deployment", "ebs-csi-controller", "/var/lib/csi/sockets/pluginproxy/csi.sock", "ebs-csi-node", "/csi/csi.sock", ""},
+		{"azuredisk", "Deployment", "csi-azuredisk-controller", "/csi/csi.sock", "csi-azuredisk-node", "/csi/csi.sock", ""},
+		{"gce-pd", "Deployment", "csi-gce-pd-controller", "/csi/csi.sock", "csi-gce-pd-node", "/csi/csi.sock", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -149,6 +152,11 @@ func TestDriverOverlays(t *testing.T) {
 				want[k] = v
 			}
 			want["image"] = after["image"]
+			// A recipe with the failover adds its gate, last.
+			const gate = "--feature-gates=NonGracefulFailover=true"
+			if args, _ := after["args"].([]any); len(args) > 0 && args[len(args)-1] == gate {
+				want["args"] = append(append([]any{}, before["args"].([]any)...), gate)
+			}
 			if !reflect.DeepEqual(after, want) {
 				t.Errorf("csi-attacher changed beyond its image:\nbefore %v\nafter  %v", before, after)
 			}
@@ -420,5 +428,113 @@ data: {namespace: storage, controllerServiceAccount: ctl-sa, nodeServiceAccount:
 		if !seen[id] {
 			t.Errorf("no %s", id)
 		}
+	}
+}
+
+// recipeOverlay is a driver's recipe (testdata/drivers/<driver>) as an
+// overlay of its own, its files changed by edit (file name -> content).
+func recipeOverlay(t *testing.T, driver string, edit func(t *testing.T, files map[string]string)) string {
+	t.Helper()
+	dir := filepath.Join("testdata", "drivers", driver)
+	files := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			files[e.Name()] = readFile(t, filepath.Join(dir, e.Name()))
+		}
+	}
+	k := files["kustomization.yaml"]
+	delete(files, "kustomization.yaml")
+	k = strings.ReplaceAll(k, "- upstream\n", "- $HERE/testdata/drivers/"+driver+"/upstream\n")
+	k = strings.ReplaceAll(k, "../../../", "$HERE/")
+	files["kustomization.yaml"] = k
+	edit(t, files)
+	k = files["kustomization.yaml"]
+	delete(files, "kustomization.yaml")
+	return overlay(t, k, files)
+}
+
+// edit replaces old by new in a recipe's file, failing when old is not
+// there (the mistake would not be made).
+func edit(file, old, new string) func(t *testing.T, files map[string]string) {
+	return func(t *testing.T, files map[string]string) {
+		t.Helper()
+		if !strings.Contains(files[file], old) {
+			t.Fatalf("%s has no %q", file, old)
+		}
+		files[file] = strings.Replace(files[file], old, new, 1)
+	}
+}
+
+// Per driver, one mistake a user makes in its recipe: check-manifests fails
+// it, naming the fix (kustomize builds each without a word).
+func TestDriverRecipeMistakes(t *testing.T) {
+	tests := []struct {
+		driver, mistake string
+		edit            func(t *testing.T, files map[string]string)
+		want            []string
+	}{
+		{"aws-ebs", "the chart's ServiceAccount name misspelt", edit("fence-driver.yaml", "controllerServiceAccount: ebs-csi-controller-sa", "controllerServiceAccount: ebs-csi-controller"),
+			[]string{"runs as ServiceAccount kube-system/ebs-csi-controller-sa, which is not granted", "ClusterRoleBinding csi-fence-attacher-role binds kube-system/ebs-csi-controller", "{namespace: kube-system, controllerServiceAccount: ebs-csi-controller-sa}"}},
+		{"azuredisk", "the driver's namespace left at default", edit("fence-driver.yaml", "namespace: kube-system", "namespace: default"),
+			[]string{"runs as ServiceAccount kube-system/csi-azuredisk-controller-sa, which is not granted", "binds default/csi-azuredisk-controller-sa",
+				"the Service csi-fence-node-agent is in namespace default, not in kube-system"}},
+		{"gce-pd", "the failover's gate left out", edit("kustomization.yaml", "    - {op: add, path: /spec/template/spec/containers/1/args/-, value: --feature-gates=NonGracefulFailover=true}\n", ""),
+			[]string{"is granted the failover's RBAC, but its arguments lack --feature-gates=NonGracefulFailover=true"}},
+		{"ceph-rbd", "the provisioner's ServiceAccount named for the node plugin", edit("fence-driver.yaml", "nodeServiceAccount: rbd-csi-nodeplugin", "nodeServiceAccount: rbd-csi-provisioner"),
+			[]string{`node agent "csi-fence-attacher" runs as ServiceAccount ceph-csi/rbd-csi-nodeplugin, which is not granted`, "nodeServiceAccount: rbd-csi-nodeplugin"}},
+		{"csi-driver-host-path", "the node agent in the driver's StatefulSet, as the README once said", func(t *testing.T, files map[string]string) {
+			edit("kustomization.yaml", "- node-agent.yaml\n", "")(t, files)
+			files["kustomization.yaml"] += `patches:
+- target: {kind: StatefulSet, name: csi-hostpathplugin}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/-
+      value:
+        name: csi-fence-attacher
+        image: ghcr.io/csi-fence/csi-fence-attacher:canary
+        args: [--role=node, --csi-address=/csi/csi.sock, --kubelet-dir=/var/lib/kubelet]
+        volumeMounts:
+        - {name: socket-dir, mountPath: /csi}
+        - {name: mountpoint-dir, mountPath: /var/lib/kubelet/pods}
+`
+		}, []string{`node agent "csi-fence-attacher" runs as ServiceAccount "csi-hostpathplugin-sa", as the csi-fence-attacher controller in StatefulSet default/csi-hostpathplugin does`,
+			"Run the node agent in a pod with a ServiceAccount of its own"}},
+		{"aws-ebs", "the node agent patched into the Windows DaemonSet", edit("kustomization.yaml", "- path: node-agent.yaml\n  target: {kind: DaemonSet, name: ebs-csi-node}", "- path: node-agent.yaml\n  target: {kind: DaemonSet, name: ebs-csi-node-windows}"),
+			[]string{"DaemonSet kube-system/ebs-csi-node-windows: container \"csi-fence-attacher\": the node agent is in a DaemonSet for Windows nodes"}},
+		{"ceph-cephfs", "the sidecar put next to CephFS", func(t *testing.T, files map[string]string) {
+			files["kustomization.yaml"] = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [$HERE/testdata/drivers/ceph-cephfs/upstream, fence-driver.yaml]\ncomponents: [$HERE/sidecar]\n"
+			files["fence-driver.yaml"] = strings.ReplaceAll(readFile(t, "testdata/drivers/ceph-rbd/fence-driver.yaml"), "rbd-", "cephfs-")
+		}, []string{"CSIDriver cephfs.csi.ceph.com says attachRequired: false: this driver has no attachments to fence"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.driver+": "+tc.mistake, func(t *testing.T) {
+			objs := build(t, recipeOverlay(t, tc.driver, tc.edit))
+			r, err := manifestcheck.Check(objs, checkOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := r.Err()
+			if len(tc.want) == 0 {
+				if got != nil {
+					t.Fatalf("check-manifests fails:\n%v", got)
+				}
+				return
+			}
+			if got == nil {
+				t.Fatalf("check-manifests passed; notes: %v", r.Notes)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got.Error(), w) {
+					t.Errorf("errors do not say %q:\n%v", w, got)
+				}
+			}
+			if strings.Contains(got.Error(), "found no csi-fence-attacher controller container") && tc.driver == "ceph-cephfs" {
+				t.Errorf("CephFS gets the generic message:\n%v", got)
+			}
+		})
 	}
 }
