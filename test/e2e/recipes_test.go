@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,29 @@ func TestDriverRecipesOnTheAPIServer(t *testing.T) {
 				}
 			}
 
+			// The real sidecar on the mock's socket, as the driver's
+			// controller ServiceAccount, with the recipe's gate and its Lease
+			// in the driver's namespace: its start-up preflight says every
+			// enabled feature runs, it warns of nothing, and the apiserver
+			// denies it nothing.
+			gate := "--feature-gates=NonGracefulFailover=false"
+			states := map[string]string{sidecar.FeatureFencedDetach: "on", sidecar.FeatureFailover: "off"}
+			if tc.failover {
+				gate = "--feature-gates=NonGracefulFailover=true"
+				states[sidecar.FeatureFailover] = "on"
+			}
+			t.Cleanup(func() {
+				if err := product.RestartAttacher(context.Background()); err != nil {
+					t.Errorf("restarting csi-fence-attacher with deploy/'s RBAC for the next tests: %v", err)
+				}
+			})
+			controllerUser := "system:serviceaccount:" + tc.namespace + ":" + tc.controllerSA
+			r := runAsUser(ctx, t, controllerUser, kubeconfig, gate, "--leader-election-namespace="+tc.namespace)
+			r.expectStates(states)
+			r.expectNoWarning()
+			r.waitUsed(ctx, "watch storage.k8s.io/volumeattachments", "watch core/nodes", "update coordination.k8s.io/leases")
+			r.expectNoDenial()
+
 			// The node agent: a token bound to a pod on nodes[0].
 			bound, err := cluster.NodeBoundKubeconfig(ctx, tc.namespace, tc.nodeSA, nodes[0])
 			if err != nil {
@@ -176,8 +200,53 @@ func TestDriverRecipesOnTheAPIServer(t *testing.T) {
 			if err != nil {
 				t.Errorf("node agent %s/%s of %s: %v", tc.namespace, tc.nodeSA, nodes[0], err)
 			}
+
+			// The real node agent on a node's mock plugin, as the driver's
+			// node ServiceAccount with a token bound to a pod there: it
+			// watches its records, and is denied nothing.
+			node := "recipe-agent-" + tc.driver
+			if err := cluster.CreateNode(ctx, node, framework.DriverName); err != nil {
+				t.Fatal(err)
+			}
+			n, err := product.StartNode(ctx, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { product.RemoveNode(node) })
+			agentKubeconfig, err := cluster.NodeBoundKubeconfig(ctx, tc.namespace, tc.nodeSA, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proc, err := cluster.StartProcess("recipe-node-agent-"+tc.driver, filepath.Join(product.BinDir, "csi-fence-attacher"),
+				"--role=node", "--node-name="+node, "--kubelet-dir="+n.KubeletDir, "--csi-address="+n.NodePlugin.Socket(),
+				"--kubeconfig="+agentKubeconfig, "--http-endpoint=127.0.0.1:0", "--v=4")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proc.Kill)
+			agentRun := &sidecarRun{t: t, user: "system:serviceaccount:" + tc.namespace + ":" + tc.nodeSA}
+			agentRun.waitUsed(ctx, "watch fencing.csi-fence.io/fencingrequests")
+			agentRun.expectNoDenial()
 		})
 	}
+}
+
+// runAsUser restarts the product's csi-fence-attacher with kubeconfig (the
+// token of user, a ServiceAccount of any namespace) and extra flags, and
+// waits for its start-up summary of the features.
+func runAsUser(ctx context.Context, t *testing.T, user, kubeconfig string, flags ...string) *sidecarRun {
+	t.Helper()
+	r := &sidecarRun{t: t, user: user, started: time.Now().Truncate(time.Second)}
+	if err := product.RestartAttacher(ctx, append([]string{"--kubeconfig=" + kubeconfig}, flags...)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 60*time.Second, "the sidecar's start-up summary of its features", func(context.Context) (bool, error) {
+		return r.line("Features of the controller role") != "", nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, r.logs())
+	}
+	t.Logf("%s: %s", user, r.line("Features of the controller role"))
+	return r
 }
 
 // prefixShared renames what one driver's install shares with the others in

@@ -13,7 +13,8 @@ import (
 
 // The apiserver writes an audit log of every request made by a
 // ServiceAccount outside kube-system (the product's, not the controllers'
-// of kube-controller-manager). It is what proves the RBAC of deploy/: a
+// of kube-controller-manager), and by the kube-system ServiceAccounts of the
+// drivers whose recipes the product runs as. It is what proves the RBAC of deploy/: a
 // request the RBAC denies is a 403 there even when the product only logs
 // the error and retries (an informer that may not list just never syncs),
 // and the requests that succeeded are the verbs the product really uses.
@@ -31,6 +32,14 @@ rules:
   resources:
   - group: ""
     resources: ["nodes/status"]
+# The kube-system ServiceAccounts of the drivers whose recipes the e2e runs
+# the product as (recipes_test.go: EBS's and Azure Disk's).
+- level: Metadata
+  users:
+  - system:serviceaccount:kube-system:ebs-csi-controller-sa
+  - system:serviceaccount:kube-system:ebs-csi-node-sa
+  - system:serviceaccount:kube-system:csi-azuredisk-controller-sa
+  - system:serviceaccount:kube-system:csi-azuredisk-node-sa
 - level: None
   userGroups: ["system:serviceaccounts:kube-system"]
 - level: Metadata

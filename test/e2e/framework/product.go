@@ -494,6 +494,9 @@ func (p *Product) PowerOn(ctx context.Context, node string) error {
 	return nil
 }
 
+// Socket is the node plugin's CSI socket, for a node agent of a test's own.
+func (pl *NodePlugin) Socket() string { return pl.sock }
+
 // powerOn starts the driver's plugin, kubelet and node agent on node n;
 // the node agent authenticates with kubeconfig.
 func (pl *NodePlugin) powerOn(ctx context.Context, n *NodeInstance, kubeconfig string) error {
