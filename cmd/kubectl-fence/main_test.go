@@ -120,6 +120,10 @@ spec:
 		{"replaced, node agent elsewhere, without its RBAC", []string{"--controller-only"}, replaced, "no RoleBinding or ClusterRoleBinding in the input", ""},
 		{"replaced, node agent elsewhere, its RBAC in a second file", []string{"--controller-only", "-f", "-", "-f", rbacFile}, bound, "", "ok: csi-fence-attacher is in place"},
 		{"its RBAC bound in another namespace", []string{"--controller-only", "-f", "-", "-f", rbacFile}, replaced, "runs as ServiceAccount storage/default, which is not granted", ""},
+		// The same RBAC rendered by both releases (the driver's post-renderer
+		// given the whole sidecar component).
+		{"an object in two releases", []string{"--controller-only", "-f", "-", "-f", rbacFile}, bound + "---\n" + strings.ReplaceAll(string(rbac), "namespace: default", "namespace: storage"),
+			"ClusterRole csi-fence-attacher-runner is in - and " + rbacFile, ""},
 		{"a flag it does not accept", []string{"--controller-only"}, strings.Replace(replaced, "args: [--csi-address=/csi/csi.sock]", "args: [--csi-address=/csi/csi.sock, --no-such-flag]", 1),
 			"does not accept its arguments: flag provided but not defined: -no-such-flag", ""},
 		{"not YAML", nil, "{{{", "reading the manifests", ""},
