@@ -265,7 +265,7 @@ func TestCheckManifestsFailsLoudly(t *testing.T) {
     - {op: remove, path: /spec/template/spec/tolerations}
 `,
 			files: map[string]string{"node-patch.yaml": read("ceph-rbd/node-patch.yaml"), "node-agent.yaml": read("ceph-rbd/node-agent.yaml")},
-			want: []string{`DaemonSet csi-rbdplugin: node agent "csi-fence-attacher" runs in a pod that does not tolerate the taints of a node under fencing`,
+			want: []string{`DaemonSet ceph-csi/csi-rbdplugin: node agent "csi-fence-attacher" runs in a pod that does not tolerate the taints of a node under fencing`,
 				"{key: csi-fence.io/quarantine, operator: Exists}, {key: node.kubernetes.io/out-of-service, operator: Exists}"},
 		},
 		{
@@ -295,7 +295,7 @@ spec:
 			name:          "no node agent",
 			driver:        "ceph-rbd",
 			kustomization: header + "resources: [$HERE/testdata/drivers/ceph-rbd/upstream]\ncomponents: [$HERE/sidecar]\n",
-			want:          []string{"found no csi-fence-attacher node agent (image .../csi-fence-attacher with --role=node) in DaemonSet csi-rbdplugin, Deployment csi-rbdplugin-provisioner"},
+			want:          []string{"found no csi-fence-attacher node agent (image .../csi-fence-attacher with --role=node) in DaemonSet ceph-csi/csi-rbdplugin, Deployment ceph-csi/csi-rbdplugin-provisioner"},
 		},
 		{
 			name:   "an attacher flag csi-fence-attacher does not accept",

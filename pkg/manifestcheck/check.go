@@ -313,7 +313,7 @@ func Check(objs []*unstructured.Unstructured, opts Options) (Result, error) {
 	r.Errors = append(r.Errors, checkNodeAgentTolerations(r.Sidecars)...)
 	if nodes == 0 && !opts.ControllerOnly && len(noAttach) == 0 {
 		r.Errors = append(r.Errors, fmt.Sprintf("found no csi-fence-attacher node agent (image .../%s with --role=node) in %s: without it a node that comes back keeps its fenced volumes quarantined for ever. "+
-			"Patch your node plugin's DaemonSet as deploy/kubernetes/sidecar/node-patch.yaml does (its name, its socket volume), or pass --controller-only if it is deployed elsewhere",
+			"Patch your node plugin's DaemonSet as deploy/kubernetes/sidecar/node-patch.yaml and node-agent.yaml do (its name, its socket volume; docs/drivers.md), or pass --controller-only if it is deployed elsewhere",
 			FenceImage, strings.Join(names, ", ")))
 	}
 	return r, nil

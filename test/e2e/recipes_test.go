@@ -66,7 +66,7 @@ func TestDriverRecipesOnTheAPIServer(t *testing.T) {
 		driver, namespace, controllerSA, nodeSA string
 		failover                                bool
 	}{
-		{"ceph-rbd", "ceph-csi", "rbd-csi-provisioner", "rbd-csi-nodeplugin", false},
+		{"ceph-rbd", "ceph-csi", "rbd-csi-provisioner", "rbd-csi-nodeplugin", true},
 		{"aws-ebs", "kube-system", "ebs-csi-controller-sa", "ebs-csi-node-sa", true},
 		{"azuredisk", "kube-system", "csi-azuredisk-controller-sa", "csi-azuredisk-node-sa", true},
 		{"gce-pd", "gce-pd-csi-driver", "csi-gce-pd-controller-sa", "csi-gce-pd-node-sa", true},
