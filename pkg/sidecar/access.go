@@ -83,11 +83,14 @@ var (
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}
 	// NodeAgentRules are what the node role needs (base/rbac-node.yaml):
-	// read its node's FencingRequest, record the cleanup, post Events.
+	// read its node's FencingRequest, record the cleanup, post Events, and
+	// read the CSINodes live to clean a volume fenced under its node's
+	// previous CSI node ID.
 	NodeAgentRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource + "/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"get", "list"}},
 	}
 )
 
