@@ -68,6 +68,7 @@ func (in *NodeFence) DeepCopyInto(out *NodeFence) {
 	out.OutOfServiceTaintAdded = in.OutOfServiceTaintAdded.DeepCopy()
 	if in.Machine != nil {
 		m := *in.Machine
+		m.Infrastructure.DeletionSeenTime = in.Machine.Infrastructure.DeletionSeenTime.DeepCopy()
 		out.Machine = &m
 	}
 }

@@ -231,6 +231,14 @@ type InfrastructureRef struct {
 	Kind       string    `json:"kind"`
 	Name       string    `json:"name"`
 	UID        types.UID `json:"uid,omitempty"`
+	// DeletionSeenTime is when this system read the InfraMachine of UID
+	// being deleted through its provider: a deletionTimestamp, the
+	// provider's finalizers in place, neither paused nor being moved by
+	// clusterctl. Its disappearance after that is the provider's report
+	// that the instance is deleted; a disappearance never preceded by such
+	// a read (a finalizer removed by hand, a move, an edited
+	// infrastructureRef) confirms nothing.
+	DeletionSeenTime *metav1.Time `json:"deletionSeenTime,omitempty"`
 }
 
 // FencedVolume is one volume fenced on the request's node.
