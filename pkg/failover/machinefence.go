@@ -156,7 +156,7 @@ func (c *Controller) askMachine(ctx context.Context, node *v1.Node, t *fencingv1
 func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencingv1alpha1.MachineTarget, said string) (*fencingv1alpha1.FencingRequest, error) {
 	logger := klog.FromContext(ctx)
 	const backend = fencingv1alpha1.BackendMachine
-	p, err := c.machine.Check(ctx, t)
+	p, err := c.checkMachine(ctx, node.Name, t)
 	if err != nil {
 		_ = fencerecord.RecordMachineProgress(ctx, c.frClient, node.Name, err.Error(), "")
 		return c.readRecord(ctx, node.Name, nil, fmt.Errorf("machine fence of node %s: %w", node.Name, err))
@@ -165,7 +165,12 @@ func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencing
 		if err := fencerecord.RecordMachineProgress(ctx, c.frClient, node.Name, "", p.Waiting); err != nil {
 			return c.readRecord(ctx, node.Name, nil, err)
 		}
-		if p.Waiting != said {
+		switch {
+		case p.Waiting == said:
+		case p.Unconfirmable:
+			backendFailures.WithLabelValues(backend).Inc()
+			c.recorder.Eventf(node, v1.EventTypeWarning, "MachineFenceUnconfirmable", "Node %s is not fenced and nothing moves: %s", node.Name, p.Waiting)
+		default:
 			c.recorder.Eventf(node, v1.EventTypeWarning, "MachineFencePending", "Node %s is not fenced yet and nothing moves: %s", node.Name, p.Waiting)
 		}
 		logger.V(2).Info("Machine fence not confirmed yet", "machine", klog.KRef(t.Namespace, t.Name), "waiting", p.Waiting)
@@ -191,6 +196,22 @@ func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencing
 	logger.Info("Node fenced: its instance is deleted", "machine", klog.KRef(t.Namespace, t.Name), "infrastructure", t.Infrastructure.Kind+"/"+t.Infrastructure.Name)
 	c.recorder.Eventf(node, v1.EventTypeWarning, "NodeInstanceDeleted", "Node %s fenced: Machine %s/%s deleted and %s %s gone, the infrastructure provider's report that the instance is deleted", node.Name, t.Namespace, t.Name, t.Infrastructure.Kind, t.Infrastructure.Name)
 	return fr, c.addOutOfServiceTaint(ctx, node)
+}
+
+// checkMachine reads where the machine fence t of node is
+// (MachineFencer.Check) and records what the read saw of the InfraMachine's
+// deletion when that differs from the record: its disappearance confirms
+// the fence only after a recorded read saw it being deleted through its
+// provider.
+func (c *Controller) checkMachine(ctx context.Context, node string, t fencingv1alpha1.MachineTarget) (machinefence.Progress, error) {
+	p, err := c.machine.Check(ctx, t)
+	if err != nil || !p.Read || p.DeletionSeen == (t.Infrastructure.DeletionSeenTime != nil) {
+		return p, err
+	}
+	if err := fencerecord.RecordInfrastructureDeletionSeen(ctx, c.frClient, node, t.Infrastructure.UID, p.DeletionSeen); err != nil {
+		return p, fmt.Errorf("recording what was read of the deletion of %s %s: %w", t.Infrastructure.Kind, t.Infrastructure.Name, err)
+	}
+	return p, nil
 }
 
 // withdrawRemediation is the release's step for a node that is back while
@@ -276,13 +297,27 @@ func (c *Controller) releaseAttachmentsOfDeletedInstance(ctx context.Context, no
 		// The usual order: Cluster API deletes the Node as soon as it sees
 		// the instance gone, before a pass here saw it. The confirmation
 		// is read here as well, or the record would be dropped with the
-		// Node and the attachments left to the 6-minute wait.
-		p, err := c.machine.Check(ctx, *t)
+		// Node and the attachments left to the 6-minute wait. From the
+		// record as it is now: a cache that lags the last pass's read of
+		// the InfraMachine being deleted would not confirm its absence.
+		live, err := c.frClient.Get(ctx, nodeName)
+		if err != nil {
+			return len(vas) > 0, fmt.Errorf("machine fence of deleted node %s: reading its record: %w", nodeName, err)
+		}
+		fr = live
+	}
+	if t := fencerecord.MachineIntentRecorded(fr); t != nil && fr.Status.NodeFence.ConfirmedTime == nil && c.machine != nil {
+		p, err := c.checkMachine(ctx, nodeName, *t)
+		gone := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 		switch {
 		case err != nil:
 			_ = fencerecord.RecordMachineProgress(ctx, c.frClient, nodeName, err.Error(), "")
 			return len(vas) > 0, fmt.Errorf("machine fence of deleted node %s: %w", nodeName, err)
 		case !p.Confirmed:
+			if p.Unconfirmable && p.Waiting != fr.Status.NodeFence.Output {
+				backendFailures.WithLabelValues(fencingv1alpha1.BackendMachine).Inc()
+				c.recorder.Eventf(gone, v1.EventTypeWarning, "MachineFenceUnconfirmable", "Deleted node %s is not fenced and its attachments stay: %s", nodeName, p.Waiting)
+			}
 			_ = fencerecord.RecordMachineProgress(ctx, c.frClient, nodeName, "", p.Waiting)
 			return len(vas) > 0, nil
 		}
@@ -293,7 +328,6 @@ func (c *Controller) releaseAttachmentsOfDeletedInstance(ctx context.Context, no
 		if fr, err = c.readRecord(ctx, nodeName, fr, nil); err != nil {
 			return true, err
 		}
-		gone := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 		c.recorder.Eventf(gone, v1.EventTypeWarning, "NodeInstanceDeleted", "Node %s fenced: Machine %s/%s deleted and %s %s gone, the infrastructure provider's report that the instance is deleted", nodeName, t.Namespace, t.Name, t.Infrastructure.Kind, t.Infrastructure.Name)
 	}
 	if !machineFenced(fr) {

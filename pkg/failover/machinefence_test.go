@@ -11,9 +11,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
@@ -468,6 +471,197 @@ func TestMachineRemediationWithdrawnWhenTheNodeIsBack(t *testing.T) {
 			}
 			if tc.wantWithdrawn && (!hasEvent(events(e.c), "MachineRemediationWithdrawn") || !strings.Contains(got.Status.NodeFence.Output, "withdrawn")) {
 				t.Errorf("the withdrawal is not said in an Event and the record: %+v", got.Status.NodeFence)
+			}
+		})
+	}
+}
+
+// capi is a Cluster API cluster in a fake dynamic client, for the real
+// machine backend: Machine m1 of node n1 and its InfraMachine TestMachine
+// m1, which the steps of a test delete as Cluster API and its provider
+// would, or remove as a person or clusterctl move would.
+type capi struct {
+	dyn *dynamicfake.FakeDynamicClient
+}
+
+var testMachineGVR = schema.GroupVersionResource{Group: "infrastructure.example.io", Version: "v1alpha1", Resource: "testmachines"}
+
+func newCAPI(withInfra bool) (*capi, *machinefence.Backend) {
+	m := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+		"metadata": map[string]interface{}{"name": "m1", "namespace": "ns", "uid": "u1"},
+		"spec": map[string]interface{}{"clusterName": "c",
+			"infrastructureRef": map[string]interface{}{"apiGroup": testMachineGVR.Group, "kind": "TestMachine", "name": "m1"}},
+		"status": map[string]interface{}{"nodeRef": map[string]interface{}{"name": "n1"}},
+	}}
+	objs := []runtime.Object{m}
+	if withInfra {
+		objs = append(objs, testMachine("i1"))
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		machinefence.MachineResource: "MachineList", testMachineGVR: "TestMachineList"}, objs...)
+	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{testMachineGVR.GroupVersion()})
+	mapper.AddSpecific(testMachineGVR.GroupVersion().WithKind("TestMachine"), testMachineGVR, testMachineGVR.GroupVersion().WithResource("testmachine"), meta.RESTScopeNamespace)
+	return &capi{dyn: dyn}, &machinefence.Backend{Dynamic: dyn, Mapper: mapper, Mode: machinefence.ModeDelete}
+}
+
+func testMachine(uid string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": testMachineGVR.GroupVersion().String(), "kind": "TestMachine",
+		"metadata": map[string]interface{}{"name": "m1", "namespace": "ns", "uid": uid},
+	}}
+}
+
+func (c *capi) infra(t *testing.T) *unstructured.Unstructured {
+	t.Helper()
+	u, err := c.dyn.Resource(testMachineGVR).Namespace("ns").Get(context.Background(), "m1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func (c *capi) update(t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	if _, err := c.dyn.Resource(testMachineGVR).Namespace("ns").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleting: the Machine controller deletes the InfraMachine, its
+// provider's finalizer holding it until the instance is gone.
+func (c *capi) deleting(t *testing.T) {
+	u := c.infra(t)
+	now := metav1.Now()
+	u.SetDeletionTimestamp(&now)
+	u.SetFinalizers([]string{"testmachine.infrastructure.example.io"})
+	c.update(t, u)
+}
+
+// annotate adds key to the InfraMachine.
+func (c *capi) annotate(key string) func(t *testing.T) {
+	return func(t *testing.T) {
+		u := c.infra(t)
+		u.SetAnnotations(map[string]string{key: ""})
+		c.update(t, u)
+	}
+}
+
+// gone: the InfraMachine is removed, by its provider or anyone.
+func (c *capi) gone(t *testing.T) {
+	if err := c.dyn.Resource(testMachineGVR).Namespace("ns").Delete(context.Background(), "m1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replaced: the InfraMachine is there again under its name, another
+// object (a pivot, a recreation).
+func (c *capi) replaced(t *testing.T) {
+	c.gone(t)
+	if _, err := c.dyn.Resource(testMachineGVR).Namespace("ns").Create(context.Background(), testMachine("i2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A machine fence is confirmed only by the provider's own report: the
+// InfraMachine recorded (its UID, before the Machine is deleted) read
+// being deleted through its provider, then gone. One that disappears
+// without that read (its finalizer removed by hand), is moved by
+// clusterctl, replaced under its name, or is gone before the fence starts
+// leaves an instance that may still write: nothing moves, and the record
+// and an Event say why. With the real backend over a fake Cluster API.
+func TestMachineFenceConfirmedOnlyByItsProvider(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noInfra   bool // the InfraMachine is gone before the fence
+		between   func(c *capi) []func(*testing.T)
+		wantMoved bool
+		// wantEvent: said in the last two passes; wantOutput: in the record.
+		wantEvent, wantOutput string
+	}{
+		{name: "seen being deleted through its provider, then gone: confirmed",
+			between:   func(c *capi) []func(*testing.T) { return []func(*testing.T){c.deleting, c.gone} },
+			wantMoved: true, wantEvent: "NodeInstanceDeleted"},
+		{name: "gone without its deletion seen (finalizer stripped): not confirmed",
+			between:   func(c *capi) []func(*testing.T) { return []func(*testing.T){c.gone, func(*testing.T) {}} },
+			wantEvent: "MachineFenceUnconfirmable", wantOutput: "no read saw it being deleted"},
+		{name: "deleted by clusterctl move: not confirmed",
+			between: func(c *capi) []func(*testing.T) {
+				return []func(*testing.T){func(t *testing.T) { c.annotate(machinefence.DeleteForMoveAnnotation)(t); c.deleting(t) }, c.gone}
+			},
+			wantEvent: "MachineFenceUnconfirmable", wantOutput: "no read saw it being deleted"},
+		{name: "seen being deleted, then paused, then gone: not confirmed",
+			between: func(c *capi) []func(*testing.T) {
+				return []func(*testing.T){c.deleting, c.annotate(machinefence.PausedAnnotation), c.gone}
+			},
+			wantEvent: "MachineFenceUnconfirmable", wantOutput: "no read saw it being deleted"},
+		{name: "replaced under its name (a pivot): not confirmed",
+			between:   func(c *capi) []func(*testing.T) { return []func(*testing.T){c.replaced, func(*testing.T) {}} },
+			wantEvent: "MachineFenceUnconfirmable", wantOutput: "replaced under its name"},
+		{name: "gone before the fence: refused, nothing recorded or asked", noInfra: true,
+			between:   func(c *capi) []func(*testing.T) { return []func(*testing.T){func(*testing.T) {}} },
+			wantEvent: "MachineFenceFailed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(v1.ConditionUnknown, true)
+			n := objs[0].(*v1.Node)
+			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+			n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
+			cluster, backend := newCAPI(!tc.noInfra)
+			e := newEnv(t, objs, true)
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			t.Cleanup(cancel)
+			e.tweaks = append(e.tweaks, func(o *Options) {
+				o.CanFence = false
+				o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}
+				o.Machine = backend
+			})
+			e.c = e.start(ctx, t, true)
+
+			var evs []string
+			_ = e.sync(t)
+			for _, step := range tc.between(cluster) {
+				step(t)
+				evs = events(e.c)
+				_ = e.sync(t)
+			}
+			evs = append(evs, events(e.c)...)
+			if moved := e.steps.index("delete db-0") >= 0; moved != tc.wantMoved {
+				t.Errorf("pod deleted = %v, want %v (%v)", moved, tc.wantMoved, e.steps.log)
+			}
+			node := e.node(t, "n1")
+			if complete := podgc.ConditionTrue(node, contract.ConditionFencingComplete); complete != tc.wantMoved {
+				t.Errorf("FencingComplete = %v, want %v", complete, tc.wantMoved)
+			}
+			if taint, _ := outOfService(node); taint != tc.wantMoved {
+				t.Errorf("out-of-service taint = %v, want %v", taint, tc.wantMoved)
+			}
+			if !hasEvent(evs, tc.wantEvent) {
+				t.Errorf("no %s Event in the last two passes: %v", tc.wantEvent, evs)
+			}
+			fr, err := e.fr.Get(context.Background(), "n1")
+			if tc.noInfra {
+				if err == nil && fr.Status.NodeFence != nil {
+					t.Errorf("a machine fence was recorded: %+v", fr.Status.NodeFence)
+				}
+				if _, err := cluster.dyn.Resource(machinefence.MachineResource).Namespace("ns").Get(context.Background(), "m1", metav1.GetOptions{}); err != nil {
+					t.Errorf("the Machine was deleted: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			nf := fr.Status.NodeFence
+			if nf == nil || nf.Machine == nil || nf.Machine.Infrastructure.UID != "i1" {
+				t.Fatalf("the record does not name InfraMachine i1: %+v", nf)
+			}
+			if (nf.ConfirmedTime != nil) != tc.wantMoved {
+				t.Errorf("confirmed %v, want %v", nf.ConfirmedTime, tc.wantMoved)
+			}
+			if !strings.Contains(nf.Output, tc.wantOutput) {
+				t.Errorf("the record says %q, want %q", nf.Output, tc.wantOutput)
 			}
 		})
 	}

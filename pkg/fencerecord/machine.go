@@ -4,6 +4,7 @@ import (
 	"context"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 )
@@ -65,6 +66,26 @@ func RecordMachineDeletion(ctx context.Context, c Client, nodeName string, uid s
 			return false
 		}
 		m.DeletionStartedBy = startedBy
+		return true
+	})
+}
+
+// RecordInfrastructureDeletionSeen records whether the InfraMachine of
+// infraUID the intent names was read, present, being deleted through its
+// provider (seen) or not (paused, marked for clusterctl move since): the
+// read that later finds it gone confirms the fence only if the last read
+// before saw that. The time is the first such read's; a record that says
+// so already is left as it is.
+func RecordInfrastructureDeletionSeen(ctx context.Context, c Client, nodeName string, infraUID types.UID, seen bool) error {
+	return updateExisting(ctx, c, nodeName, func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
+		m := MachineIntentRecorded(fr)
+		if m == nil || fr.Status.NodeFence.ConfirmedTime != nil || m.Infrastructure.UID != infraUID || (m.Infrastructure.DeletionSeenTime != nil) == seen {
+			return false
+		}
+		m.Infrastructure.DeletionSeenTime = nil
+		if seen {
+			m.Infrastructure.DeletionSeenTime = &now
+		}
 		return true
 	})
 }

@@ -7,10 +7,15 @@
 // contracts): a Machine being deleted has its InfraMachine (the object
 // spec.infrastructureRef names) deleted by the Machine controller, after an
 // optional drain; the infrastructure provider removes the InfraMachine's
-// finalizer only once the instance is deleted. So the InfraMachine read as
-// gone (not found, or found with another UID) is the provider's own report
-// that the instance is gone; nothing here infers it from time passing or
-// from the Machine alone.
+// finalizer only once the instance is deleted. So the InfraMachine
+// recorded (by UID, before the Machine is deleted), once read being
+// deleted through its provider (a deletionTimestamp, its finalizers, not
+// paused, not marked for clusterctl move) and then read gone, is the
+// provider's own report that the instance is gone. Gone without such a
+// read (its finalizer removed by hand, a move), replaced under its name (a
+// pivot), or gone before the fence starts (an edited infrastructureRef),
+// it reports nothing: the fence is not confirmed, and a person must act.
+// Nothing here infers it from time passing or from the Machine alone.
 //
 // Which Machine: the one the Node's annotations cluster.x-k8s.io/machine and
 // cluster.x-k8s.io/cluster-namespace name (the Machine controller sets

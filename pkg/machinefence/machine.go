@@ -34,6 +34,14 @@ const (
 	RemediationRequestedAnnotation = "csi-fence.io/remediation-requested"
 	// Group is Cluster API's core API group.
 	Group = "cluster.x-k8s.io"
+	// PausedAnnotation on a Cluster API object stops its controllers,
+	// the provider's included: an InfraMachine that disappears while
+	// paused was not removed by its provider.
+	PausedAnnotation = "cluster.x-k8s.io/paused"
+	// DeleteForMoveAnnotation is clusterctl move's mark on an object it is
+	// about to delete from the source cluster, its finalizers stripped,
+	// while the instance lives on under the target cluster.
+	DeleteForMoveAnnotation = "clusterctl.cluster.x-k8s.io/delete-for-move"
 )
 
 // MachineResource is the v1beta2 Machine API (Cluster API v1.11 and later).
@@ -118,16 +126,73 @@ func (b *Backend) Locate(ctx context.Context, node *v1.Node) (fencingv1alpha1.Ma
 	obj, err := b.getInfra(ctx, ns, infra)
 	switch {
 	case apierrors.IsNotFound(err):
-		// Gone already: the provider has reported the instance deleted.
+		// Gone before anything was asked: whether its provider deleted the
+		// instance or someone removed the object (its finalizer stripped, a
+		// half-done clusterctl move, an edited infrastructureRef), no read
+		// can tell any more. Nothing would confirm the fence: refused, so
+		// that the next backend or a person acts.
+		return t, fmt.Errorf("Machine %s/%s: its %s %s is already gone: nothing can show its instance deleted (the object may have been removed with its finalizer stripped, moved, or the Machine's infrastructureRef edited); not fencing through it",
+			ns, name, infra.Kind, infra.Name)
 	case err != nil:
 		return t, err
-	default:
-		t.Infrastructure.UID = obj.GetUID()
+	}
+	if why := notOfMachine(obj, m, node); why != "" {
+		return t, fmt.Errorf("Machine %s/%s: %s %s %s: not fencing through it", ns, name, infra.Kind, infra.Name, why)
+	}
+	t.Infrastructure.UID = obj.GetUID()
+	if deleting, _ := deletedByProvider(obj); deleting {
+		now := metav1.Now()
+		t.Infrastructure.DeletionSeenTime = &now
 	}
 	if ts := m.GetDeletionTimestamp(); ts != nil {
 		t.DeletionStartedBy = StartedByOther
 	}
 	return t, nil
+}
+
+// notOfMachine says why the InfraMachine obj is not the instance of Machine
+// m and node, or "": owned by another Machine, or of another providerID
+// than theirs (an edited infrastructureRef). Deleting the Machine deletes
+// the object its ref names: the wrong one's disappearance would be taken
+// for the node's instance.
+func notOfMachine(obj, m *unstructured.Unstructured, node *v1.Node) string {
+	for _, o := range obj.GetOwnerReferences() {
+		if o.Kind == "Machine" && strings.HasPrefix(o.APIVersion, Group+"/") && o.UID != m.GetUID() {
+			return fmt.Sprintf("is owned by another Machine (%s, UID %s)", o.Name, o.UID)
+		}
+	}
+	pid, _, _ := unstructured.NestedString(obj.Object, "spec", "providerID")
+	if pid == "" {
+		return ""
+	}
+	if mpid, _, _ := unstructured.NestedString(m.Object, "spec", "providerID"); mpid != "" && mpid != pid {
+		return fmt.Sprintf("has providerID %s, its Machine %s: not the same instance", pid, mpid)
+	}
+	if node.Spec.ProviderID != "" && node.Spec.ProviderID != pid {
+		return fmt.Sprintf("has providerID %s, node %s has %s: not the same instance", pid, node.Name, node.Spec.ProviderID)
+	}
+	return ""
+}
+
+// deletedByProvider reports whether the InfraMachine obj is being deleted
+// through its provider: a deletionTimestamp with the finalizers that hold
+// it until the instance is gone, and neither paused (its provider does not
+// act on it) nor marked for clusterctl move (deleted here, finalizers
+// stripped, the instance kept). Otherwise it says why not, for the record.
+func deletedByProvider(obj *unstructured.Unstructured) (bool, string) {
+	_, paused := obj.GetAnnotations()[PausedAnnotation]
+	_, moving := obj.GetAnnotations()[DeleteForMoveAnnotation]
+	switch {
+	case moving:
+		return false, "marked " + DeleteForMoveAnnotation + ": clusterctl move removes it, not its provider"
+	case paused:
+		return false, "paused (" + PausedAnnotation + "): its provider does not act on it"
+	case obj.GetDeletionTimestamp() == nil:
+		return false, "not being deleted yet"
+	case len(obj.GetFinalizers()) == 0:
+		return false, "being deleted without a finalizer: nothing waits for its instance"
+	}
+	return true, ""
 }
 
 // infraRef resolves the Machine's spec.infrastructureRef: v1beta2 names an
@@ -267,26 +332,57 @@ func (b *Backend) ourRequest(ctx context.Context, t fencingv1alpha1.MachineTarge
 
 // Progress is where a Machine fence is.
 type Progress struct {
-	// Confirmed: the InfraMachine is gone, the provider's report that the
-	// instance is deleted.
+	// Confirmed: the InfraMachine recorded, once seen being deleted
+	// through its provider (DeletionSeenTime), is gone: the provider's
+	// report that the instance is deleted.
 	Confirmed bool
+	// Read: the InfraMachine recorded was read, present, and
+	// DeletionSeen says whether it is being deleted through its provider
+	// now; the caller records that (a change either way) for the read
+	// that finds it gone.
+	Read, DeletionSeen bool
+	// Unconfirmable: nothing this backend may still read can confirm the
+	// fence (the InfraMachine gone without its deletion seen, replaced,
+	// never recorded); Waiting says why. Only a person, who can find out
+	// whether the instance still runs, can end it.
+	Unconfirmable bool
 	// Waiting says what the fence waits for, with what the Machine and
 	// the InfraMachine say of their deletion.
 	Waiting string
 }
 
-// Check reads the InfraMachine t names, live: gone (or replaced: another
-// UID) is the confirmation. Otherwise it says what the deletion waits
-// for, from the Machine's and the InfraMachine's own conditions. An
-// InfraMachine that cannot be read is an error, never a confirmation.
+// unconfirmableHint is what a person can do about an unconfirmable
+// machine fence.
+const unconfirmableHint = "the instance may still run and write; once you know it is off, add the out-of-service taint to the node yourself"
+
+// Check reads the InfraMachine t names, live. Its disappearance confirms
+// the fence only after a read saw it being deleted through its provider
+// (t.Infrastructure.DeletionSeenTime, recorded by the caller from Read and
+// DeletionSeen): gone without that, or replaced under its name (another
+// UID: a pivot, a recreation), it is Unconfirmable. Otherwise it says what
+// the deletion waits for, from the Machine's and the InfraMachine's own
+// conditions. An InfraMachine that cannot be read is an error, never a
+// confirmation.
 func (b *Backend) Check(ctx context.Context, t fencingv1alpha1.MachineTarget) (Progress, error) {
-	infra, err := b.getInfra(ctx, t.Namespace, t.Infrastructure)
-	if apierrors.IsNotFound(err) || (err == nil && t.Infrastructure.UID != "" && infra.GetUID() != t.Infrastructure.UID) {
+	ref := t.Infrastructure
+	if ref.UID == "" {
+		return Progress{Unconfirmable: true, Waiting: fmt.Sprintf("not confirmable: the fence recorded no UID of %s %s (it was gone when the fence started), so no read can show it deleted through its provider; %s",
+			ref.Kind, ref.Name, unconfirmableHint)}, nil
+	}
+	infra, err := b.getInfra(ctx, t.Namespace, ref)
+	switch {
+	case apierrors.IsNotFound(err) && ref.DeletionSeenTime != nil:
 		return Progress{Confirmed: true}, nil
-	}
-	if err != nil {
+	case apierrors.IsNotFound(err):
+		return Progress{Unconfirmable: true, Waiting: fmt.Sprintf("not confirmable: %s %s is gone, but no read saw it being deleted through its provider (its finalizer removed by hand, a clusterctl move, or a provider faster than this system's reads); %s",
+			ref.Kind, ref.Name, unconfirmableHint)}, nil
+	case err != nil:
 		return Progress{}, err
+	case infra.GetUID() != ref.UID:
+		return Progress{Unconfirmable: true, Waiting: fmt.Sprintf("not confirmable: %s %s has UID %s, the fence recorded %s: replaced under its name (a pivot or a recreation), which says nothing of the instance; %s",
+			ref.Kind, ref.Name, infra.GetUID(), ref.UID, unconfirmableHint)}, nil
 	}
+	deleting, why := deletedByProvider(infra)
 	var parts []string
 	m, err := b.Dynamic.Resource(MachineResource).Namespace(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
 	switch {
@@ -300,13 +396,13 @@ func (b *Backend) Check(ctx context.Context, t fencingv1alpha1.MachineTarget) (P
 		parts = append(parts, fmt.Sprintf("Machine %s/%s being deleted since %s%s", t.Namespace, t.Name,
 			m.GetDeletionTimestamp().UTC().Format(time.RFC3339), conditionsSaying(m, "Deleting")))
 	}
-	if ts := infra.GetDeletionTimestamp(); ts != nil {
-		parts = append(parts, fmt.Sprintf("%s %s being deleted since %s%s", t.Infrastructure.Kind, t.Infrastructure.Name,
-			ts.UTC().Format(time.RFC3339), conditionsSaying(infra, "")))
+	if deleting {
+		parts = append(parts, fmt.Sprintf("%s %s being deleted since %s%s", ref.Kind, ref.Name,
+			infra.GetDeletionTimestamp().UTC().Format(time.RFC3339), conditionsSaying(infra, "")))
 	} else {
-		parts = append(parts, fmt.Sprintf("%s %s not being deleted yet%s", t.Infrastructure.Kind, t.Infrastructure.Name, conditionsSaying(infra, "")))
+		parts = append(parts, fmt.Sprintf("%s %s %s%s", ref.Kind, ref.Name, why, conditionsSaying(infra, "")))
 	}
-	return Progress{Waiting: "waiting for the infrastructure provider to delete the instance: " + strings.Join(parts, "; ")}, nil
+	return Progress{Read: true, DeletionSeen: deleting, Waiting: "waiting for the infrastructure provider to delete the instance: " + strings.Join(parts, "; ")}, nil
 }
 
 // conditionsSaying renders the conditions of obj that explain something:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -87,6 +89,18 @@ func newBackend(mode Mode, objs ...runtime.Object) (*Backend, *dynamicfake.FakeD
 	return &Backend{Dynamic: client, Mapper: mapper(), Mode: mode}, client
 }
 
+// withOwner returns obj owned by the Machine name of uid.
+func withOwner(obj *unstructured.Unstructured, name, uid string) *unstructured.Unstructured {
+	obj.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: MachineResource.GroupVersion().String(), Kind: "Machine", Name: name, UID: types.UID(uid)}})
+	return obj
+}
+
+// withProviderID returns obj with spec.providerID id.
+func withProviderID(obj *unstructured.Unstructured, id string) *unstructured.Unstructured {
+	_ = unstructured.SetNestedField(obj.Object, id, "spec", "providerID")
+	return obj
+}
+
 func TestLocate(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -94,6 +108,9 @@ func TestLocate(t *testing.T) {
 		objs    []runtime.Object
 		wantErr string
 		want    fencingv1alpha1.MachineTarget
+		// wantSeen: the InfraMachine was read being deleted through its
+		// provider (Infrastructure.DeletionSeenTime set).
+		wantSeen bool
 	}{
 		{name: "the node's Machine and instance", node: node("n1", "m1", "test://n1"),
 			objs: []runtime.Object{machine("m1", "u1", "n1", "test://n1", false), infra("m1", "i1", false, "")},
@@ -110,6 +127,27 @@ func TestLocate(t *testing.T) {
 		{name: "a Machine being deleted by someone else", node: node("n1", "m1", ""),
 			objs: []runtime.Object{machine("m1", "u1", "n1", "", true), infra("m1", "i1", true, "")},
 			want: fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1", DeletionStartedBy: StartedByOther,
+				Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: infraAPIVersion, Kind: "TestMachine", Name: "m1", UID: "i1"}},
+			wantSeen: true},
+		{name: "an InfraMachine owned by its Machine, of its instance", node: node("n1", "m1", "test://n1"),
+			objs: []runtime.Object{machine("m1", "u1", "n1", "test://n1", false), withProviderID(withOwner(infra("m1", "i1", false, ""), "m1", "u1"), "test://n1")},
+			want: fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1", ProviderID: "test://n1",
+				Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: infraAPIVersion, Kind: "TestMachine", Name: "m1", UID: "i1"}}},
+		// Nothing could tell its provider's deletion from its removal by
+		// hand, a move or an edited infrastructureRef.
+		{name: "an InfraMachine already gone: refused", node: node("n1", "m1", ""),
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", false)}, wantErr: "TestMachine m1 is already gone"},
+		{name: "a Machine being deleted whose InfraMachine is already gone: refused", node: node("n1", "m1", ""),
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", true)}, wantErr: "TestMachine m1 is already gone"},
+		{name: "an edited infrastructureRef naming another Machine's InfraMachine: refused", node: node("n1", "m1", ""),
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", false), withOwner(infra("m1", "i1", false, ""), "m2", "u2")}, wantErr: "owned by another Machine"},
+		{name: "an InfraMachine of another instance than the node's: refused", node: node("n1", "m1", "test://n1"),
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", false), withProviderID(infra("m1", "i1", false, ""), "test://n7")}, wantErr: "node n1 has test://n1"},
+		{name: "an InfraMachine of another instance than the Machine's: refused", node: node("n1", "m1", ""),
+			objs: []runtime.Object{machine("m1", "u1", "n1", "test://n1", false), withProviderID(infra("m1", "i1", false, ""), "test://n7")}, wantErr: "its Machine test://n1"},
+		{name: "an InfraMachine being deleted while paused is not seen deleted by its provider", node: node("n1", "m1", ""),
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", true), annotated(infra("m1", "i1", true, ""), PausedAnnotation)},
+			want: fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1", DeletionStartedBy: StartedByOther,
 				Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: infraAPIVersion, Kind: "TestMachine", Name: "m1", UID: "i1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,8 +159,12 @@ func TestLocate(t *testing.T) {
 				}
 			} else if err != nil {
 				t.Fatal(err)
-			} else if got != tc.want {
-				t.Fatalf("got %+v, want %+v", got, tc.want)
+			} else {
+				seen := got.Infrastructure.DeletionSeenTime != nil
+				got.Infrastructure.DeletionSeenTime = nil
+				if got != tc.want || seen != tc.wantSeen {
+					t.Fatalf("got %+v (deletion seen %v), want %+v (deletion seen %v)", got, seen, tc.want, tc.wantSeen)
+				}
 			}
 			// Locating reads; it never asks anything of a Machine.
 			for _, a := range client.Actions() {
@@ -273,24 +315,53 @@ func TestWithdraw(t *testing.T) {
 func TestCheck(t *testing.T) {
 	target := fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1",
 		Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: infraAPIVersion, Kind: "TestMachine", Name: "m1", UID: "i1"}}
+	// seen: the same target once a read saw its InfraMachine being deleted
+	// through its provider.
+	seen := target
+	seen.Infrastructure.DeletionSeenTime = &metav1.Time{Time: time.Now().Add(-time.Minute)}
+	noUID := target
+	noUID.Infrastructure.UID = ""
 	forbidden := func(a clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(infraGVR.GroupResource(), "m1", errors.New("no RBAC"))
 	}
 	for _, tc := range []struct {
-		name        string
-		objs        []runtime.Object
-		react       clienttesting.ReactionFunc
-		want        bool
-		wantWaiting []string
-		wantErr     string
+		name   string
+		target *fencingv1alpha1.MachineTarget // target when nil
+		objs   []runtime.Object
+		react  clienttesting.ReactionFunc
+		want   bool
+		// wantSeen: the read found the InfraMachine being deleted through
+		// its provider; wantNever: nothing can confirm the fence any more.
+		wantSeen, wantNever bool
+		wantWaiting         []string
+		wantErr             string
 	}{
-		{name: "the InfraMachine gone confirms", objs: []runtime.Object{machine("m1", "u1", "n1", "", true)}, want: true},
-		{name: "the InfraMachine replaced confirms", objs: []runtime.Object{infra("m1", "i2", false, "")}, want: true},
+		{name: "the InfraMachine seen being deleted, then gone, confirms", target: &seen,
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", true)}, want: true},
+		// Its finalizer stripped by hand, a move: the instance may run on.
+		{name: "the InfraMachine gone without its deletion seen does not confirm",
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", true)}, wantNever: true,
+			wantWaiting: []string{"TestMachine m1 is gone, but no read saw it being deleted", "out-of-service taint"}},
+		{name: "the InfraMachine replaced under its name (a pivot) does not confirm",
+			objs: []runtime.Object{infra("m1", "i2", false, "")}, wantNever: true, wantWaiting: []string{"has UID i2, the fence recorded i1"}},
+		{name: "the InfraMachine replaced after its deletion was seen does not confirm", target: &seen,
+			objs: []runtime.Object{infra("m1", "i2", false, "")}, wantNever: true, wantWaiting: []string{"replaced under its name"}},
+		{name: "a fence that recorded no InfraMachine UID never confirms", target: &noUID,
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", true)}, wantNever: true, wantWaiting: []string{"recorded no UID of TestMachine m1"}},
+		{name: "the InfraMachine being deleted through its provider is seen",
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", true), infra("m1", "i1", true, "")}, wantSeen: true,
+			wantWaiting: []string{"TestMachine m1 being deleted since"}},
+		{name: "an InfraMachine being deleted for clusterctl move is not seen deleted by its provider", target: &seen,
+			objs:        []runtime.Object{machine("m1", "u1", "n1", "", true), annotated(infra("m1", "i1", true, ""), DeleteForMoveAnnotation)},
+			wantWaiting: []string{"clusterctl move removes it"}},
+		{name: "a paused InfraMachine being deleted is not seen deleted by its provider",
+			objs:        []runtime.Object{machine("m1", "u1", "n1", "", true), annotated(infra("m1", "i1", true, ""), PausedAnnotation)},
+			wantWaiting: []string{"paused"}},
 		{name: "the Machine gone while its InfraMachine stays does not confirm",
-			objs:        []runtime.Object{infra("m1", "i1", true, "")},
+			objs: []runtime.Object{infra("m1", "i1", true, "")}, wantSeen: true,
 			wantWaiting: []string{"Machine ns/m1 is gone", "TestMachine m1 being deleted"}},
 		{name: "a provider that never confirms: pending, saying why",
-			objs:        []runtime.Object{machine("m1", "u1", "n1", "", true), infra("m1", "i1", true, "instance delete refused by the cloud: quota")},
+			objs: []runtime.Object{machine("m1", "u1", "n1", "", true), infra("m1", "i1", true, "instance delete refused by the cloud: quota")}, wantSeen: true,
 			wantWaiting: []string{"WaitingForInfrastructureDeletion", "instance delete refused by the cloud: quota"}},
 		{name: "a Machine not being deleted yet",
 			objs:        []runtime.Object{machine("m1", "u1", "n1", "", false), infra("m1", "i1", false, "")},
@@ -303,7 +374,11 @@ func TestCheck(t *testing.T) {
 			if tc.react != nil {
 				client.PrependReactor("get", "testmachines", tc.react)
 			}
-			got, err := b.Check(context.Background(), target)
+			tg := target
+			if tc.target != nil {
+				tg = *tc.target
+			}
+			got, err := b.Check(context.Background(), tg)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || got.Confirmed {
 					t.Fatalf("got %+v, %v; want unconfirmed and an error saying %q", got, err, tc.wantErr)
@@ -315,6 +390,12 @@ func TestCheck(t *testing.T) {
 			}
 			if got.Confirmed != tc.want {
 				t.Fatalf("confirmed %v, want %v (%s)", got.Confirmed, tc.want, got.Waiting)
+			}
+			if got.Unconfirmable != tc.wantNever {
+				t.Errorf("unconfirmable %v, want %v (%s)", got.Unconfirmable, tc.wantNever, got.Waiting)
+			}
+			if got.DeletionSeen != tc.wantSeen || (tc.wantSeen && !got.Read) {
+				t.Errorf("read %v, deletion seen %v, want seen %v (%s)", got.Read, got.DeletionSeen, tc.wantSeen, got.Waiting)
 			}
 			for _, w := range tc.wantWaiting {
 				if !strings.Contains(got.Waiting, w) {
