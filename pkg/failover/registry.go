@@ -45,8 +45,18 @@ const (
 // instead of for a fence nobody will send. "After its last renewal" is on
 // this process's clock: the renewTime was written on another machine's,
 // and is only compared with its own previous value (as pkg/nodehealth does
-// with the kubelets' Leases). A registration this process has just started
-// watching is trusted for registrationTTL from then.
+// with the kubelets' Leases), never with this clock, whose skew to the
+// writer's is unknown.
+//
+// So a registration counts as "can fence" only once this process has seen
+// its renewTime move forward while it watched: the value it first finds
+// (at start, after every restart or hand-over) may have been written long
+// ago by a sidecar since uninstalled or rolled back to external-attacher,
+// and no comparison that trusts neither clock can tell. A live driver
+// counts after its next renewal (registrationRenewal at most); until then
+// its pods wait, the safe side. Its storm guard limits, which can only make
+// the guard stricter, are honoured the other way round: from first sight
+// until it is seen unchanged for registrationTTL.
 const (
 	registrationRenewal = time.Minute
 	registrationTTL     = 5 * time.Minute
@@ -65,12 +75,16 @@ type registry struct {
 	clock     clock.PassiveClock
 
 	mu sync.Mutex
-	// renewed: for each registration Lease, its renewTime as written and
-	// when this process first saw that value.
+	// renewed: for each registration Lease, its renewTime as written, when
+	// this process first saw that value, and whether that value replaced
+	// an earlier one while it watched.
 	renewed map[string]renewal
 }
 
-type renewal struct{ value, seen time.Time }
+type renewal struct {
+	value, seen time.Time
+	renewed     bool
+}
 
 func newRegistry(client kubernetes.Interface, namespace string, c clock.PassiveClock) *registry {
 	return &registry{client: client, namespace: namespace, clock: c, renewed: map[string]renewal{}}
@@ -80,25 +94,44 @@ func newRegistry(client kubernetes.Interface, namespace string, c clock.PassiveC
 // (the informer's handler, and every read).
 func (r *registry) observe(o interface{}) {
 	if l, ok := o.(*coordinationv1.Lease); ok {
-		r.renewedWithinTTL(l)
+		r.observed(l)
 	}
 }
 
-// renewedWithinTTL reports whether lease's renewTime last changed less than
-// registrationTTL ago as this process saw it.
-func (r *registry) renewedWithinTTL(lease *coordinationv1.Lease) bool {
+// observed notes lease's renewTime and returns what this process knows of
+// it: renewed, the value replaced an earlier, older one while it watched;
+// seen, when this process first saw the value. A first value, or one that
+// moved back (a restore, an edit), is no renewal.
+func (r *registry) observed(lease *coordinationv1.Lease) renewal {
 	if lease.Spec.RenewTime == nil {
-		return false
+		return renewal{}
 	}
+	v := lease.Spec.RenewTime.Time
 	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur, ok := r.renewed[lease.Name]
-	if !ok || !cur.value.Equal(lease.Spec.RenewTime.Time) {
-		cur = renewal{value: lease.Spec.RenewTime.Time, seen: now}
+	if !ok || !cur.value.Equal(v) {
+		cur = renewal{value: v, seen: now, renewed: ok && v.After(cur.value)}
 		r.renewed[lease.Name] = cur
 	}
-	return now.Sub(cur.seen) < registrationTTL
+	return cur
+}
+
+// renewedWithinTTL reports whether this process saw lease renewed, its
+// renewTime last move forward less than registrationTTL ago: what a
+// driver's "can fence" needs.
+func (r *registry) renewedWithinTTL(lease *coordinationv1.Lease) bool {
+	cur := r.observed(lease)
+	return cur.renewed && r.clock.Now().Sub(cur.seen) < registrationTTL
+}
+
+// notStale reports whether lease may still be renewed: not seen unchanged
+// for registrationTTL. Enough for a limit that only makes the storm guard
+// stricter.
+func (r *registry) notStale(lease *coordinationv1.Lease) bool {
+	cur := r.observed(lease)
+	return !cur.seen.IsZero() && r.clock.Now().Sub(cur.seen) < registrationTTL
 }
 
 // newRegistryInformers is the informer factory of the registrations: the
@@ -175,7 +208,7 @@ func (r *registry) register(ctx context.Context, g registration) error {
 }
 
 // limits returns the strictest of own and the storm guard limits of every
-// driver whose registration is renewed: with two drivers configured apart,
+// driver whose registration is not stale (notStale): with two drivers configured apart,
 // whichever owns node-level state holds the cluster to the limit of the
 // most careful one. A value that does not parse is left out, and said.
 func (r *registry) limits(logger klog.Logger, own guardLimits) guardLimits {
@@ -188,7 +221,7 @@ func (r *registry) limits(logger klog.Logger, own guardLimits) guardLimits {
 	}
 	out := own
 	for _, l := range leases {
-		if l.Annotations[registrationLabel] == "" || !r.renewedWithinTTL(l) {
+		if l.Annotations[registrationLabel] == "" || !r.notStale(l) {
 			continue
 		}
 		var theirs guardLimits
@@ -226,8 +259,9 @@ func (a guardLimits) strictest(b guardLimits) guardLimits {
 	return guardLimits{maxNodes: pick(a.maxNodes, b.maxNodes), maxPercent: pick(a.maxPercent, b.maxPercent)}
 }
 
-// canFence reports whether driver registered UNPUBLISH_FENCE, and renewed
-// its registration within registrationTTL (on this process's clock).
+// canFence reports whether driver registered UNPUBLISH_FENCE, and this
+// process saw it renew its registration within registrationTTL (on its
+// own clock).
 func (r *registry) canFence(driver string) bool {
 	lease, err := r.leases.Get(RegistrationLeaseName(driver))
 	return err == nil && lease.Annotations[registrationLabel] == driver && lease.Annotations[canFenceAnnotation] == "true" &&

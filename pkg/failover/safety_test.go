@@ -261,6 +261,8 @@ func TestOneOwnerOfNodeLevelState(t *testing.T) {
 	if err := other.registry.register(ctx, registration{driver: otherDriver, identity: "other-0", canFence: true}); err != nil {
 		t.Fatal(err)
 	}
+	// Its next renewal: the owner counts a registration it saw renewed.
+	writeRegistration(ctx, t, b, registration{driver: otherDriver, identity: "other-0", canFence: true}, time.Now().Add(registrationRenewal))
 	b.ClearActions()
 	if err := waitUntil(ctx, func() bool { return e.c.registry.canFence(otherDriver) }); err != nil {
 		t.Fatalf("the owner never saw the other driver's registration: %v", err)
@@ -322,23 +324,27 @@ func TestOneOwnerOfNodeLevelState(t *testing.T) {
 // cannot fence, never gets its node quarantined or its pods deleted for it.
 // Whether the registration is renewed is judged on the owner's own clock:
 // a registration written on a machine whose clock is an hour off is as good
-// as any while it is renewed, and one left unchanged for registrationTTL as
-// the owner saw it is not trusted whatever time it carries.
+// as any while the owner sees it renewed; one the owner has not seen
+// renewed, or has seen unchanged for registrationTTL, is not trusted
+// whatever time it carries.
 func TestOwnerTrustsOnlyRegisteredFencing(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		register   bool
-		canFence   bool
-		stale      bool          // left unchanged for longer than registrationTTL
-		skew       time.Duration // the registering machine's clock minus the owner's
+		name     string
+		register bool
+		canFence bool
+		renewed  bool          // renewed once while the owner watched
+		stale    bool          // then left unchanged for longer than registrationTTL
+		skew     time.Duration // the registering machine's clock minus the owner's
+		// quarantine: the owner counts the driver as able to fence.
 		quarantine bool
 	}{
 		{name: "not registered"},
-		{name: "registered without UNPUBLISH_FENCE", register: true},
-		{name: "registered with UNPUBLISH_FENCE", register: true, canFence: true, quarantine: true},
-		{name: "registered with UNPUBLISH_FENCE, not renewed since", register: true, canFence: true, stale: true},
-		{name: "registered by a machine an hour behind", register: true, canFence: true, skew: -time.Hour, quarantine: true},
-		{name: "registered by a machine an hour ahead, not renewed since", register: true, canFence: true, skew: time.Hour, stale: true},
+		{name: "registered without UNPUBLISH_FENCE", register: true, renewed: true},
+		{name: "registered with UNPUBLISH_FENCE", register: true, canFence: true, renewed: true, quarantine: true},
+		{name: "registered with UNPUBLISH_FENCE, not seen renewed yet", register: true, canFence: true},
+		{name: "registered with UNPUBLISH_FENCE, not renewed since", register: true, canFence: true, renewed: true, stale: true},
+		{name: "registered by a machine an hour behind", register: true, canFence: true, renewed: true, skew: -time.Hour, quarantine: true},
+		{name: "registered by a machine an hour ahead, not renewed since", register: true, canFence: true, renewed: true, skew: time.Hour, stale: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Only the other driver's pod web-0 is Terminating.
@@ -349,27 +355,18 @@ func TestOwnerTrustsOnlyRegisteredFencing(t *testing.T) {
 			clk := testingclock.NewFakeClock(time.Now())
 			e.c = e.start(ctx, t, true, func(o *Options) { o.Clock = clk })
 			if tc.register {
-				if err := e.c.registry.register(ctx, registration{driver: otherDriver, identity: "other-0", canFence: tc.canFence}); err != nil {
-					t.Fatal(err)
-				}
-				leases := e.client.CoordinationV1().Leases("kube-system")
-				l, err := leases.Get(ctx, RegistrationLeaseName(otherDriver), metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				written := l.Spec.RenewTime.Add(tc.skew)
-				l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(written))
-				if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				if err := waitUntil(ctx, func() bool {
-					l, err := e.c.registry.leases.Get(RegistrationLeaseName(otherDriver))
-					return err == nil && l.Spec.RenewTime.Time.Equal(written)
-				}); err != nil {
-					t.Fatal(err)
+				// Written on the registering machine's clock, renewed
+				// registrationRenewal later by that clock.
+				g := registration{driver: otherDriver, identity: "other-0", canFence: tc.canFence}
+				written := time.Now().Add(tc.skew)
+				writeRegistration(ctx, t, e.client, g, written)
+				waitObserved(ctx, t, e.c.registry, otherDriver, written)
+				if tc.renewed {
+					written = written.Add(registrationRenewal)
+					writeRegistration(ctx, t, e.client, g, written)
+					waitObserved(ctx, t, e.c.registry, otherDriver, written)
 				}
 				if tc.stale {
-					e.c.registry.observe(l) // seen now, then never changed
 					clk.Step(registrationTTL + time.Minute)
 				}
 			}
