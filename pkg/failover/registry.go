@@ -58,7 +58,7 @@ const (
 // the guard stricter, are honoured the other way round: from first sight
 // until it is seen unchanged for registrationTTL.
 const (
-	registrationRenewal = time.Minute
+	registrationRenewal = 20 * time.Second
 	registrationTTL     = 5 * time.Minute
 )
 
