@@ -177,11 +177,16 @@ func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencing
 		return c.readRecord(ctx, node.Name, nil, fmt.Errorf("machine fence of node %s not confirmed: %s", node.Name, p.Waiting))
 	}
 	// The not-Ready episode the instance's deletion ends: a Node of the
-	// same name that is Ready since is another instance, not fenced.
-	var notReadySince *metav1.Time
-	if live, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err == nil {
-		notReadySince = fencerecord.ReadyTransition(live)
+	// same name that is Ready since is another instance, not fenced. A
+	// confirmation recorded without it would never count (NodeFenced), so
+	// none is recorded until the node is read: the next pass confirms
+	// again (the deletion seen stays recorded), or the deleted-Node path
+	// does if Cluster API deleted the Node meanwhile.
+	live, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		return c.readRecord(ctx, node.Name, nil, fmt.Errorf("machine fence of node %s: the instance is gone, but reading the node to record the confirmation failed: %w", node.Name, err))
 	}
+	notReadySince := fencerecord.ReadyTransition(live)
 	out := fmt.Sprintf("%s %s deleted: the infrastructure provider reports the instance gone (Machine deletion started by %s)", t.Infrastructure.Kind, t.Infrastructure.Name, t.DeletionStartedBy)
 	if err := fencerecord.RecordNodeFenceOutcome(ctx, c.frClient, node.Name, backend, true, "", out, notReadySince); err != nil {
 		return nil, fmt.Errorf("recording the machine fence outcome: %w", err)

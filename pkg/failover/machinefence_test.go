@@ -666,3 +666,51 @@ func TestMachineFenceConfirmedOnlyByItsProvider(t *testing.T) {
 		})
 	}
 }
+
+// A machine fence's confirmation is recorded with the node's Ready
+// transition (notReadySince), or not at all: one recorded without it, when
+// the node could not be read at that moment, never counts (NodeFenced
+// compares no clocks), and the node would stay unfenced for good. The next
+// pass confirms it again, with the node read.
+func TestMachineFenceConfirmedWithTheNodesEpisode(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, true)
+	n := objs[0].(*v1.Node)
+	n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
+	machines := &fakeMachines{}
+	e := machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, machines)
+	_ = e.sync(t)
+	machines.confirm()
+	// The node's next live read fails, once: the one after the instance
+	// is found gone.
+	var mu sync.Mutex
+	failed := false
+	e.client.PrependReactor("get", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed || e.steps.index("instance gone") < 0 {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	if err := e.sync(t); err == nil {
+		t.Fatal("the pass that could not read the node reported no error")
+	}
+	if fr, _ := e.fr.Get(context.Background(), "n1"); fr == nil || fr.Status.NodeFence == nil || fr.Status.NodeFence.ConfirmedTime != nil {
+		t.Fatalf("confirmation recorded without the node's Ready transition: %+v", fr)
+	}
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := e.fr.Get(context.Background(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nf := fr.Status.NodeFence; nf.ConfirmedTime == nil || nf.NotReadySince == nil || !nf.NotReadySince.Equal(&n.Status.Conditions[0].LastTransitionTime) {
+		t.Fatalf("not confirmed with the node's episode: %+v", nf)
+	}
+	if e.steps.index("delete db-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+		t.Errorf("the node confirmed fenced did not fail over: %v", e.steps.log)
+	}
+}
