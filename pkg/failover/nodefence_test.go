@@ -244,7 +244,11 @@ func TestStalePowerFenceIsNotAFence(t *testing.T) {
 // taint, FencingComplete, the pod.
 func TestCrashAfterPowerOff(t *testing.T) {
 	power := &fakePower{configured: true, confirmed: true}
-	e := powerEnv(t, objects(v1.ConditionUnknown, true), false, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower}, power)
+	objs := objects(v1.ConditionUnknown, true)
+	// The node lifecycle controller's time of the transition: what the
+	// confirmation is recorded with (notReadySince), and held against.
+	objs[0].(*v1.Node).Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	e := powerEnv(t, objs, false, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower}, power)
 	power.onFenceDo = func() {
 		killWrites(e)
 	}

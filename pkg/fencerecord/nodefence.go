@@ -80,8 +80,12 @@ func RecordNodeFenceOutcome(ctx context.Context, c Client, nodeName, backend str
 // while the condition has not transitioned since, the node has not been
 // Ready in between. Those are times of one clock, the node lifecycle
 // controller's, compared for equality; this process's clock (the
-// confirmation time) is never compared with them. A record from before
-// notReadySince existed falls back to that comparison.
+// confirmation time) is never compared with them. A record without
+// notReadySince (written by an older version, or confirmed while the node
+// could not be read) says nothing of the episode it ended: the only
+// comparison left would be of the controller's clock with this one's,
+// whose skew is unknown, so it is not taken as fenced. The backend fences
+// again (a power off is idempotent), or a person acts.
 func NodeFenced(fr *fencingv1alpha1.FencingRequest, node *v1.Node) bool {
 	if fr == nil || fr.Status.Phase == fencingv1alpha1.PhaseComplete {
 		return false
@@ -97,10 +101,7 @@ func NodeFenced(fr *fencingv1alpha1.FencingRequest, node *v1.Node) bool {
 		if c.Status == v1.ConditionTrue {
 			return false
 		}
-		if nf.NotReadySince != nil {
-			return c.LastTransitionTime.Equal(nf.NotReadySince)
-		}
-		return !c.LastTransitionTime.After(nf.ConfirmedTime.Time)
+		return nf.NotReadySince != nil && c.LastTransitionTime.Equal(nf.NotReadySince)
 	}
 	return false
 }

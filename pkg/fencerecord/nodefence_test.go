@@ -151,6 +151,10 @@ func TestNodeFencedAcrossClocks(t *testing.T) {
 		{"same episode, the node lifecycle controller's clock an hour ahead", record(at(time.Hour)), node(v1.ConditionUnknown, time.Hour), true},
 		{"Ready since, then down again, its clock an hour behind", record(at(-time.Hour)), node(v1.ConditionUnknown, -time.Hour+time.Minute), false},
 		{"Ready now", record(at(-time.Minute)), node(v1.ConditionTrue, time.Minute), false},
+		// No notReadySince: nothing but a comparison across clocks is
+		// left, and its answer cannot be trusted either way.
+		{"no notReadySince, Ready since, then down again, its clock an hour behind", record(nil), node(v1.ConditionUnknown, -time.Hour+time.Minute), false},
+		{"no notReadySince, down since before the fence by both clocks", record(nil), node(v1.ConditionUnknown, -time.Minute), false},
 	} {
 		if got := NodeFenced(tc.fr, tc.node); got != tc.fenced {
 			t.Errorf("%s: NodeFenced = %v, want %v", tc.name, got, tc.fenced)
