@@ -32,6 +32,12 @@ const (
 	// added its RemediateMachineAnnotation (the value: when), so that it
 	// withdraws only its own request (Withdraw).
 	RemediationRequestedAnnotation = "csi-fence.io/remediation-requested"
+	// ControlPlaneLabel marks a control plane's Machines. They are never
+	// deleted nor annotated here: their remediation is their control plane
+	// provider's, which keeps etcd's quorum, and deleting one by hand
+	// bypasses it. The machine-fencing component's admission policy
+	// denies it to the sidecar as well.
+	ControlPlaneLabel = "cluster.x-k8s.io/control-plane"
 	// Group is Cluster API's core API group.
 	Group = "cluster.x-k8s.io"
 	// PausedAnnotation on a Cluster API object stops its controllers,
@@ -114,6 +120,9 @@ func (b *Backend) Locate(ctx context.Context, node *v1.Node) (fencingv1alpha1.Ma
 	case nodeRef != node.Name:
 		return t, fmt.Errorf("Machine %s/%s is the Machine of node %s (status.nodeRef), not of node %s: the node's %s annotation is stale", ns, name, nodeRef, node.Name, MachineAnnotation)
 	}
+	if controlPlane(m) {
+		return t, fmt.Errorf("Machine %s/%s is a control plane's (%s): its remediation is its control plane provider's, not this system's", ns, name, ControlPlaneLabel)
+	}
 	providerID, _, _ := unstructured.NestedString(m.Object, "spec", "providerID")
 	if providerID != "" && node.Spec.ProviderID != "" && providerID != node.Spec.ProviderID {
 		return t, fmt.Errorf("Machine %s/%s has providerID %s, node %s has %s: not the same instance", ns, name, providerID, node.Name, node.Spec.ProviderID)
@@ -148,6 +157,12 @@ func (b *Backend) Locate(ctx context.Context, node *v1.Node) (fencingv1alpha1.Ma
 		t.DeletionStartedBy = StartedByOther
 	}
 	return t, nil
+}
+
+// controlPlane reports whether m is one of a control plane's Machines.
+func controlPlane(m *unstructured.Unstructured) bool {
+	_, ok := m.GetLabels()[ControlPlaneLabel]
+	return ok
 }
 
 // notOfMachine says why the InfraMachine obj is not the instance of Machine
@@ -245,6 +260,9 @@ func (b *Backend) Remediate(ctx context.Context, t fencingv1alpha1.MachineTarget
 		return "", fmt.Errorf("reading Machine %s/%s: %w", t.Namespace, t.Name, err)
 	case m.GetUID() != t.UID || m.GetDeletionTimestamp() != nil:
 		return StartedByOther, nil
+	case controlPlane(m):
+		// Labelled since Locate: never asked of a control plane's Machine.
+		return "", fmt.Errorf("Machine %s/%s is a control plane's (%s): not deleting it nor asking MachineHealthCheck", t.Namespace, t.Name, ControlPlaneLabel)
 	}
 	if b.Mode == ModeMHC {
 		if _, ok := m.GetAnnotations()[RemediateMachineAnnotation]; ok {

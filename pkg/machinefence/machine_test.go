@@ -145,6 +145,8 @@ func TestLocate(t *testing.T) {
 			objs: []runtime.Object{machine("m1", "u1", "n1", "", false), withProviderID(infra("m1", "i1", false, ""), "test://n7")}, wantErr: "node n1 has test://n1"},
 		{name: "an InfraMachine of another instance than the Machine's: refused", node: node("n1", "m1", ""),
 			objs: []runtime.Object{machine("m1", "u1", "n1", "test://n1", false), withProviderID(infra("m1", "i1", false, ""), "test://n7")}, wantErr: "its Machine test://n1"},
+		{name: "a control plane's Machine: refused", node: node("n1", "m1", ""),
+			objs: []runtime.Object{labelled(machine("m1", "u1", "n1", "", false), ControlPlaneLabel), infra("m1", "i1", false, "")}, wantErr: "is a control plane's"},
 		{name: "an InfraMachine being deleted while paused is not seen deleted by its provider", node: node("n1", "m1", ""),
 			objs: []runtime.Object{machine("m1", "u1", "n1", "", true), annotated(infra("m1", "i1", true, ""), PausedAnnotation)},
 			want: fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1", DeletionStartedBy: StartedByOther,
@@ -188,6 +190,7 @@ func TestRemediate(t *testing.T) {
 		wantUID     string // the Machine m1 left, if not deleted
 		wantAnn     bool
 		wantOurs    bool // the request carries RemediationRequestedAnnotation
+		wantErr     string
 	}{
 		{name: "deletes the Machine", mode: ModeDelete, objs: []runtime.Object{machine("m1", "u1", "n1", "", false)}, want: StartedByUs, wantDeleted: true},
 		{name: "a Machine already being deleted is followed, not deleted again", mode: ModeDelete,
@@ -197,13 +200,20 @@ func TestRemediate(t *testing.T) {
 		{name: "a Machine gone is someone else's deletion", mode: ModeDelete, want: StartedByOther, wantDeleted: true},
 		{name: "MachineHealthCheck is asked to remediate, the request marked ours", mode: ModeMHC,
 			objs: []runtime.Object{machine("m1", "u1", "n1", "", false)}, want: StartedByMHC, wantUID: "u1", wantAnn: true, wantOurs: true},
+		{name: "a Machine labelled control plane since it was located is not deleted", mode: ModeDelete,
+			objs: []runtime.Object{labelled(machine("m1", "u1", "n1", "", false), ControlPlaneLabel)}, wantUID: "u1", wantErr: "is a control plane's"},
+		{name: "MachineHealthCheck is not asked to remediate a control plane's Machine", mode: ModeMHC,
+			objs: []runtime.Object{labelled(machine("m1", "u1", "n1", "", false), ControlPlaneLabel)}, wantUID: "u1", wantErr: "is a control plane's"},
 		{name: "someone else's request to MachineHealthCheck is not marked ours", mode: ModeMHC,
 			objs: []runtime.Object{annotated(machine("m1", "u1", "n1", "", false), RemediateMachineAnnotation)}, want: StartedByMHC, wantUID: "u1", wantAnn: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, client := newBackend(tc.mode, tc.objs...)
 			got, err := b.Remediate(context.Background(), target)
-			if err != nil {
+			switch {
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("got error %v, want one saying %q", err, tc.wantErr)
+			case tc.wantErr == "" && err != nil:
 				t.Fatal(err)
 			}
 			if got != tc.want {
@@ -230,6 +240,19 @@ func TestRemediate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// labelled returns m with the labels keys (empty values).
+func labelled(m *unstructured.Unstructured, keys ...string) *unstructured.Unstructured {
+	l := m.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	for _, k := range keys {
+		l[k] = ""
+	}
+	m.SetLabels(l)
+	return m
 }
 
 // annotated returns m with the annotations keys (empty values).
