@@ -555,6 +555,11 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 		c.takeOverLostEvictions(ctx, node, pods)
 	}
 	if !manual && c.notAutomatically(ctx, node, ready, owner) {
+		if owner && !ready {
+			// Cluster API cordons the node of a Machine being deleted:
+			// a machine fence already started is followed still.
+			return c.followStartedMachineFence(ctx, node, fr)
+		}
 		return nil
 	}
 	// Triage: the pods that fail over once their storage is fenced. With

@@ -203,6 +203,31 @@ func (c *Controller) followMachine(ctx context.Context, node *v1.Node, t fencing
 	return fr, c.addOutOfServiceTaint(ctx, node)
 }
 
+// followStartedMachineFence follows the machine fence of a node that is
+// not to be fenced automatically any more because it is under maintenance,
+// when its Machine's deletion was asked or found already: Cluster API
+// cordons and drains the node of a Machine being deleted, and only a pass
+// that reads the InfraMachine being deleted lets its disappearance confirm
+// the fence (machinefence.Check). Nothing new is asked; the instance is
+// being deleted anyway, and its confirmation is what the failover of the
+// node's pods waits for.
+func (c *Controller) followStartedMachineFence(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
+	if t := fencerecord.MachineIntentRecorded(fr); t == nil || t.DeletionStartedBy == "" || fr.Status.NodeFence.ConfirmedTime != nil || c.machine == nil {
+		return nil
+	}
+	// The record as it is now, not as the cache shows it.
+	fr, err := c.frClient.Get(ctx, node.Name)
+	if err != nil {
+		return fmt.Errorf("following the machine fence of node %s: %w", node.Name, err)
+	}
+	t := fencerecord.MachineIntentRecorded(fr)
+	if t == nil || t.DeletionStartedBy == "" || fr.Status.NodeFence.ConfirmedTime != nil {
+		return nil
+	}
+	_, err = c.followMachine(ctx, node, *t, fr.Status.NodeFence.Output)
+	return err
+}
+
 // checkMachine reads where the machine fence t of node is
 // (MachineFencer.Check) and records what the read saw of the InfraMachine's
 // deletion when that differs from the record: its disappearance confirms

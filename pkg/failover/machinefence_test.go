@@ -714,3 +714,61 @@ func TestMachineFenceConfirmedWithTheNodesEpisode(t *testing.T) {
 		t.Errorf("the node confirmed fenced did not fail over: %v", e.steps.log)
 	}
 }
+
+// Cluster API cordons and drains the node of a Machine being deleted: the
+// node is then "under maintenance" and fenced no further automatically,
+// but a machine fence already started is followed still, so that the
+// InfraMachine is seen being deleted and its disappearance, found once
+// Cluster API has deleted the Node too, confirms the fence and releases
+// the gone instance's attachments. The observation is in the record: a
+// restart in between loses nothing.
+func TestMachineFenceFollowedOnACordonedNode(t *testing.T) {
+	var objs []runtime.Object
+	for _, o := range objects(v1.ConditionUnknown, false) {
+		if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == "n1" {
+			continue // deleted by Cluster API's drain, or the pod GC
+		}
+		if n, ok := o.(*v1.Node); ok && n.Name == "n1" {
+			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+			n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
+			n.Spec.Unschedulable = true // cordoned by Cluster API's drain
+		}
+		objs = append(objs, o)
+	}
+	cluster, backend := newCAPI(true)
+	e := newEnv(t, objs, true)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	e.tweaks = append(e.tweaks, func(o *Options) {
+		o.CanFence = false
+		o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}
+		o.Machine = backend
+	})
+	e.c = e.start(ctx, t, true)
+	target := fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1", DeletionStartedBy: machinefence.StartedByUs,
+		Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: testMachineGVR.GroupVersion().String(), Kind: "TestMachine", Name: "m1", UID: "i1"}}
+	e.restartWithMachineFence(t, target, fencingv1alpha1.PhaseFencing, false)
+
+	// Cluster API deletes the InfraMachine; the provider stops the instance.
+	cluster.deleting(t)
+	_ = e.sync(t)
+	if nf := e.record(t).Status.NodeFence; nf.Machine.Infrastructure.DeletionSeenTime == nil {
+		t.Fatalf("the InfraMachine's deletion was not seen on the cordoned node: %+v", nf)
+	}
+	// The instance is gone; Cluster API deletes the Node.
+	cluster.gone(t)
+	if err := e.client.CoreV1().Nodes().Delete(context.Background(), "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if nf := e.record(t).Status.NodeFence; nf.ConfirmedTime == nil {
+		t.Errorf("the machine fence is not confirmed: %+v", nf)
+	}
+	if _, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the gone instance's attachment is not released: %v", err)
+	}
+}
