@@ -56,8 +56,8 @@ const NodeAgentServiceURL = "http://csi-fence-node-agent.default.svc:8081" + ter
 // PreStopWebhookConfig is the MutatingWebhookConfiguration of deploy/.
 const PreStopWebhookConfig = "csi-fence-prestop"
 
-// StartPreStop builds the binaries, applies deploy/kubernetes/prestop's RBAC
-// and webhook configuration and starts the webhook; it returns once the
+// StartPreStop builds the binaries, applies deploy/kubernetes/prestop's RBAC,
+// admission policy and webhook configuration and starts the webhook; it returns once the
 // apiserver mutates an opted-in pod through it (a server-side dry run).
 func (c *Cluster) StartPreStop(ctx context.Context) (*PreStop, error) {
 	begin := time.Now()
@@ -66,8 +66,10 @@ func (c *Cluster) StartPreStop(ctx context.Context) (*PreStop, error) {
 		return nil, fmt.Errorf("building the preStop binaries: %w", err)
 	}
 	ps.Helper, ps.Plugin = filepath.Join(ps.BinDir, "csi-fence-prestop"), filepath.Join(ps.BinDir, "kubectl-fence")
-	if err := c.ApplyManifest(ctx, "deploy/kubernetes/prestop/rbac.yaml", ""); err != nil {
-		return nil, err
+	for _, m := range []string{"deploy/kubernetes/prestop/rbac.yaml", "deploy/kubernetes/prestop/admission-webhook.yaml"} {
+		if err := c.ApplyManifest(ctx, m, ""); err != nil {
+			return nil, err
+		}
 	}
 	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, "default", "csi-fence-prestop-webhook")
 	if err != nil {
