@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -131,10 +130,7 @@ func TestNodeAgentWritesOnlyItsOwnRecord(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := clientcmd.BuildConfigFromFlags("", tc.kubeconfig)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := configOf(t, tc.kubeconfig)
 			dyn, err := dynamic.NewForConfig(cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -100,10 +99,7 @@ func TestDriverRecipesOnTheAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := configOf(t, kubeconfig)
 			client, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -162,10 +158,7 @@ func TestDriverRecipesOnTheAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			agentCfg, err := clientcmd.BuildConfigFromFlags("", bound)
-			if err != nil {
-				t.Fatal(err)
-			}
+			agentCfg := configOf(t, bound)
 			dyn, err := dynamic.NewForConfig(agentCfg)
 			if err != nil {
 				t.Fatal(err)
