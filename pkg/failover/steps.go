@@ -247,7 +247,7 @@ func (c *Controller) confirmQuarantine(ctx context.Context, node *v1.Node, limit
 		return nil
 	}
 	c.deferred(ctx, node, err)
-	if uerr := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
+	if uerr := c.updateNodeLive(ctx, node.Name, func(n *v1.Node) bool {
 		before := len(n.Spec.Taints)
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == contract.QuarantineTaintKey })
 		return len(n.Spec.Taints) != before
@@ -847,11 +847,18 @@ func (c *Controller) patchConditions(ctx context.Context, node string, conds int
 }
 
 func (c *Controller) updateNode(ctx context.Context, name string, mutate func(*v1.Node) bool) error {
-	return c.mutateNode(ctx, name, false, mutate)
+	return c.mutateNode(ctx, name, false, true, mutate)
 }
 
 func (c *Controller) updateNodeStatus(ctx context.Context, name string, mutate func(*v1.Node) bool) error {
-	return c.mutateNode(ctx, name, true, mutate)
+	return c.mutateNode(ctx, name, true, true, mutate)
+}
+
+// updateNodeLive is updateNode from a live read: for a change of what this
+// pass wrote itself a moment ago, which the cache may not show yet (mutate
+// would find nothing to change).
+func (c *Controller) updateNodeLive(ctx context.Context, name string, mutate func(*v1.Node) bool) error {
+	return c.mutateNode(ctx, name, false, false, mutate)
 }
 
 // mutateNode applies mutate to a copy of the node and sends the difference
@@ -859,12 +866,12 @@ func (c *Controller) updateNodeStatus(ctx context.Context, name string, mutate f
 // carries the copy's resourceVersion: the lists it changes (taints,
 // volumesInUse) have no merge key and are replaced whole, so the patch must
 // fail if anyone (the kubelet, the node lifecycle controller) wrote the node
-// since. The first try starts from the cache, saving a read; a conflict
-// retries from a live read, as the node lifecycle controller's taint
-// helpers do.
-func (c *Controller) mutateNode(ctx context.Context, name string, status bool, mutate func(*v1.Node) bool) error {
+// since. The first try starts from the cache when cached, saving a read; a
+// conflict retries from a live read, as the node lifecycle controller's
+// taint helpers do.
+func (c *Controller) mutateNode(ctx context.Context, name string, status, cached bool, mutate func(*v1.Node) bool) error {
 	nodes := c.client.CoreV1().Nodes()
-	first := true
+	first := cached
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		var n *v1.Node
 		var err error
