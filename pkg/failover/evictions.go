@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -88,10 +89,14 @@ func (t *taintsSeen) forget(node string) {
 // toleration of the node's NoExecute taints ran out, with a margin, and
 // they are not terminating. Kubernetes lost that eviction (its taint
 // manager does not retry a failed delete), and without it the pod stays
-// Running on the dead node and never fails over. Each eviction reads the
-// node and the pod live first (podgc.GC.Evict). A pod whose eviction is
-// not due yet brings the node back then: no event announces it.
+// Running on the dead node and never fails over. Only a node whose kubelet
+// stopped talking is looked at, and each eviction reads it live first
+// (podgc.GC.Evict). A pod whose eviction is not due yet brings the node
+// back then: no event announces it.
 func (c *Controller) takeOverLostEvictions(ctx context.Context, node *v1.Node, pods []*v1.Pod) {
+	if !nodehealth.Unreachable(node) {
+		return // a kubelet that talks runs its own pods' deletions
+	}
 	seen := c.taints.observe(node)
 	now := c.taints.clock.Now()
 	var next time.Duration
