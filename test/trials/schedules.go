@@ -250,21 +250,7 @@ type unattachedPod struct {
 func unattachedStorage(ctx context.Context, t *Trial) ([]string, error) {
 	u := &unattachedPod{name: t.Env.App + "-nfs"}
 	t.extra = u
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: u.name, Namespace: t.Env.NS},
-		Spec: corev1.PodSpec{
-			NodeName:   t.Victim,
-			Containers: []corev1.Container{{Name: "app", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "share", MountPath: "/share"}}}},
-			Volumes: []corev1.Volume{{Name: "share", VolumeSource: corev1.VolumeSource{
-				NFS: &corev1.NFSVolumeSource{Server: "192.0.2.1", Path: "/export/" + u.name}, // TEST-NET-1: nowhere
-			}}},
-			Tolerations: []corev1.Toleration{
-				{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
-				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
-				{Key: framework.KwokLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-			},
-		},
-	}
+	pod := nfsPod(t, u.name)
 	pods := t.c.Client.CoreV1().Pods(t.Env.NS)
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, err
@@ -277,6 +263,27 @@ func unattachedStorage(ctx context.Context, t *Trial) ([]string, error) {
 		return err == nil && p.Status.Phase == corev1.PodRunning, err
 	})
 	return []string{"pod " + u.name + " with an inline NFS volume on " + t.Victim}, err
+}
+
+// nfsPod is a pod on the victim with an inline NFS volume pointing nowhere
+// (KWOK runs it all the same), tolerating the node's failure for 2 s as the
+// replicas do.
+func nfsPod(t *Trial, name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.Env.NS},
+		Spec: corev1.PodSpec{
+			NodeName:   t.Victim,
+			Containers: []corev1.Container{{Name: "app", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "share", MountPath: "/share"}}}},
+			Volumes: []corev1.Volume{{Name: "share", VolumeSource: corev1.VolumeSource{
+				NFS: &corev1.NFSVolumeSource{Server: "192.0.2.1", Path: "/export/" + name}, // TEST-NET-1: nowhere
+			}}},
+			Tolerations: []corev1.Toleration{
+				{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
+				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(2))},
+				{Key: framework.KwokLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+			},
+		},
+	}
 }
 
 // watchGone records when the trial sees u's pod deleted.
