@@ -87,6 +87,7 @@ var Schedules = []Schedule{
 	{Name: "power-off+unattached-storage", Before: unattachedStorage, Check: checkUnattached},
 	{Name: "partition+skewed-kubelet", Partition: true, During: skewedKubelet, SameNodeOK: true},
 	{Name: "power-off+flap-during-slow-fence", During: flapDuringSlowFence},
+	{Name: "power-off+cut-off-again-while-quarantined", During: holdCleanup, AfterReturn: cutOffAgainWhileQuarantined, Check: checkCutOffAgain},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added
