@@ -2,7 +2,8 @@ package trials
 
 // The schedules of issue 38's proof: a node cut off again while it is still
 // quarantined from its first failure, with a new pod whose storage no fence
-// covers.
+// covers, and kube-apiserver restarted at the moment the pod's toleration of
+// the dead node runs out, so that the taint manager's eviction is lost.
 
 import (
 	"context"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -159,4 +161,72 @@ func checkCutOffAgain(ctx context.Context, t *Trial) []string {
 		}
 	}
 	return out
+}
+
+// evictionGrace is how long after the node's NoExecute taint the trial's
+// pods are evicted: their toleration (scenario: 2 s, the unattached-storage
+// pod's the same).
+const evictionGrace = 2 * time.Second
+
+// apiserverRestartAtEviction stops kube-apiserver a random moment (0.2 to
+// 1.5 s) before the replica's toleration of the node's unreachable taint
+// runs out, as kube-controller-manager's clock has it (the taint's
+// timeAdded), and starts it again. The taint manager's delete then fails
+// and is never retried (kubernetes/kubernetes#140639): the pod must still
+// be evicted, by the product taking the eviction over, and fail over. No
+// operator steps in; a pod not evicted within two minutes of the
+// apiserver's return ends the trial as failed.
+func apiserverRestartAtEviction(ctx context.Context, t *Trial) ([]string, error) {
+	var added time.Time
+	err := framework.WaitFor(ctx, 30*time.Second, "the unreachable NoExecute taint on "+t.Victim, func(ctx context.Context) (bool, error) {
+		n, err := t.c.Client.CoreV1().Nodes().Get(ctx, t.Victim, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, tt := range n.Spec.Taints {
+			if tt.Key == corev1.TaintNodeUnreachable && tt.Effect == corev1.TaintEffectNoExecute && tt.TimeAdded != nil {
+				added = tt.TimeAdded.Time
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	lead := t.between(200*time.Millisecond, 1500*time.Millisecond)
+	wait := time.Until(added.Add(evictionGrace - lead))
+	if err := sleep(ctx, max(wait, 0)); err != nil {
+		return nil, err
+	}
+	stopped := time.Now()
+	if err := t.c.RestartAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	steps := []string{fmt.Sprintf("kube-apiserver stopped %.2fs before the toleration ran out (taint+%.2fs), back after %.2fs",
+		added.Add(evictionGrace).Sub(stopped).Seconds(), stopped.Sub(added).Seconds(), time.Since(stopped).Seconds())}
+	pods := t.c.Client.CoreV1().Pods(t.Env.NS)
+	name := t.Env.PodName(t.victims[0].replica)
+	err = framework.WaitFor(ctx, 120*time.Second, "pod "+name+" evicted", func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		return err == nil && (p.DeletionTimestamp != nil || p.Spec.NodeName != t.Victim), nil
+	})
+	if err != nil {
+		return steps, fmt.Errorf("the eviction lost with the apiserver was never taken over: %w", err)
+	}
+	// The product's Event follows its delete by a moment (its recorder
+	// writes asynchronously); the taint manager's eviction has none.
+	takenOver := false
+	_ = framework.WaitFor(ctx, 5*time.Second, "an EvictionTakenOver Event on pod "+name, func(ctx context.Context) (bool, error) {
+		list, err := t.c.Client.CoreV1().Events(t.Env.NS).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+			fields.OneTermEqualSelector("involvedObject.name", name), fields.OneTermEqualSelector("reason", "EvictionTakenOver")).String()})
+		takenOver = err == nil && len(list.Items) > 0
+		return takenOver, nil
+	})
+	if takenOver {
+		steps = append(steps, "the lost eviction taken over by the product")
+	} else {
+		steps = append(steps, "no EvictionTakenOver Event: the taint manager's eviction went through (the restart missed its moment)")
+	}
+	return steps, nil
 }

@@ -88,6 +88,7 @@ var Schedules = []Schedule{
 	{Name: "partition+skewed-kubelet", Partition: true, During: skewedKubelet, SameNodeOK: true},
 	{Name: "power-off+flap-during-slow-fence", During: flapDuringSlowFence},
 	{Name: "power-off+cut-off-again-while-quarantined", During: holdCleanup, AfterReturn: cutOffAgainWhileQuarantined, Check: checkCutOffAgain},
+	{Name: "power-off+apiserver-restart-at-eviction", During: apiserverRestartAtEviction},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added
