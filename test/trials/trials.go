@@ -713,7 +713,10 @@ func returnMidFence(ctx context.Context, t *Trial) ([]string, error) {
 }
 
 // leaderLoss starts a second replica, as a rolling update does, and
-// terminates the leader (SIGTERM) at a random moment after NotReady.
+// terminates the leader (SIGTERM) at a random moment after NotReady. The
+// steps measure the hand-over: when the new replica held the leader's
+// Leases, and when the fence of the trial's volume reached the driver from
+// then (or before, from the old leader).
 func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
 	t.procMu.Lock()
 	standby, _, err := t.p.StartStandbyAttacher(ctx)
@@ -721,15 +724,76 @@ func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	started := time.Now()
 	d := t.between(0, 3*time.Second)
 	if err := sleep(ctx, d); err != nil {
 		return nil, err
 	}
+	held, err := t.leaderLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
 	t.procMu.Lock()
-	defer t.procMu.Unlock()
 	t.p.Attacher.Stop(30 * time.Second)
 	t.p.Attacher = standby
-	return []string{fmt.Sprintf("second replica started; leader terminated at NotReady+%.2fs", d.Seconds())}, nil
+	t.procMu.Unlock()
+	steps := []string{fmt.Sprintf("second replica started; leader terminated at NotReady+%.2fs", d.Seconds())}
+	more, err := t.handOver(ctx, held, started)
+	return append(steps, more...), err
+}
+
+// handOver waits until another replica holds the Leases in held (the
+// holders before the leader was terminated), then for the fence of the
+// trial's volume from its node, and says how long after the takeover (and
+// after the new replica started) the fence reached the driver. The
+// node-fencing Lease of another driver's sidecar is not waited for.
+func (t *Trial) handOver(ctx context.Context, held map[string]string, standbyStarted time.Time) ([]string, error) {
+	driver := contract.SanitizeDriverName(framework.DriverName)
+	for name, holder := range held {
+		if strings.HasSuffix(name, "/"+failover.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
+			delete(held, name)
+		}
+	}
+	err := framework.WaitFor(ctx, 90*time.Second, "the new replica holding the leader's Leases", func(ctx context.Context) (bool, error) {
+		now, err := t.leaderLeases(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for name, holder := range held {
+			if now[name] == "" || now[name] == holder {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	takeover := time.Now()
+	var fence time.Time
+	err = framework.WaitFor(ctx, 60*time.Second, "the fence of "+t.Volume+" from "+t.Victim, func(context.Context) (bool, error) {
+		// The volume is the trial's own: any fence of it from the
+		// victim is this failover's.
+		rpcs, err := controllerRPCs(t.p.Driver.Mock.LogPath, standbyStarted.Add(-2*time.Minute))
+		if err != nil {
+			return false, nil
+		}
+		for _, r := range rpcs {
+			if r.Fence && r.Volume == t.Volume && r.NodeID == t.Victim {
+				fence = r.Received
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if fence.Before(takeover) {
+		return []string{fmt.Sprintf("fenced by the old leader %.2fs before the takeover", takeover.Sub(fence).Seconds())}, nil
+	}
+	return []string{fmt.Sprintf("takeover to fence %.2fs (new replica started %.2fs before the takeover)",
+		fence.Sub(takeover).Seconds(), takeover.Sub(standbyStarted).Seconds())}, nil
 }
 
 // driverFaults makes the driver refuse the next fences and publish slowly.
