@@ -147,20 +147,11 @@ type sidecarRun struct {
 }
 
 // runAs restarts the product's csi-fence-attacher with the kubeconfig of sa
-// and extra flags, and waits for its start-up summary of the features.
+// (a ServiceAccount of the product's namespace) and extra flags, and waits
+// for its start-up summary of the features (runAsUser).
 func runAs(ctx context.Context, t *testing.T, sa, kubeconfig string, flags ...string) *sidecarRun {
 	t.Helper()
-	r := &sidecarRun{t: t, user: productServiceAccounts + sa, started: time.Now().Truncate(time.Second)}
-	if err := product.RestartAttacher(ctx, append([]string{"--kubeconfig=" + kubeconfig}, flags...)...); err != nil {
-		t.Fatal(err)
-	}
-	if err := framework.WaitFor(ctx, 60*time.Second, "the sidecar's start-up summary of its features", func(context.Context) (bool, error) {
-		return r.line("Features of the controller role") != "", nil
-	}); err != nil {
-		t.Fatalf("%v\n%s", err, r.logs())
-	}
-	t.Logf("%s: %s", sa, r.line("Features of the controller role"))
-	return r
+	return runAsUser(ctx, t, productServiceAccounts+sa, kubeconfig, flags...)
 }
 
 // logs is what the sidecar logged since runAs restarted it.

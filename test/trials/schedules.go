@@ -177,19 +177,7 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	t.p.Attacher = standby
 	t.procMu.Unlock()
 	steps := []string{fmt.Sprintf("standby started; leader terminated (SIGTERM) %.2fs into a %.2fs fence, exited after %.2fs", d.Seconds(), latency.Seconds(), exited.Seconds())}
-	err = framework.WaitFor(ctx, 90*time.Second, "another replica holding the leader's Leases", func(ctx context.Context) (bool, error) {
-		now, err := t.leaderLeases(ctx)
-		if err != nil {
-			return false, nil
-		}
-		for name, holder := range held {
-			if now[name] == "" || now[name] == holder {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
+	if err := t.waitLeasesTakenOver(ctx, held, "another replica holding the leader's Leases"); err != nil {
 		return steps, err
 	}
 	t.stall = time.Since(sigterm)
@@ -203,6 +191,23 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	}
 	slices.Sort(names)
 	return append(steps, fmt.Sprintf("%s held %.2fs after the SIGTERM", strings.Join(names, ", "), t.stall.Seconds())), nil
+}
+
+// waitLeasesTakenOver waits until every Lease of held (leaderLeases) is
+// held by another holder than the one held names.
+func (t *Trial) waitLeasesTakenOver(ctx context.Context, held map[string]string, what string) error {
+	return framework.WaitFor(ctx, 90*time.Second, what, func(ctx context.Context) (bool, error) {
+		now, err := t.leaderLeases(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for name, holder := range held {
+			if now[name] == "" || now[name] == holder {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
 
 // leaderLeases returns the holders of the Leases the first driver's

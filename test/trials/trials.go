@@ -754,24 +754,12 @@ func (t *Trial) handOver(ctx context.Context, held map[string]string, standbySta
 			delete(held, name)
 		}
 	}
-	err := framework.WaitFor(ctx, 90*time.Second, "the new replica holding the leader's Leases", func(ctx context.Context) (bool, error) {
-		now, err := t.leaderLeases(ctx)
-		if err != nil {
-			return false, nil
-		}
-		for name, holder := range held {
-			if now[name] == "" || now[name] == holder {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
+	if err := t.waitLeasesTakenOver(ctx, held, "the new replica holding the leader's Leases"); err != nil {
 		return nil, err
 	}
 	takeover := time.Now()
 	var fence time.Time
-	err = framework.WaitFor(ctx, 60*time.Second, "the fence of "+t.Volume+" from "+t.Victim, func(context.Context) (bool, error) {
+	err := framework.WaitFor(ctx, 60*time.Second, "the fence of "+t.Volume+" from "+t.Victim, func(context.Context) (bool, error) {
 		// The volume is the trial's own: any fence of it from the
 		// victim is this failover's.
 		rpcs, err := controllerRPCs(t.p.Driver.Mock.LogPath, standbyStarted.Add(-2*time.Minute))
