@@ -273,10 +273,13 @@ func TestMachineFence(t *testing.T) {
 	}
 }
 
-// machineEnv is powerEnv with the machine backend.
-func machineEnv(t *testing.T, objs []runtime.Object, backends []string, machines *fakeMachines) *env {
+// machineEnv is powerEnv with the machine backend: a fakeMachines, or the
+// real one (capiEnv).
+func machineEnv(t *testing.T, objs []runtime.Object, backends []string, machines MachineFencer) *env {
 	e := newEnv(t, objs, true)
-	machines.e = e
+	if f, ok := machines.(*fakeMachines); ok {
+		f.e = e
+	}
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -486,6 +489,13 @@ type capi struct {
 
 var testMachineGVR = schema.GroupVersionResource{Group: "infrastructure.example.io", Version: "v1alpha1", Resource: "testmachines"}
 
+// capiEnv is machineEnv with the real machine backend on a fake Cluster
+// API (newCAPI), after the storage backend.
+func capiEnv(t *testing.T, objs []runtime.Object, withInfra bool) (*env, *capi) {
+	cluster, backend := newCAPI(withInfra)
+	return machineEnv(t, objs, []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}, backend), cluster
+}
+
 func newCAPI(withInfra bool) (*capi, *machinefence.Backend) {
 	m := &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
@@ -607,17 +617,7 @@ func TestMachineFenceConfirmedOnlyByItsProvider(t *testing.T) {
 			n := objs[0].(*v1.Node)
 			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
 			n.Annotations = map[string]string{machinefence.MachineAnnotation: "m1", machinefence.ClusterNamespaceAnnotation: "ns"}
-			cluster, backend := newCAPI(!tc.noInfra)
-			e := newEnv(t, objs, true)
-			_, ctx := ktesting.NewTestContext(t)
-			ctx, cancel := context.WithCancel(ctx)
-			t.Cleanup(cancel)
-			e.tweaks = append(e.tweaks, func(o *Options) {
-				o.CanFence = false
-				o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}
-				o.Machine = backend
-			})
-			e.c = e.start(ctx, t, true)
+			e, cluster := capiEnv(t, objs, !tc.noInfra)
 
 			var evs []string
 			_ = e.sync(t)
@@ -735,17 +735,7 @@ func TestMachineFenceFollowedOnACordonedNode(t *testing.T) {
 		}
 		objs = append(objs, o)
 	}
-	cluster, backend := newCAPI(true)
-	e := newEnv(t, objs, true)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	e.tweaks = append(e.tweaks, func(o *Options) {
-		o.CanFence = false
-		o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendMachine}
-		o.Machine = backend
-	})
-	e.c = e.start(ctx, t, true)
+	e, cluster := capiEnv(t, objs, true)
 	target := fencingv1alpha1.MachineTarget{Namespace: "ns", Name: "m1", UID: "u1", DeletionStartedBy: machinefence.StartedByUs,
 		Infrastructure: fencingv1alpha1.InfrastructureRef{APIVersion: testMachineGVR.GroupVersion().String(), Kind: "TestMachine", Name: "m1", UID: "i1"}}
 	e.restartWithMachineFence(t, target, fencingv1alpha1.PhaseFencing, false)
