@@ -1,7 +1,6 @@
 package helm
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -20,8 +19,6 @@ import (
 	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/csi-fence/fence-attacher/pkg/manifestcheck"
 )
@@ -113,19 +110,7 @@ func kustomizeBuild(t *testing.T, components, resources []string) []*unstructure
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build of\n%s: %v", k.String(), err)
-	}
-	y, err := res.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := manifestcheck.Read(bytes.NewReader(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return kustomizeDir(t, dir)
 }
 
 // chartLabels are the labels the chart adds to every object, as Helm charts
