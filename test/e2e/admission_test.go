@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -130,11 +129,7 @@ func TestNodeAgentWritesOnlyItsOwnRecord(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := configOf(t, tc.kubeconfig)
-			dyn, err := dynamic.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dyn := dynamicOf(t, tc.kubeconfig)
 			agent := fencingv1alpha1.NewClient(dyn)
 			// What a node agent does: write the record's status.
 			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
@@ -80,11 +79,7 @@ func TestSidecarCannotTouchControlPlaneMachines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := configOf(t, kubeconfig)
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn := dynamicOf(t, kubeconfig)
 	sidecar := dyn.Resource(machines).Namespace(ns)
 	var change func(name, key string, label bool) error
 	// The policy is in force once the apiserver has loaded it: a dry run

@@ -11,7 +11,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -30,11 +29,7 @@ func TestTerminationReasonWebhookChangesOnlyItsCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := configOf(t, kubeconfig)
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := clientOf(t, kubeconfig)
 	cfgs := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	update := func(change func(*admissionregistrationv1.MutatingWebhook)) error {
 		return retry.RetryOnConflict(retry.DefaultRetry, func() error {

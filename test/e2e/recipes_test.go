@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/retry"
 
@@ -99,11 +98,7 @@ func TestDriverRecipesOnTheAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := configOf(t, kubeconfig)
-			client, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			client := clientOf(t, kubeconfig)
 			access, checks := sidecar.Preflight(ctx, client, sidecar.DefaultStormGuardNamespace, true, sidecar.Wanted{Failover: tc.failover})
 			if !access.Nodes || !access.Record || !access.Events || access.Failover != tc.failover {
 				t.Errorf("preflight as %s/%s: %+v, want the fenced detach granted and the failover %v", tc.namespace, tc.controllerSA, access, tc.failover)
@@ -158,11 +153,7 @@ func TestDriverRecipesOnTheAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			agentCfg := configOf(t, bound)
-			dyn, err := dynamic.NewForConfig(agentCfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dyn := dynamicOf(t, bound)
 			agent := fencingv1alpha1.NewClient(dyn)
 			write := func(record string) error {
 				return retry.RetryOnConflict(retry.DefaultRetry, func() error {
