@@ -467,182 +467,6 @@ func (c *Controller) enqueueAll() {
 	}
 }
 
-// down reads the node and its heartbeat Lease live and returns nil only if
-// the node is down (pkg/nodehealth). A node found alive only because its
-// Lease changed too recently is looked at again once it would have expired:
-// no event announces a silence.
-func (c *Controller) down(ctx context.Context, node string) error {
-	err := c.pgc.NodeDown(ctx, node)
-	if d := nodehealth.RecheckAfter(err); d > 0 {
-		c.queue.AddAfter(node, d)
-	}
-	return err
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		node, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), "node", node)), node)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Failover sync failed, will retry", "node", node, "err", err)
-			c.queue.AddRateLimited(node)
-		} else {
-			c.queue.Forget(node)
-		}
-		c.queue.Done(node)
-	}
-}
-
-// sync is one pass over one node: see the package doc for the order. Every
-// step is derived from the API state (node, record, pods, attachments), not
-// from what a previous pass did, so a restart between any two steps resumes
-// where the last one stopped. Node-level steps (triage, admission,
-// quarantine, pod GC, volumesInUse, signals, release) are taken only by the
-// owner of node-level state; every driver's controller fences its own
-// driver's attachments once the owner has quarantined the node.
-func (c *Controller) sync(ctx context.Context, nodeName string) error {
-	owner := c.owner.IsOwner()
-	fr, err := c.frs.Get(nodeName)
-	if err != nil {
-		return err
-	}
-	node, err := c.nodes.Get(nodeName)
-	if apierrors.IsNotFound(err) {
-		if c.opts.SafeDetach {
-			// Every driver lets go of its own attachments.
-			if fr, err = c.releaseAttachmentsOfGoneNode(ctx, nodeName, fr); err != nil {
-				return err
-			}
-		}
-		if !owner {
-			return nil
-		}
-		return c.nodeGone(ctx, nodeName, fr)
-	}
-	if err != nil {
-		return err
-	}
-	ready := podgc.NodeReady(node)
-	manual, err := c.manualRequest(ctx, nodeName, fr, ready)
-	if err != nil {
-		return err
-	}
-	// A node that is back is released once clean.
-	if ready && !manual {
-		if !owner {
-			return nil
-		}
-		return c.release(ctx, node, fr)
-	}
-	// Everything below changes what happens to pods: behind the
-	// NonGracefulFailover gate, so that with the gate off the sidecar acts
-	// as external-attacher does (releasing a node is always allowed).
-	if !c.opts.SafeDetach {
-		return nil
-	}
-	pods, err := c.podsOn(nodeName)
-	if err != nil {
-		return err
-	}
-	if !ready && owner {
-		if node, err = c.takeBackFencingComplete(ctx, node, fr); err != nil {
-			return err
-		}
-		c.honourSignals(ctx, node, pods)
-		c.takeOverLostEvictions(ctx, node, pods)
-	}
-	if !manual && c.notAutomatically(ctx, node, ready, owner) {
-		if owner && !ready {
-			// Cluster API cordons the node of a Machine being deleted:
-			// a machine fence already started is followed still.
-			return c.followStartedMachineFence(ctx, node, fr)
-		}
-		return nil
-	}
-	// Triage: the pods that fail over once their storage is fenced. With
-	// none, and nothing left unsettled in the record, the node is only
-	// signalled.
-	candidates, staying := c.candidates(ctx, node, pods)
-	if len(candidates) == 0 && !manual && !unsettled(fr, "") {
-		if ready || !owner {
-			return nil
-		}
-		return c.signalIdle(ctx, node, fr)
-	}
-	var aliveChecked time.Time
-	if !manual {
-		// Fencing a node nobody asked for needs it down by a live read,
-		// not by the cache (S4).
-		if err := c.down(ctx, nodeName); err != nil {
-			if !errors.Is(err, nodehealth.ErrNodeAlive) {
-				// The read failed: nothing is known, retried with backoff.
-				return fmt.Errorf("not fencing: cannot tell whether the node is down: %w", err)
-			}
-			klog.FromContext(ctx).V(2).Info("Not fencing: the node is alive", "why", err)
-			return nil
-		}
-		aliveChecked = time.Now()
-	}
-	// 1. Admission by the storm guard, then quarantine (the owner).
-	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
-	if owner {
-		if err := c.quarantine(ctx, node); err != nil {
-			return err
-		}
-		quarantined = true
-	}
-	// 2. Fence this driver's attachments, write-ahead (every driver).
-	fr, fenceErr := c.fenceStorage(ctx, node, fr, candidates, staying, manual, quarantined, aliveChecked)
-	if !owner {
-		return fenceErr
-	}
-	if !ready {
-		// 3. A node that storage fencing cannot free is fenced as a
-		//    whole by the next backend (nodefence.go).
-		var err error
-		if fr, err = c.fenceNodeLevel(ctx, node, fr, candidates); err != nil {
-			fenceErr = errors.Join(fenceErr, err)
-		}
-		// A power or machine fence may have outlasted this pass's
-		// ownership: what follows is the owner's.
-		if err := c.stillOwner(); err != nil {
-			return errors.Join(fenceErr, err)
-		}
-		// 4. The attach/detach controller may detach the fenced volumes
-		//    as soon as their pods are gone: each one as its pod goes,
-		//    not once the node's last pod has.
-		if err := c.releaseVolumesInUse(ctx, node.Name, fr); err != nil {
-			fenceErr = errors.Join(fenceErr, err)
-		}
-		// 5. The pod GC: the pods whose storage is fenced go. Each
-		//    pod's fenced attachments go as the pod goes.
-		if err := c.deleteFenced(ctx, node, fr, candidates, pods); err != nil {
-			fenceErr = errors.Join(fenceErr, err)
-		}
-	}
-	if !manual && time.Since(aliveChecked) > c.liveReadValidity {
-		// The fence was slow: the node may be back (the pod GC read it
-		// live for each pod already). A node that is alive gets no
-		// fencing signal; its next pass releases it.
-		if err := c.down(ctx, nodeName); err != nil {
-			if !errors.Is(err, nodehealth.ErrNodeAlive) {
-				return errors.Join(fenceErr, fmt.Errorf("cannot tell whether the node is still down after the fence: %w", err))
-			}
-			klog.FromContext(ctx).V(2).Info("The node came back during the fence", "why", err)
-			return fenceErr
-		}
-	}
-	// 6. The Node Fencing KEP's signals, off the failover's critical path:
-	//    FencingRequired, and FencingComplete once the whole node is.
-	if err := c.signalFencing(ctx, node, fr); err != nil {
-		return err
-	}
-	return fenceErr
-}
-
 // honourSignals force-deletes the pods that others' signals free: KEP-2268's
 // out-of-service taint and the Node Fencing KEP's FencingComplete, whoever
 // set them (each delete guarded by a live read, S3).
@@ -661,25 +485,6 @@ func (c *Controller) honourSignals(ctx context.Context, node *v1.Node, pods []*v
 	}, nil)
 }
 
-// notAutomatically reports whether a node must not be fenced or signalled
-// unless an admin asks: a control-plane node, or one under maintenance.
-func (c *Controller) notAutomatically(ctx context.Context, node *v1.Node, ready, owner bool) bool {
-	if !ready && IsControlPlane(node) {
-		return true
-	}
-	why := Maintenance(node)
-	if why == "" {
-		return false
-	}
-	// Someone is working on the node: nothing is fenced or signalled
-	// automatically (an admin's FencingRequest still fences it).
-	klog.FromContext(ctx).V(2).Info("Not fencing: the node is under maintenance", "why", why)
-	if owner && !ready {
-		c.recorder.Eventf(node, v1.EventTypeNormal, "FencingSkipped", "Not fencing node %s automatically: %s", node.Name, why)
-	}
-	return true
-}
-
 // signalIdle is the owner's pass over a node that is not Ready with nothing
 // to fail over now. The Node Fencing KEP's timeline: triaged as soon as the
 // node is seen unreachable, required once it stays so; a kubelet that
@@ -690,7 +495,7 @@ func (c *Controller) signalIdle(ctx context.Context, node *v1.Node, fr *fencingv
 		// With volumes fenced on it, the node's signals are derived from
 		// the record here too: the pass that force-deleted the last pod
 		// may have ended before it set them.
-		signal := c.triage
+		signal := c.signalTriage
 		if fencerecord.Pending(fr) || fencerecord.NodeFenced(fr, node) {
 			signal = func(ctx context.Context, node *v1.Node) error { return c.signalFencing(ctx, node, fr) }
 		}
@@ -738,8 +543,8 @@ func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
 // controller owns it): when a candidate uses this driver, an admin asked,
 // or a fence of this driver is unsettled in the record. It returns the
 // record read back.
-func (c *Controller) fenceStorage(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate, staying map[string]bool, manual, quarantined bool, aliveChecked time.Time) (*fencingv1alpha1.FencingRequest, error) {
-	ours := slices.ContainsFunc(candidates, func(cand candidate) bool {
+func (c *Controller) fenceStorage(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, t triage, manual, quarantined bool, aliveChecked time.Time) (*fencingv1alpha1.FencingRequest, error) {
+	ours := slices.ContainsFunc(t.candidates, func(cand candidate) bool {
 		return slices.ContainsFunc(cand.vols, func(v podgc.Volume) bool { return v.Driver == c.opts.DriverName })
 	})
 	if !quarantined || !(ours || manual || unsettled(fr, c.opts.DriverName)) || !c.backendEnabled(fencingv1alpha1.BackendStorage) || fencerecord.NodeFenced(fr, node) {
@@ -749,7 +554,7 @@ func (c *Controller) fenceStorage(ctx context.Context, node *v1.Node, fr *fencin
 		klog.FromContext(ctx).V(2).Info("Not fencing: the driver does not advertise UNPUBLISH_FENCE")
 		return fr, nil
 	}
-	return c.fenceNode(ctx, node, fr, staying, manual, aliveChecked)
+	return c.fenceNode(ctx, node, fr, t.staying, manual, aliveChecked)
 }
 
 // deleteFenced is the pod GC's SafeDetach rule: each candidate whose every
@@ -810,45 +615,6 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 	return errors.Join(cacheErr, releaseErr)
 }
 
-// candidates returns the Terminating pods that fail over once their volumes
-// are fenced (every volume node-local or of a SafeDetach driver that can
-// fence, none RWX, at least one of them a CSI volume), and the volumes of
-// the pods that stay on the node, which are not fenced under them.
-func (c *Controller) candidates(ctx context.Context, node *v1.Node, pods []*v1.Pod) ([]candidate, map[string]bool) {
-	logger := klog.FromContext(ctx)
-	var out []candidate
-	staying := map[string]bool{}
-	for _, p := range pods {
-		vols, err := podgc.Volumes(p, c.resolve(p.Namespace))
-		if p.DeletionTimestamp == nil {
-			for _, v := range vols {
-				staying[v.Driver+"^"+v.VolumeHandle] = true
-			}
-			continue
-		}
-		if err != nil {
-			c.blocked(ctx, node, p, err.Error())
-			continue
-		}
-		if ok, why := podgc.SafeDetach(p, vols, c.failsOver(node), func(podgc.Volume) bool { return true }); !ok {
-			c.blocked(ctx, node, p, why)
-			continue
-		}
-		var nsLabels map[string]string
-		if ns, err := c.ns.Get(p.Namespace); err == nil {
-			nsLabels = ns.Labels
-		}
-		if ok, why := podgc.FailoverAllowed(p, nsLabels, c.opts.FailoverOptIn); !ok {
-			logger.V(4).Info("Pod does not fail over", "pod", klog.KObj(p), "why", why)
-			c.recorder.Eventf(p, v1.EventTypeNormal, "FailoverDisabled", "Not failing over pod %s: %s", p.Name, why)
-			continue
-		}
-		out = append(out, candidate{pod: p, vols: vols})
-		c.eligible.seen(p)
-	}
-	return out, staying
-}
-
 // blocked says, once per pod and reason, why a Terminating pod on an
 // unreachable node will not be moved by storage fencing: an Event on the
 // pod (FailoverBlocked), so that its owner sees why it stays Terminating
@@ -886,12 +652,6 @@ func (n *notices) forget(uid types.UID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.last, uid)
-}
-
-// candidate is a Terminating pod that fails over once its volumes are fenced.
-type candidate struct {
-	pod  *v1.Pod
-	vols []podgc.Volume
 }
 
 // unsettled reports whether the record holds an entry of driver (any driver

@@ -163,9 +163,9 @@ func (c *Controller) addQuarantineTaint(ctx context.Context, node *v1.Node) erro
 	return nil
 }
 
-// triage marks a NotReady node FencingTriaged, and FencingRequired once it
+// signalTriage marks a NotReady node FencingTriaged, and FencingRequired once it
 // has been NotReady for FencingRequiredAfter.
-func (c *Controller) triage(ctx context.Context, node *v1.Node) error {
+func (c *Controller) signalTriage(ctx context.Context, node *v1.Node) error {
 	want := map[string]v1.ConditionStatus{contract.ConditionFencingTriaged: v1.ConditionTrue}
 	required := false
 	if d := c.opts.FencingRequiredAfter; d > 0 {
