@@ -1,26 +1,3 @@
-// Package failover is the controller-side automatic failover of
-// csi-fence-attacher (DESIGN.md section 5): for a pod stuck Terminating on a
-// node that is not Ready, it quarantines the node, fences the pod's volumes
-// through the driver, and only then force-deletes the pod, so that the
-// replacement can attach its volume elsewhere without two nodes ever writing
-// it. It also follows KEP-2268's out-of-service taint, the Node Fencing
-// conditions and FencingRequests, and lifts the quarantine once the node is
-// back and cleaned.
-//
-// One failover, in order: sync (controller.go) reads the node, decides with
-// the pure functions of this file and of pkg/podgc, then runs the steps of
-// steps.go: live read of the node -> storm guard admission (stormguard.go)
-// -> quarantine taint -> write-ahead fence (pkg/fencerecord) -> force-delete
-// (pkg/podgc) -> release volumesInUse -> Node Fencing signals; and, when the
-// node is back and its node agent has cleaned every recorded volume,
-// release. Each step is derived from the API state, so a restart between
-// any two resumes where the last one stopped.
-//
-// Node-level steps have one owner in the cluster (owner.go: the holder of
-// the csi-fence-node-fencing Lease, one of the drivers' controllers); every
-// driver's controller takes the fence step for its own attachments once the
-// node is quarantined, and tells the owner what its driver can do through a
-// registration (registry.go).
 package failover
 
 import (

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -342,4 +343,38 @@ func (c *Controller) sayHeld(ctx context.Context, o observation, owner bool) {
 	if owner {
 		c.recorder.Eventf(o.node, v1.EventTypeNormal, "FencingSkipped", "Not fencing node %s automatically: %s", o.name, o.maintenance)
 	}
+}
+
+// manualRequest reports whether an explicit (Manual) FencingRequest asks to
+// fence the node. Fencing a Ready node needs the request to exist now, not
+// just in a cache that may lag its withdrawal (S4).
+func (c *Controller) manualRequest(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest, ready bool) (bool, error) {
+	if !fr.ManualActive() || !ready {
+		return fr.ManualActive(), nil
+	}
+	live, err := c.frClient.Get(ctx, nodeName)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return live.ManualActive(), nil
+}
+
+func (c *Controller) podsOn(node string) ([]*v1.Pod, error) {
+	return onNode[*v1.Pod](c.factory.Core().V1().Pods().Informer(), node)
+}
+
+// onNode returns the objects of informer, indexed byNode, on node.
+func onNode[T any](informer cache.SharedIndexInformer, node string) ([]T, error) {
+	objs, err := informer.GetIndexer().ByIndex(byNode, node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(T))
+	}
+	return out, nil
 }

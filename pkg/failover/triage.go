@@ -2,10 +2,15 @@ package failover
 
 import (
 	"context"
+	"fmt"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -80,4 +85,94 @@ func (c *Controller) sayTriage(ctx context.Context, node *v1.Node, t triage) {
 	for _, cand := range t.candidates {
 		c.eligible.seen(cand.pod)
 	}
+}
+
+// failsOver returns whether a driver's volumes on node may fail over: its
+// CSIDriver is annotated SafeDetach, and either it fences storage (this
+// driver by its own capabilities, another one by its registration), or it
+// fences on the out-of-service taint, or the node has a power switch (or a
+// Cluster API Machine) to fence it as a whole.
+func (c *Controller) failsOver(node *v1.Node) func(driver string) bool {
+	power := c.powerConfigured(node.Name) || c.machineConfigured(node)
+	return func(driver string) bool {
+		d, err := c.drivers.Get(driver)
+		if err != nil || d.Annotations[contract.SafeDetachAnnotation] != contract.SafeDetachTrue {
+			return false
+		}
+		return power || c.storageFences(driver) || c.fencesOnOutOfService(driver)
+	}
+}
+
+func (c *Controller) resolve(namespace string) func(string) (*podgc.Volume, error) {
+	return func(claim string) (*podgc.Volume, error) {
+		pv, err := c.pvOf(namespace, claim)
+		if err != nil {
+			return nil, err
+		}
+		if pv.Spec.CSI == nil {
+			return nil, fmt.Errorf("volume %s is not a CSI volume", pv.Name)
+		}
+		rwx := false
+		for _, m := range pv.Spec.AccessModes {
+			if m == v1.ReadWriteMany {
+				rwx = true
+			}
+		}
+		return &podgc.Volume{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle, PVName: pv.Name, RWX: rwx}, nil
+	}
+}
+
+// pvOf resolves a claim to its bound PersistentVolume, from the caches.
+func (c *Controller) pvOf(namespace, claim string) (*v1.PersistentVolume, error) {
+	pvc, err := c.pvcs.PersistentVolumeClaims(namespace).Get(claim)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
+	}
+	if pvc.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("claim %s/%s is not bound", namespace, claim)
+	}
+	pv, err := c.pvs.Get(pvc.Spec.VolumeName)
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: %w", pvc.Spec.VolumeName, err)
+	}
+	return pv, nil
+}
+
+// blocked says, once per pod and reason, why a Terminating pod on an
+// unreachable node will not be moved by storage fencing: an Event on the
+// pod (FailoverBlocked), so that its owner sees why it stays Terminating
+// (unless a power fence or an admin's out-of-service taint moves it).
+func (c *Controller) blocked(ctx context.Context, node *v1.Node, p *v1.Pod, why string) {
+	klog.FromContext(ctx).V(4).Info("Pod cannot fail over by SafeDetach", "pod", klog.KObj(p), "why", why)
+	if !nodehealth.Unreachable(node) || !c.notices.first(p.UID, why) {
+		return
+	}
+	c.recorder.Eventf(p, v1.EventTypeWarning, "FailoverBlocked", "Pod %s on unreachable node %s is not failed over by storage fencing: %s", p.Name, node.Name, why)
+}
+
+// notices remembers the last reason said of each pod (by UID), so that a
+// pass over a node says it once, not at every sync; forgotten with the pod.
+type notices struct {
+	mu   sync.Mutex
+	last map[types.UID]string
+}
+
+// first records why for uid and reports whether it is news.
+func (n *notices) first(uid types.UID, why string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.last == nil {
+		n.last = map[types.UID]string{}
+	}
+	if n.last[uid] == why {
+		return false
+	}
+	n.last[uid] = why
+	return true
+}
+
+func (n *notices) forget(uid types.UID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.last, uid)
 }

@@ -16,6 +16,12 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
+// What others decided about a node's pods is honoured first, in every pass
+// of the owner over a node that is not Ready, before this pass decides
+// anything of its own: the out-of-service taint and FencingComplete free
+// pods (honourSignals), and an eviction the taint manager lost is taken
+// over (takeOverLostEvictions).
+
 // taintsSeen remembers when this process first saw each NoExecute taint of
 // each node, on its own clock: the taint's timeAdded is the node lifecycle
 // controller's clock, which this process never compares with its own. A
@@ -127,4 +133,22 @@ func (c *Controller) takeOverLostEvictions(ctx context.Context, node *v1.Node, p
 	if next > 0 {
 		c.queue.AddAfter(node.Name, next)
 	}
+}
+
+// honourSignals force-deletes the pods that others' signals free: KEP-2268's
+// out-of-service taint and the Node Fencing KEP's FencingComplete, whoever
+// set them (each delete guarded by a live read, S3).
+func (c *Controller) honourSignals(ctx context.Context, node *v1.Node, pods []*v1.Pod) {
+	var freed []*v1.Pod
+	for _, p := range pods {
+		if podgc.OutOfService(p, node) || podgc.FencingComplete(p, node) {
+			freed = append(freed, p)
+		}
+	}
+	c.forceDeleteAll(ctx, node.Name, freed, func(p *v1.Pod) string {
+		if podgc.OutOfService(p, node) {
+			return podgc.ReasonOutOfService
+		}
+		return podgc.ReasonFencingComplete
+	}, nil)
 }
