@@ -597,12 +597,9 @@ func (a *Attacher) removeFinalizer(ctx context.Context, va *storagev1.VolumeAtta
 // unpublish unpublishes the volume plainly from previous (unless "") and
 // then from nodeID.
 func (a *Attacher) unpublish(ctx context.Context, volumeID, previous, nodeID string, secrets map[string]string) error {
-	if previous != "" {
-		if err := a.CSI.Detach(ctx, volumeID, previous, secrets); err != nil {
-			return fmt.Errorf("unpublishing volume %s from its previous node ID %q: %w", volumeID, previous, err)
-		}
-	}
-	return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	return csiclient.EachNodeID(previous, nodeID, func(nodeID string) error {
+		return a.CSI.Detach(ctx, volumeID, nodeID, secrets)
+	})
 }
 
 // submitFence hands the fence over: one of external-attacher's workers must

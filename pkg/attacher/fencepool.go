@@ -9,6 +9,8 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 )
 
 // DefaultFenceWorkers is the size of the fence pool when Config leaves it
@@ -109,14 +111,9 @@ type fenceJob struct {
 }
 
 // eachNodeID calls send with the job's previous node ID, if any, then with
-// its node ID, and stops at the first error.
+// its node ID (csiclient.EachNodeID).
 func (j *fenceJob) eachNodeID(send func(nodeID string) error) error {
-	if j.previousNodeID != "" {
-		if err := send(j.previousNodeID); err != nil {
-			return fmt.Errorf("node ID %q: %w", j.previousNodeID, err)
-		}
-	}
-	return send(j.key.nodeID)
+	return csiclient.EachNodeID(j.previousNodeID, j.key.nodeID, send)
 }
 
 type fenceFailure struct {

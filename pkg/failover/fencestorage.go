@@ -176,12 +176,9 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 // the volume may still be published under it, out of reach of a fence of
 // any other ID (S1). The record names v.NodeID, as the attacher's does.
 func (c *Controller) fenceVolume(ctx context.Context, v fencingv1alpha1.FencedVolume, va *storagev1.VolumeAttachment, secrets map[string]string) error {
-	if previous := va.Annotations[contract.PreviousNodeIDAnnotation]; previous != "" && previous != v.NodeID {
-		if err := c.csi.Detach(ctx, v.VolumeHandle, previous, secrets, true); err != nil {
-			return fmt.Errorf("fencing from the previous node ID %q: %w", previous, err)
-		}
-	}
-	return c.csi.Detach(ctx, v.VolumeHandle, v.NodeID, secrets, true)
+	return csiclient.EachNodeID(va.Annotations[contract.PreviousNodeIDAnnotation], v.NodeID, func(nodeID string) error {
+		return c.csi.Detach(ctx, v.VolumeHandle, nodeID, secrets, true)
+	})
 }
 
 // nodeID is the CSI node ID the volume was published to: the one the

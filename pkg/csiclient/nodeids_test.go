@@ -1,0 +1,42 @@
+package csiclient
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestEachNodeID(t *testing.T) {
+	fail := errors.New("refused")
+	tests := []struct {
+		name             string
+		previous, nodeID string
+		failOn           string
+		wantCalls        []string
+		wantErr          bool
+	}{
+		{name: "no previous ID", nodeID: "n2", wantCalls: []string{"n2"}},
+		{name: "previous ID first", previous: "n1", nodeID: "n2", wantCalls: []string{"n1", "n2"}},
+		{name: "previous ID is the current one", previous: "n2", nodeID: "n2", wantCalls: []string{"n2"}},
+		{name: "previous ID fails: the current one waits", previous: "n1", nodeID: "n2", failOn: "n1", wantCalls: []string{"n1"}, wantErr: true},
+		{name: "current ID fails", previous: "n1", nodeID: "n2", failOn: "n2", wantCalls: []string{"n1", "n2"}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls []string
+			err := EachNodeID(tc.previous, tc.nodeID, func(id string) error {
+				calls = append(calls, id)
+				if id == tc.failOn {
+					return fail
+				}
+				return nil
+			})
+			if !slices.Equal(calls, tc.wantCalls) {
+				t.Errorf("calls = %v, want %v", calls, tc.wantCalls)
+			}
+			if (err != nil) != tc.wantErr || (err != nil && !errors.Is(err, fail)) {
+				t.Errorf("err = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}
