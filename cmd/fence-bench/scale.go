@@ -31,7 +31,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
-	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
@@ -795,7 +794,7 @@ func productWrites(events []framework.AuditEvent, begin, end time.Time) map[stri
 		if roleOf(e.User) == "" || !isWrite(e.Verb) || e.Time.Before(begin) || e.Time.After(end) {
 			continue
 		}
-		if e.Resource == "leases" && e.Name != failover.StormGuardLeaseName {
+		if e.Resource == "leases" && e.Name != contract.StormGuardLeaseName {
 			continue
 		}
 		r := e.Resource
@@ -1065,7 +1064,7 @@ func (s *scaleRun) track(ctx context.Context) (func(), error) {
 	}))
 	guard := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithNamespace(sidecar.DefaultStormGuardNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", failover.StormGuardLeaseName).String()
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", contract.StormGuardLeaseName).String()
 		}))
 	podInf := pods.Core().V1().Pods().Informer()
 	vaInf := f.Storage().V1().VolumeAttachments().Informer()

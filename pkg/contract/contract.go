@@ -152,3 +152,25 @@ func AttacherFinalizer(driver string) string {
 func AttacherLeaseName(driver string) string {
 	return "external-attacher-leader-" + SanitizeDriverName(driver)
 }
+
+// The Leases of the failover controllers, in the namespace of the driver's
+// controller; admission policies and RBAC name them.
+
+// NodeFencingLeaseName is the Lease whose holder owns node-level fencing
+// state cluster-wide (S9): the quarantine taint, the Node Fencing conditions
+// and taints, the storm guard's admissions, the pod GC and the
+// FencingRequest's phase. Every driver's failover controller runs for it;
+// whatever the number of drivers and replicas, one of them writes that state
+// at a time, and the others fence only their own driver's attachments and
+// record them per driver.
+const NodeFencingLeaseName = "csi-fence-node-fencing"
+
+// StormGuardLeaseName is the Lease that holds the storm guard's admissions.
+const StormGuardLeaseName = "csi-fence-storm-guard"
+
+// RegistrationLeaseName is the name of a driver's registration Lease: what
+// the driver's failover controller tells the owner of node-level state its
+// driver can do.
+func RegistrationLeaseName(driver string) string {
+	return "csi-fence-driver-" + SanitizeDriverName(driver)
+}

@@ -387,7 +387,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		if err := c.registry.register(ctx, registration{driver: c.opts.DriverName, identity: c.opts.Election.Identity, canFence: c.opts.CanFence,
 			limits: guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent}}); err != nil {
 			logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
-				"lease", RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
+				"lease", contract.RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
 		}
 	}
 	register(ctx)

@@ -127,7 +127,7 @@ func expectReleased(t *testing.T, e *env) {
 	case fr.Status.Phase != fencingv1alpha1.PhaseComplete || slices.Contains(fr.Finalizers, contract.RecordFinalizer):
 		t.Errorf("the record of the released node: phase %s, finalizers %v", fr.Status.Phase, fr.Finalizers)
 	}
-	l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), StormGuardLeaseName, metav1.GetOptions{})
+	l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), contract.StormGuardLeaseName, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 )
@@ -55,7 +56,7 @@ func TestDeletedNodeReleasesFencedAttachments(t *testing.T) {
 					Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now())), LeaseDurationSeconds: ptr.To[int32](40)}})
 			}
 			if tc.paused {
-				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.StormGuardLeaseName, Namespace: "kube-system",
 					Annotations: map[string]string{PausedAnnotation: "storage maintenance"}}})
 			}
 			e := newEnv(t, objs, true)

@@ -12,16 +12,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
-)
 
-// NodeFencingLeaseName is the Lease whose holder owns node-level fencing
-// state cluster-wide (S9): the quarantine taint, the Node Fencing conditions
-// and taints, the storm guard's admissions, the pod GC and the
-// FencingRequest's phase. Every driver's failover controller runs for it;
-// whatever the number of drivers and replicas, one of them writes that state
-// at a time, and the others fence only their own driver's attachments and
-// record them per driver.
-const NodeFencingLeaseName = "csi-fence-node-fencing"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+)
 
 // Owner says whether this controller owns node-level fencing state now.
 type Owner interface {
@@ -81,7 +74,7 @@ func (o *leaseOwner) IsOwner() bool { return o.owner.Load() }
 func (o *leaseOwner) runElection(ctx context.Context, cfg ElectionConfig, changed func()) {
 	logger := klog.FromContext(ctx)
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: NodeFencingLeaseName, Namespace: cfg.Namespace},
+		LeaseMeta:  metav1.ObjectMeta{Name: contract.NodeFencingLeaseName, Namespace: cfg.Namespace},
 		Client:     cfg.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}
@@ -92,15 +85,15 @@ func (o *leaseOwner) runElection(ctx context.Context, cfg ElectionConfig, change
 			RenewDeadline:   cfg.RenewDeadline,
 			RetryPeriod:     cfg.RetryPeriod,
 			ReleaseOnCancel: true,
-			Name:            NodeFencingLeaseName,
+			Name:            contract.NodeFencingLeaseName,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(context.Context) {
-					logger.Info("Owning node-level fencing state", "lease", NodeFencingLeaseName, "identity", cfg.Identity)
+					logger.Info("Owning node-level fencing state", "lease", contract.NodeFencingLeaseName, "identity", cfg.Identity)
 					o.owner.Store(true)
 					changed()
 				},
 				OnStoppedLeading: func() {
-					logger.Info("No longer owning node-level fencing state", "lease", NodeFencingLeaseName, "identity", cfg.Identity)
+					logger.Info("No longer owning node-level fencing state", "lease", contract.NodeFencingLeaseName, "identity", cfg.Identity)
 					o.owner.Store(false)
 					changed()
 				},

@@ -18,6 +18,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 )
 
@@ -58,7 +59,7 @@ func TestElectionReleasesBeforeReturning(t *testing.T) {
 	if o.IsOwner() {
 		t.Error("still the owner after the election ended")
 	}
-	lease, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), NodeFencingLeaseName, metav1.GetOptions{})
+	lease, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), contract.NodeFencingLeaseName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestRunReleasesTheLeaseAfterItsWorkers(t *testing.T) {
 	}
 	cancel()
 	holder := func() string {
-		l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), NodeFencingLeaseName, metav1.GetOptions{})
+		l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), contract.NodeFencingLeaseName, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return ""
 		}

@@ -62,11 +62,6 @@ const (
 	registrationTTL     = 5 * time.Minute
 )
 
-// RegistrationLeaseName is the name of a driver's registration Lease.
-func RegistrationLeaseName(driver string) string {
-	return "csi-fence-driver-" + contract.SanitizeDriverName(driver)
-}
-
 // registry reads and writes driver registrations in one namespace.
 type registry struct {
 	client    kubernetes.Interface
@@ -163,7 +158,7 @@ func (g registration) annotations() map[string]string {
 // register records what the driver can do, created or updated as needed.
 func (r *registry) register(ctx context.Context, g registration) error {
 	leases := r.client.CoordinationV1().Leases(r.namespace)
-	name := RegistrationLeaseName(g.driver)
+	name := contract.RegistrationLeaseName(g.driver)
 	want := g.annotations()
 	return retry.OnError(retry.DefaultBackoff, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
@@ -263,7 +258,7 @@ func (a guardLimits) strictest(b guardLimits) guardLimits {
 // process saw it renew its registration within registrationTTL (on its
 // own clock).
 func (r *registry) canFence(driver string) bool {
-	lease, err := r.leases.Get(RegistrationLeaseName(driver))
+	lease, err := r.leases.Get(contract.RegistrationLeaseName(driver))
 	return err == nil && lease.Annotations[registrationLabel] == driver && lease.Annotations[canFenceAnnotation] == "true" &&
 		r.renewedWithinTTL(lease)
 }

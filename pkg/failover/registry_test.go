@@ -22,7 +22,7 @@ import (
 func writeRegistration(ctx context.Context, t *testing.T, client kubernetes.Interface, g registration, at time.Time) {
 	t.Helper()
 	leases := client.CoordinationV1().Leases("kube-system")
-	name := RegistrationLeaseName(g.driver)
+	name := contract.RegistrationLeaseName(g.driver)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	create := apierrors.IsNotFound(err)
 	if create {
@@ -51,7 +51,7 @@ func waitObserved(ctx context.Context, t *testing.T, r *registry, driver string,
 	if err := waitUntil(ctx, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		cur, ok := r.renewed[RegistrationLeaseName(driver)]
+		cur, ok := r.renewed[contract.RegistrationLeaseName(driver)]
 		return ok && cur.value.Equal(metav1.NewMicroTime(at).Time)
 	}); err != nil {
 		t.Fatalf("the registration of %s renewed at %s never reached the controller: %v", driver, at, err)
@@ -131,7 +131,7 @@ func TestStaleRegistrationDoesNotCountAfterRestart(t *testing.T) {
 func TestRegistrationLimitsFromFirstSight(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
 	r := newRegistry(nil, "kube-system", clk)
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: RegistrationLeaseName(otherDriver)},
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.RegistrationLeaseName(otherDriver)},
 		Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now().Add(-time.Hour)))}}
 	if r.renewedWithinTTL(l) {
 		t.Error("a registration seen once counts as renewed")

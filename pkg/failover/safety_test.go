@@ -17,15 +17,12 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,7 +30,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
@@ -763,7 +762,7 @@ func TestPolicyStopsAutomaticFencing(t *testing.T) {
 	}{
 		{name: "no policy", tweak: func(o []runtime.Object) []runtime.Object { return o }, fenced: true},
 		{name: "paused", tweak: func(o []runtime.Object) []runtime.Object {
-			return append(o, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+			return append(o, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.StormGuardLeaseName, Namespace: "kube-system",
 				Annotations: map[string]string{PausedAnnotation: "storage maintenance"}}})
 		}},
 		{name: "pod opted out", tweak: func(o []runtime.Object) []runtime.Object {
@@ -960,7 +959,7 @@ func TestStormGuardDropsLeakedAdmissions(t *testing.T) {
 					n.Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
 				}
 			}
-			objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+			objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.StormGuardLeaseName, Namespace: "kube-system",
 				Annotations: map[string]string{stormGuardAnnotation: tc.listed}}})
 			e := newEnv(t, objs, true)
 			e.tweaks = append(e.tweaks, func(o *Options) { o.MaxFencedNodes, o.MaxFencedNodePercent = 1, 0 })
@@ -970,7 +969,7 @@ func TestStormGuardDropsLeakedAdmissions(t *testing.T) {
 			if quarantined != tc.admit {
 				t.Fatalf("n1 quarantined = %v, want %v (steps %v)", quarantined, tc.admit, e.steps.log)
 			}
-			l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), StormGuardLeaseName, metav1.GetOptions{})
+			l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), contract.StormGuardLeaseName, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1082,7 +1081,7 @@ func TestReleaseDoesNotCompleteOverANewFence(t *testing.T) {
 	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
 		t.Errorf("a node with a fence recorded and not cleaned is not quarantined")
 	}
-	l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), StormGuardLeaseName, metav1.GetOptions{})
+	l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), contract.StormGuardLeaseName, metav1.GetOptions{})
 	if err != nil || !slices.Contains(strings.Split(l.Annotations[stormGuardAnnotation], ","), "n1") {
 		t.Errorf("quarantined again without the storm guard's admission: %v %v", err, l)
 	}
@@ -1133,9 +1132,9 @@ func TestStormGuardHoldsTheStrictestDriversLimit(t *testing.T) {
 			ann := map[string]string{registrationLabel: otherDriver, canFenceAnnotation: "true"}
 			maps.Copy(ann, tc.annotations)
 			objs = append(objs,
-				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: "kube-system",
+				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.StormGuardLeaseName, Namespace: "kube-system",
 					Annotations: map[string]string{stormGuardAnnotation: "n2"}}},
-				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: RegistrationLeaseName(otherDriver), Namespace: "kube-system",
+				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.RegistrationLeaseName(otherDriver), Namespace: "kube-system",
 					Labels: map[string]string{registrationLabel: otherDriver}, Annotations: ann},
 					Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}})
 			e := newEnv(t, objs, true)
@@ -1143,7 +1142,7 @@ func TestStormGuardHoldsTheStrictestDriversLimit(t *testing.T) {
 			e.tweaks = append(e.tweaks, func(o *Options) { o.MaxFencedNodes, o.MaxFencedNodePercent, o.Clock = 0, 0, clk })
 			e.restart(t)
 			if tc.stale {
-				l, err := e.c.registry.leases.Get(RegistrationLeaseName(otherDriver))
+				l, err := e.c.registry.leases.Get(contract.RegistrationLeaseName(otherDriver))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1499,7 +1498,7 @@ func TestPrunedAdmissionIsNotFencedUncounted(t *testing.T) {
 	t.Cleanup(cancel)
 	e.c = e.startOn(cctx, t, hooked, true)
 	_ = e.sync(t)
-	l, err := e.client.CoordinationV1().Leases("kube-system").Get(ctx, StormGuardLeaseName, metav1.GetOptions{})
+	l, err := e.client.CoordinationV1().Leases("kube-system").Get(ctx, contract.StormGuardLeaseName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

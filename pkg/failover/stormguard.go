@@ -15,9 +15,6 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
-// StormGuardLeaseName is the Lease that holds the storm guard's admissions.
-const StormGuardLeaseName = "csi-fence-storm-guard"
-
 // stormGuardAnnotation lists, comma-separated and sorted, the nodes admitted
 // to fencing and not released yet.
 const stormGuardAnnotation = contract.Prefix + "/fencing-nodes"
@@ -70,7 +67,7 @@ func (g *stormGuard) admit(ctx context.Context, node string, force bool, limit f
 			return nil
 		}
 		if a.paused != "" && !force {
-			return fmt.Errorf("fencing is paused (%s=%q on Lease %s)", PausedAnnotation, a.paused, StormGuardLeaseName)
+			return fmt.Errorf("fencing is paused (%s=%q on Lease %s)", PausedAnnotation, a.paused, contract.StormGuardLeaseName)
 		}
 		return g.add(ctx, a, node, force, limit, stale)
 	})
@@ -133,12 +130,12 @@ func (g *stormGuard) prune(ctx context.Context, a *admissions, stale func(ctx co
 // pausedBy reads the storm guard's Lease live and returns why fencing is
 // paused ("" if it is not, or the Lease does not exist yet).
 func (g *stormGuard) pausedBy(ctx context.Context) (string, error) {
-	lease, err := g.client.CoordinationV1().Leases(g.namespace).Get(ctx, StormGuardLeaseName, metav1.GetOptions{})
+	lease, err := g.client.CoordinationV1().Leases(g.namespace).Get(ctx, contract.StormGuardLeaseName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", nil
 	case err != nil:
-		return "", fmt.Errorf("reading the storm guard's Lease %s: %w", StormGuardLeaseName, err)
+		return "", fmt.Errorf("reading the storm guard's Lease %s: %w", contract.StormGuardLeaseName, err)
 	}
 	return lease.Annotations[PausedAnnotation], nil
 }
@@ -160,9 +157,9 @@ func (g *stormGuard) update(ctx context.Context, change func(*admissions) error)
 	return retry.OnError(retry.DefaultBackoff, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
 	}, func() error {
-		lease, err := leases.Get(ctx, StormGuardLeaseName, metav1.GetOptions{})
+		lease, err := leases.Get(ctx, contract.StormGuardLeaseName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: StormGuardLeaseName, Namespace: g.namespace}}, metav1.CreateOptions{})
+			lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.StormGuardLeaseName, Namespace: g.namespace}}, metav1.CreateOptions{})
 		}
 		if err != nil {
 			return err

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
-
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -67,7 +66,7 @@ const (
 func (o *FailoverOptions) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxFencedNodes, "max-fenced-nodes", 0, "Storm guard: never fence more than this many nodes at once (0: no absolute limit).")
 	fs.IntVar(&o.MaxFencedNodePercent, "max-fenced-node-percent", 50, "Storm guard: never fence more than this share of all nodes at once, in percent (0: no limit).")
-	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", DefaultStormGuardNamespace, "Namespace of the Leases that are one per cluster: the owner of node-level fencing state ("+failover.NodeFencingLeaseName+"), the storm guard's admissions ("+failover.StormGuardLeaseName+") and the drivers' registrations. Every driver's sidecar must name the same one, whatever namespace the driver is installed in, and be granted Leases there (the Role csi-fence-attacher-cluster-leases of deploy/kubernetes/base): two namespaces mean two owners and two storm guards.")
+	fs.StringVar(&o.StormGuardNamespace, "storm-guard-namespace", DefaultStormGuardNamespace, "Namespace of the Leases that are one per cluster: the owner of node-level fencing state ("+contract.NodeFencingLeaseName+"), the storm guard's admissions ("+contract.StormGuardLeaseName+") and the drivers' registrations. Every driver's sidecar must name the same one, whatever namespace the driver is installed in, and be granted Leases there (the Role csi-fence-attacher-cluster-leases of deploy/kubernetes/base): two namespaces mean two owners and two storm guards.")
 	fs.BoolVar(&o.FencingTaints, "fencing-taints", false, "Add the Node Fencing taints node.kubernetes.io/fencingtriaged:PreferNoSchedule and node.kubernetes.io/fencingrequired:NoSchedule with the FencingTriaged and FencingRequired conditions.")
 	fs.BoolVar(&o.FailoverOptIn, "failover-opt-in", false, "Fail over by SafeDetach only the pods labelled "+contract.FailoverLabel+"="+contract.FailoverEnabled+" (or in a namespace so labelled); without it every pod fails over but those labelled "+contract.FailoverDisabled+".")
 	o.Backends = []string{fencingv1alpha1.BackendStorage, fencingv1alpha1.BackendPower, fencingv1alpha1.BackendOutOfService}
@@ -246,7 +245,7 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 }
 
 // electionConfig is how this sidecar runs for ownership of node-level
-// fencing state (failover.NodeFencingLeaseName), with external-attacher's
+// fencing state (contract.NodeFencingLeaseName), with external-attacher's
 // --leader-election-* durations. Its identity names the host (the pod, as
 // csi-lib-utils' identity does) and the driver, since sidecars of two drivers
 // may share a host.

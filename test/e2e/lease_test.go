@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
-	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
@@ -31,11 +30,11 @@ func TestTerminatedLeaderReleasesItsLeases(t *testing.T) {
 	ctx := context.Background()
 	driver := product.Driver.Name
 	attacherLease := contract.AttacherLeaseName(driver)
-	namespaces := map[string]string{attacherLease: "default", failover.NodeFencingLeaseName: nodeFencingNamespace}
+	namespaces := map[string]string{attacherLease: "default", contract.NodeFencingLeaseName: nodeFencingNamespace}
 	// The identities a replica holds them with: csi-lib-utils' (its
 	// hostname) and the failover's (the hostname and the driver).
 	identities := func(host string) map[string]string {
-		return map[string]string{attacherLease: host, failover.NodeFencingLeaseName: host + "_" + contract.SanitizeDriverName(driver)}
+		return map[string]string{attacherLease: host, contract.NodeFencingLeaseName: host + "_" + contract.SanitizeDriverName(driver)}
 	}
 	get := func(ctx context.Context, lease string) (holder string, renewed time.Time, err error) {
 		l, err := cluster.Client.CoordinationV1().Leases(namespaces[lease]).Get(ctx, lease, metav1.GetOptions{})

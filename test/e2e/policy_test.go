@@ -133,9 +133,9 @@ func setPaused(ctx context.Context, why string) error {
 	if err != nil {
 		return err
 	}
-	_, err = leases.Patch(ctx, failover.StormGuardLeaseName, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = leases.Patch(ctx, contract.StormGuardLeaseName, types.MergePatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) && why != "" {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: failover.StormGuardLeaseName,
+		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: contract.StormGuardLeaseName,
 			Annotations: map[string]string{failover.PausedAnnotation: why}}}, metav1.CreateOptions{})
 	}
 	return err

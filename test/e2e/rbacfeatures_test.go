@@ -20,7 +20,6 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
-	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
@@ -580,7 +579,7 @@ func TestStandbyRunsTheFeaturesGrantedWhenItLeads(t *testing.T) {
 	// It leads, and its failover runs: it holds the node-fencing Lease.
 	holder := standby.Name + "_" + contract.SanitizeDriverName(product.Driver.Name)
 	if err := framework.WaitFor(ctx, 60*time.Second, "the standby's failover holding the node-fencing Lease", func(ctx context.Context) (bool, error) {
-		l, err := cluster.Client.CoordinationV1().Leases(nodeFencingNamespace).Get(ctx, failover.NodeFencingLeaseName, metav1.GetOptions{})
+		l, err := cluster.Client.CoordinationV1().Leases(nodeFencingNamespace).Get(ctx, contract.NodeFencingLeaseName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}

@@ -27,7 +27,6 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
-	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
@@ -166,7 +165,7 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	// it: a second driver's sidecar may (and may take it over now).
 	driver := contract.SanitizeDriverName(framework.DriverName)
 	for name, holder := range held {
-		if strings.HasSuffix(name, "/"+failover.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
+		if strings.HasSuffix(name, "/"+contract.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
 			delete(held, name)
 		}
 	}
@@ -226,7 +225,7 @@ func (t *Trial) leaderLeases(ctx context.Context) (map[string]string, error) {
 			out[l.Namespace+"/"+l.Name] = ptr.Deref(l.Spec.HolderIdentity, "")
 		}
 	}
-	owner, err := t.c.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace).Get(ctx, failover.NodeFencingLeaseName, metav1.GetOptions{})
+	owner, err := t.c.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace).Get(ctx, contract.NodeFencingLeaseName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:

@@ -25,7 +25,6 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
-	"github.com/csi-fence/fence-attacher/pkg/failover"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
@@ -661,7 +660,7 @@ func (t *Trial) leftovers(ctx context.Context, node string) []string {
 	case fr.Status.Phase != fencingv1alpha1.PhaseComplete && fr.Status.Phase != "":
 		out = append(out, node+": record phase "+string(fr.Status.Phase))
 	}
-	lease, err := t.c.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace).Get(ctx, failover.StormGuardLeaseName, metav1.GetOptions{})
+	lease, err := t.c.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace).Get(ctx, contract.StormGuardLeaseName, metav1.GetOptions{})
 	if err == nil && slices.Contains(strings.Split(lease.Annotations[contract.Prefix+"/fencing-nodes"], ","), node) {
 		out = append(out, node+": storm guard admission")
 	}
@@ -750,7 +749,7 @@ func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
 func (t *Trial) handOver(ctx context.Context, held map[string]string, standbyStarted time.Time) ([]string, error) {
 	driver := contract.SanitizeDriverName(framework.DriverName)
 	for name, holder := range held {
-		if strings.HasSuffix(name, "/"+failover.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
+		if strings.HasSuffix(name, "/"+contract.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
 			delete(held, name)
 		}
 	}
