@@ -22,8 +22,9 @@
 //     quarantine taint, the record written first;
 //  5. fencestorage.go: this driver's attachments fenced, write-ahead through
 //     pkg/fencerecord (S1, S8);
-//  6. nodefence.go, machinefence.go: the node fenced as a whole (power,
-//     machine, out-of-service) when storage fencing cannot free its pods;
+//  6. nodefence.go: the node fenced as a whole when storage fencing cannot
+//     free its pods, by the backends behind one interface: powerfence.go,
+//     machinefence.go, outofservice.go;
 //  7. volumesinuse.go: the fenced volumes taken out of the node's
 //     volumesInUse, so that the attach/detach controller may detach them;
 //  8. forcedelete.go: the pod GC, each pod whose storage is fenced deleted

@@ -404,3 +404,19 @@ func (c *Controller) MachineChanged(node string) {
 		c.queue.Add(node)
 	}
 }
+
+// machineBackend deletes the node's Cluster API Machine (machinefence.go):
+// asked once, then followed pass by pass until the infrastructure
+// confirms; while it waits, no later backend acts on the node.
+type machineBackend struct{ c *Controller }
+
+func (b machineBackend) configured(node *v1.Node) bool { return b.c.machineConfigured(node) }
+
+func (b machineBackend) fence(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, why string) (*fencingv1alpha1.FencingRequest, bool, error) {
+	if fencerecord.MachineIntentRecorded(fr) == nil {
+		klog.FromContext(ctx).V(2).Info("Escalating to a machine fence", "why", why)
+		b.c.recorder.Eventf(node, v1.EventTypeWarning, "FenceEscalated", "Node %s: %s; deleting its Cluster API Machine", node.Name, why)
+	}
+	fr, err := b.c.machineFence(ctx, node, fr)
+	return fr, err == nil || fencerecord.MachineIntentRecorded(fr) != nil, err
+}
