@@ -31,7 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
@@ -1243,7 +1243,7 @@ func (t *tracker) onNode(o interface{}) {
 	if !ok {
 		return
 	}
-	q := podgc.Taint(n, contract.QuarantineTaintKey) != nil
+	q := nodestate.Taint(n, contract.QuarantineTaintKey) != nil
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if q {

@@ -27,6 +27,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -451,7 +452,7 @@ func (c *Controller) enqueueAll() {
 	quarantined := 0
 	for _, n := range nodes {
 		add(n.Name)
-		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+		if nodestate.Taint(n, contract.QuarantineTaintKey) != nil {
 			quarantined++
 		}
 	}

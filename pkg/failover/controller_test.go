@@ -32,7 +32,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
 )
 
@@ -240,7 +240,7 @@ func TestSafeDetachOrder(t *testing.T) {
 	if len(node.Status.VolumesInUse) != 0 {
 		t.Errorf("fenced volume still in volumesInUse: %v", node.Status.VolumesInUse)
 	}
-	if !podgc.ConditionTrue(node, contract.ConditionFencingComplete) {
+	if !nodestate.ConditionTrue(node, contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete not set: %+v", node.Status.Conditions)
 	}
 }
@@ -474,13 +474,13 @@ func TestFencingConditionsAndTaints(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, _ := e.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
-	if !podgc.ConditionTrue(n, contract.ConditionFencingTriaged) || !podgc.ConditionTrue(n, contract.ConditionFencingRequired) {
+	if !nodestate.ConditionTrue(n, contract.ConditionFencingTriaged) || !nodestate.ConditionTrue(n, contract.ConditionFencingRequired) {
 		t.Errorf("conditions = %+v", n.Status.Conditions)
 	}
-	if podgc.Taint(n, contract.FencingTriagedTaintKey) == nil || podgc.Taint(n, contract.FencingRequiredTaintKey) == nil {
+	if nodestate.Taint(n, contract.FencingTriagedTaintKey) == nil || nodestate.Taint(n, contract.FencingRequiredTaintKey) == nil {
 		t.Errorf("taints = %+v", n.Spec.Taints)
 	}
-	if podgc.Taint(n, contract.QuarantineTaintKey) != nil || e.csi.calls != 0 {
+	if nodestate.Taint(n, contract.QuarantineTaintKey) != nil || e.csi.calls != 0 {
 		t.Errorf("a node with no qualifying pod was fenced: taints %+v, %d CSI calls", n.Spec.Taints, e.csi.calls)
 	}
 	// The node comes back: every taint and condition added goes (S6).
@@ -493,14 +493,14 @@ func TestFencingConditionsAndTaints(t *testing.T) {
 	if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitUntil(ctx, func() bool { got, _ := e.c.nodes.Get("n1"); return got != nil && podgc.NodeReady(got) }); err != nil {
+	if err := waitUntil(ctx, func() bool { got, _ := e.c.nodes.Get("n1"); return got != nil && nodestate.Ready(got) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
 	n, _ = e.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
-	if hasFencingCondition(n) || podgc.Taint(n, contract.FencingTriagedTaintKey) != nil || podgc.Taint(n, contract.FencingRequiredTaintKey) != nil {
+	if hasFencingCondition(n) || nodestate.Taint(n, contract.FencingTriagedTaintKey) != nil || nodestate.Taint(n, contract.FencingRequiredTaintKey) != nil {
 		t.Errorf("left behind: conditions %+v, taints %+v", n.Status.Conditions, n.Spec.Taints)
 	}
 }
@@ -647,7 +647,7 @@ func TestTriageOnlyUnreachableNodes(t *testing.T) {
 			if err := e.sync(t); err != nil {
 				t.Fatal(err)
 			}
-			if got := podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingTriaged); got != tc.triaged {
+			if got := nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingTriaged); got != tc.triaged {
 				t.Errorf("FencingTriaged=%v, want %v", got, tc.triaged)
 			}
 		})

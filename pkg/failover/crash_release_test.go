@@ -18,7 +18,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // S6 and "every mark added is removed", across crashes: a node that failed
@@ -32,7 +32,7 @@ import (
 func TestCrashAtEveryWriteOfTheRelease(t *testing.T) {
 	crashAtEveryWrite(t, "release", readyToRelease,
 		func(t *testing.T, e *env, kill *killSwitch) {
-			if n := e.node(t, "n1"); podgc.Taint(n, contract.QuarantineTaintKey) == nil && fencerecord.Pending(e.record(t)) {
+			if n := e.node(t, "n1"); nodestate.Taint(n, contract.QuarantineTaintKey) == nil && fencerecord.Pending(e.record(t)) {
 				t.Fatalf("killed after %d writes (%v): quarantine lifted with a volume not cleaned", kill.after, kill.done())
 			}
 		},
@@ -112,7 +112,7 @@ func expectReleased(t *testing.T, e *env) {
 	t.Helper()
 	n := e.node(t, "n1")
 	for _, key := range []string{contract.QuarantineTaintKey, contract.FencingTriagedTaintKey, contract.FencingRequiredTaintKey, contract.OutOfServiceTaintKey} {
-		if podgc.Taint(n, key) != nil {
+		if nodestate.Taint(n, key) != nil {
 			t.Errorf("taint %s left on the released node: %v", key, n.Spec.Taints)
 		}
 	}
@@ -190,7 +190,7 @@ func TestCrashAtEveryWriteOfTheFailover(t *testing.T) {
 				return
 			}
 			fr, err := e.fr.Get(context.Background(), "n1")
-			if err != nil || !fencerecord.IsFenced(fr, driver, "h1") || podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+			if err != nil || !fencerecord.IsFenced(fr, driver, "h1") || nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
 				t.Fatalf("killed after %d writes (%v): the pod was deleted without its volume recorded fenced on a quarantined node (%v)", kill.after, kill.done(), err)
 			}
 		},
@@ -201,7 +201,7 @@ func TestCrashAtEveryWriteOfTheFailover(t *testing.T) {
 			if n := e.csi.fenced("h1"); n > 2 {
 				t.Errorf("h1 fenced %d times", n)
 			}
-			if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+			if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
 				t.Errorf("the failed node is not quarantined after the restart")
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -65,10 +66,10 @@ func AdmissionStale(node *v1.Node, fr *fencingv1alpha1.FencingRequest) bool {
 	if node == nil {
 		return true
 	}
-	if fr != nil && fr.Status.NodeFence != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete && !podgc.NodeReady(node) {
+	if fr != nil && fr.Status.NodeFence != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete && !nodestate.Ready(node) {
 		return false
 	}
-	return podgc.NodeReady(node) && podgc.Taint(node, contract.QuarantineTaintKey) == nil
+	return nodestate.Ready(node) && nodestate.Taint(node, contract.QuarantineTaintKey) == nil
 }
 
 // Release decides whether a node that is Ready again may leave quarantine:

@@ -26,7 +26,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/machinefence"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // fakeMachines is a Cluster API cluster as the machine backend sees it: it
@@ -224,7 +224,7 @@ func TestMachineFence(t *testing.T) {
 			if taint != tc.wantMoved || ours != tc.wantMoved {
 				t.Errorf("out-of-service taint = %v (ours %v), want %v", taint, ours, tc.wantMoved)
 			}
-			if complete := podgc.ConditionTrue(node, contract.ConditionFencingComplete); complete != tc.wantMoved {
+			if complete := nodestate.ConditionTrue(node, contract.ConditionFencingComplete); complete != tc.wantMoved {
 				t.Errorf("FencingComplete = %v, want %v", complete, tc.wantMoved)
 			}
 			if tc.wantEvent != "" && !hasEvent(evs, tc.wantEvent) {
@@ -263,7 +263,7 @@ func TestMachineFence(t *testing.T) {
 					t.Errorf("want one MachineFencePending event with the provider's reason over %d passes, got %q", tc.passes, pending)
 				}
 			}
-			if tc.wantMoved && !fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey)) {
+			if tc.wantMoved && !fencerecord.OwnOutOfServiceTaint(fr, nodestate.Taint(node, contract.OutOfServiceTaintKey)) {
 				t.Errorf("the record does not say the out-of-service taint is this system's")
 			}
 			if tc.wantMoved && e.steps.index("instance gone") > e.steps.index("delete db-0") {
@@ -631,7 +631,7 @@ func TestMachineFenceConfirmedOnlyByItsProvider(t *testing.T) {
 				t.Errorf("pod deleted = %v, want %v (%v)", moved, tc.wantMoved, e.steps.log)
 			}
 			node := e.node(t, "n1")
-			if complete := podgc.ConditionTrue(node, contract.ConditionFencingComplete); complete != tc.wantMoved {
+			if complete := nodestate.ConditionTrue(node, contract.ConditionFencingComplete); complete != tc.wantMoved {
 				t.Errorf("FencingComplete = %v, want %v", complete, tc.wantMoved)
 			}
 			if taint, _ := outOfService(node); taint != tc.wantMoved {
@@ -710,7 +710,7 @@ func TestMachineFenceConfirmedWithTheNodesEpisode(t *testing.T) {
 	if nf := fr.Status.NodeFence; nf.ConfirmedTime == nil || nf.NotReadySince == nil || !nf.NotReadySince.Equal(&n.Status.Conditions[0].LastTransitionTime) {
 		t.Fatalf("not confirmed with the node's episode: %+v", nf)
 	}
-	if e.steps.index("delete db-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+	if e.steps.index("delete db-0") < 0 || !nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Errorf("the node confirmed fenced did not fail over: %v", e.steps.log)
 	}
 }

@@ -24,7 +24,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/powerfence"
 )
 
@@ -89,7 +89,7 @@ func powerEnv(t *testing.T, objs []runtime.Object, canFence bool, backends []str
 
 func outOfService(n *v1.Node) (taint, ours bool) {
 	_, ours = n.Annotations[contract.OutOfServiceProvenanceAnnotation]
-	return podgc.Taint(n, contract.OutOfServiceTaintKey) != nil, ours
+	return nodestate.Taint(n, contract.OutOfServiceTaintKey) != nil, ours
 }
 
 // Escalation from storage to power: a node whose pods storage fencing
@@ -162,7 +162,7 @@ func TestPowerFenceEscalation(t *testing.T) {
 			if taint != tc.wantOOS || ours != tc.wantOOS {
 				t.Errorf("out-of-service taint = %v (ours %v), want %v", taint, ours, tc.wantOOS)
 			}
-			if complete := podgc.ConditionTrue(n, contract.ConditionFencingComplete); complete != tc.wantDelete {
+			if complete := nodestate.ConditionTrue(n, contract.ConditionFencingComplete); complete != tc.wantDelete {
 				t.Errorf("FencingComplete = %v, want %v", complete, tc.wantDelete)
 			}
 			if tc.wantPower > 0 {
@@ -173,8 +173,8 @@ func TestPowerFenceEscalation(t *testing.T) {
 				if !tc.wantOOS && nf.Error == "" {
 					t.Errorf("failed power fence without its error in the record: %+v", nf)
 				}
-				if tc.wantOOS && !fencerecord.OwnOutOfServiceTaint(e.record(t), podgc.Taint(n, contract.OutOfServiceTaintKey)) {
-					t.Errorf("the record does not say the out-of-service taint is this system's: %+v, taint %+v", nf, podgc.Taint(n, contract.OutOfServiceTaintKey))
+				if tc.wantOOS && !fencerecord.OwnOutOfServiceTaint(e.record(t), nodestate.Taint(n, contract.OutOfServiceTaintKey)) {
+					t.Errorf("the record does not say the out-of-service taint is this system's: %+v, taint %+v", nf, nodestate.Taint(n, contract.OutOfServiceTaintKey))
 				}
 				if tc.wantOOS && (nf.NotReadySince == nil || !nf.NotReadySince.Equal(fencerecord.ReadyTransition(n))) {
 					t.Errorf("confirmed power fence records notReadySince %v, want the node's Ready transition %v", nf.NotReadySince, fencerecord.ReadyTransition(n))
@@ -341,7 +341,7 @@ func TestOutOfServiceTaintRemovedOnlyIfOurs(t *testing.T) {
 			if !taint && ours {
 				t.Errorf("provenance annotation left behind")
 			}
-			if quarantined := podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil; quarantined != (tc.ready != v1.ConditionTrue) {
+			if quarantined := nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil; quarantined != (tc.ready != v1.ConditionTrue) {
 				t.Errorf("quarantined = %v with the node Ready=%s", quarantined, tc.ready)
 			}
 		})
@@ -502,7 +502,7 @@ func TestOwnershipLostDuringAPowerFence(t *testing.T) {
 	if taint, _ := outOfService(n); taint {
 		t.Error("out-of-service taint added by a controller that lost the ownership")
 	}
-	if podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+	if nodestate.ConditionTrue(n, contract.ConditionFencingComplete) {
 		t.Error("FencingComplete set by a controller that lost the ownership")
 	}
 	if e.steps.index("delete db-0") >= 0 {

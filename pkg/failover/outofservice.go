@@ -11,7 +11,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // outOfServiceBackend adds KEP-2268's out-of-service taint to a node every
@@ -23,7 +23,7 @@ func (b outOfServiceBackend) configured(node *v1.Node) bool { return b.c.outOfSe
 
 func (b outOfServiceBackend) fence(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, why string) (*fencingv1alpha1.FencingRequest, bool, error) {
 	c := b.c
-	if !fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey)) && podgc.Taint(node, contract.OutOfServiceTaintKey) == nil {
+	if !fencerecord.OwnOutOfServiceTaint(fr, nodestate.Taint(node, contract.OutOfServiceTaintKey)) && nodestate.Taint(node, contract.OutOfServiceTaintKey) == nil {
 		// The taint lets every pod GC delete the node's pods and the
 		// attach/detach controller detach everything: like a power off,
 		// only on a node down by a live read now, not as it was before a
@@ -91,7 +91,7 @@ func (c *Controller) outOfServiceFences(node string) bool {
 // only tells a person. A taint someone else added is left as it is, and
 // never taken for this system's.
 func (c *Controller) addOutOfServiceTaint(ctx context.Context, node *v1.Node) error {
-	if podgc.Taint(node, contract.OutOfServiceTaintKey) != nil {
+	if nodestate.Taint(node, contract.OutOfServiceTaintKey) != nil {
 		return nil
 	}
 	if err := c.stillOwner(); err != nil {
@@ -103,7 +103,7 @@ func (c *Controller) addOutOfServiceTaint(ctx context.Context, node *v1.Node) er
 	}
 	added := false
 	err = c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
-		if podgc.Taint(n, contract.OutOfServiceTaintKey) != nil {
+		if nodestate.Taint(n, contract.OutOfServiceTaintKey) != nil {
 			return false
 		}
 		n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: contract.OutOfServiceTaintKey, Value: contract.OutOfServiceTaintValue,
@@ -136,7 +136,7 @@ func withoutOwnOutOfServiceTaint(n *v1.Node, fr *fencingv1alpha1.FencingRequest)
 		delete(n.Annotations, contract.OutOfServiceProvenanceAnnotation)
 		changed = true
 	}
-	if fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(n, contract.OutOfServiceTaintKey)) {
+	if fencerecord.OwnOutOfServiceTaint(fr, nodestate.Taint(n, contract.OutOfServiceTaintKey)) {
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == contract.OutOfServiceTaintKey })
 		changed = true
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // quarantine admits the node through the storm guard (S5), makes sure its
@@ -27,7 +27,7 @@ func (c *Controller) quarantine(ctx context.Context, node *v1.Node) error {
 	if err != nil {
 		return err
 	}
-	if podgc.Taint(node, contract.QuarantineTaintKey) == nil {
+	if nodestate.Taint(node, contract.QuarantineTaintKey) == nil {
 		// Write-ahead: the record the release will read, before the
 		// taint it lifts.
 		if err := fencerecord.RecordQuarantine(ctx, c.frClient, node.Name, "NodeUnreachable"); err != nil {
@@ -53,7 +53,7 @@ func (c *Controller) admit(ctx context.Context, node *v1.Node) (limit func(int) 
 	if err != nil {
 		return nil, false, err
 	}
-	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
+	quarantined := nodestate.Taint(node, contract.QuarantineTaintKey) != nil
 	limits := c.registry.limits(klog.FromContext(ctx), guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent})
 	limit = func(admitted int) (bool, string) {
 		return StormGuard(admitted, len(all), limits.maxNodes, limits.maxPercent, false)
@@ -74,11 +74,11 @@ func (c *Controller) deferred(ctx context.Context, node *v1.Node, err error) {
 
 // addQuarantineTaint adds the quarantine taint unless the node has it.
 func (c *Controller) addQuarantineTaint(ctx context.Context, node *v1.Node) error {
-	if podgc.Taint(node, contract.QuarantineTaintKey) != nil {
+	if nodestate.Taint(node, contract.QuarantineTaintKey) != nil {
 		return nil
 	}
 	if err := c.updateNode(ctx, node.Name, func(n *v1.Node) bool {
-		if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+		if nodestate.Taint(n, contract.QuarantineTaintKey) != nil {
 			return false
 		}
 		now := metav1.Now()

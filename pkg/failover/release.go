@@ -15,6 +15,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -22,12 +23,12 @@ import (
 // volume fenced on it is cleaned and none is attached there; then the request
 // completes and the fencing conditions go.
 func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest) error {
-	quarantined := podgc.Taint(node, contract.QuarantineTaintKey) != nil
+	quarantined := nodestate.Taint(node, contract.QuarantineTaintKey) != nil
 	active := fr != nil && fr.Status.Phase != fencingv1alpha1.PhaseComplete
 	_, annotated := node.Annotations[contract.OutOfServiceProvenanceAnnotation]
-	ownOutOfService := annotated || fencerecord.OwnOutOfServiceTaint(fr, podgc.Taint(node, contract.OutOfServiceTaintKey))
+	ownOutOfService := annotated || fencerecord.OwnOutOfServiceTaint(fr, nodestate.Taint(node, contract.OutOfServiceTaintKey))
 	if !quarantined && !active && !fencerecord.Pending(fr) && !hasFencingCondition(node) && !ownOutOfService &&
-		podgc.Taint(node, contract.FencingTriagedTaintKey) == nil && podgc.Taint(node, contract.FencingRequiredTaintKey) == nil {
+		nodestate.Taint(node, contract.FencingTriagedTaintKey) == nil && nodestate.Taint(node, contract.FencingRequiredTaintKey) == nil {
 		return nil
 	}
 	// A remediation asked of MachineHealthCheck and not acted on goes

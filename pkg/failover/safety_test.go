@@ -43,6 +43,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
 
@@ -144,7 +145,7 @@ func TestCrashBetweenFenceAndRecordLosesNothing(t *testing.T) {
 	if err := e.sync(t); err != nil {
 		t.Logf("sync: %v", err)
 	}
-	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+	if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
 		t.Errorf("quarantine lifted although the volume fenced before the crash is not cleaned")
 	}
 }
@@ -189,7 +190,7 @@ func TestFencingCompleteMeansWholeNode(t *testing.T) {
 	if e.steps.index("delete db-0") < 0 {
 		t.Fatalf("the pod of the fenced volume did not fail over: %v", e.steps.log)
 	}
-	if podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+	if nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete=True although VolumeAttachment va2 of another driver is not fenced")
 	}
 	if fr := e.record(t); fr.Status.Phase == fencingv1alpha1.PhaseFenced {
@@ -210,7 +211,7 @@ func TestFencingCompleteMeansWholeNode(t *testing.T) {
 	if e.csi.fenced("h2") != 1 || e.steps.index("delete web-0") < 0 {
 		t.Errorf("the other driver did not fail its pod over: %v", e.steps.log)
 	}
-	if !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+	if !nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete not set with every attachment of every driver fenced")
 	}
 	if fr := e.record(t); fr.Status.Phase != fencingv1alpha1.PhaseFenced || fr.Status.ErrorMessage != "" {
@@ -283,12 +284,12 @@ func TestOneOwnerOfNodeLevelState(t *testing.T) {
 	if e.steps.index("quarantine") < 0 || e.steps.index("delete db-0") < 0 || e.steps.index("delete web-0") >= 0 {
 		t.Fatalf("owner's steps: %v", e.steps.log)
 	}
-	if podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+	if nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Fatal("FencingComplete=True before the other driver fenced")
 	}
 	if err := waitUntil(ctx, func() bool {
 		n, err := other.nodes.Get("n1")
-		return err == nil && podgc.Taint(n, contract.QuarantineTaintKey) != nil
+		return err == nil && nodestate.Taint(n, contract.QuarantineTaintKey) != nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestOneOwnerOfNodeLevelState(t *testing.T) {
 	if err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	if e.steps.index("delete web-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+	if e.steps.index("delete web-0") < 0 || !nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Errorf("the owner did not fail the other driver's pod over with every attachment fenced: %v", e.steps.log)
 	}
 }
@@ -431,7 +432,7 @@ func TestQuarantineWithoutRecordIsKept(t *testing.T) {
 	objs[0].(*v1.Node).Spec.Taints = []v1.Taint{{Key: contract.QuarantineTaintKey, Effect: v1.TaintEffectNoSchedule}}
 	e := newEnv(t, objs, true)
 	_ = e.sync(t)
-	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+	if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
 		t.Fatal("quarantine lifted with no record of what was fenced")
 	}
 }
@@ -476,7 +477,7 @@ func TestFencedButNoPodDeletedOnReadyNode(t *testing.T) {
 				t.Fatalf("pod force-deleted on a Ready node: %v", e.steps.log)
 			}
 			n := e.node(t, "n1")
-			if tc.noSignals && (podgc.ConditionTrue(n, contract.ConditionFencingRequired) || podgc.ConditionTrue(n, contract.ConditionFencingComplete)) {
+			if tc.noSignals && (nodestate.ConditionTrue(n, contract.ConditionFencingRequired) || nodestate.ConditionTrue(n, contract.ConditionFencingComplete)) {
 				t.Errorf("fencing signalled on a node that came back during the fence: %+v", n.Status.Conditions)
 			}
 		})
@@ -605,7 +606,7 @@ func TestStormGuardAdmitsThroughTheAPI(t *testing.T) {
 	_ = c2.sync(ctx, "n2")
 	quarantined := 0
 	for _, n := range []string{"n1", "n2"} {
-		if podgc.Taint(e.node(t, n), contract.QuarantineTaintKey) != nil {
+		if nodestate.Taint(e.node(t, n), contract.QuarantineTaintKey) != nil {
 			quarantined++
 		}
 	}
@@ -819,7 +820,7 @@ func TestFencingCompleteAfterThePodIsGone(t *testing.T) {
 	if err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	if !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+	if !nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete never set once the pod and its attachment were gone: %+v", e.node(t, "n1").Status.Conditions)
 	}
 }
@@ -903,7 +904,7 @@ func TestFencingCompleteCoversStorageWithoutAttachment(t *testing.T) {
 				t.Fatalf("the pod of the fenced volume did not fail over: %v", e.steps.log)
 			}
 			n := e.node(t, "n1")
-			if podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+			if nodestate.ConditionTrue(n, contract.ConditionFencingComplete) {
 				t.Fatalf("FencingComplete=True although pod web-0's storage has no attachment to fence")
 			}
 			if fr := e.record(t); fr.Status.Phase == fencingv1alpha1.PhaseFenced {
@@ -965,7 +966,7 @@ func TestStormGuardDropsLeakedAdmissions(t *testing.T) {
 			e.tweaks = append(e.tweaks, func(o *Options) { o.MaxFencedNodes, o.MaxFencedNodePercent = 1, 0 })
 			e.restart(t)
 			_ = e.sync(t)
-			quarantined := podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil
+			quarantined := nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil
 			if quarantined != tc.admit {
 				t.Fatalf("n1 quarantined = %v, want %v (steps %v)", quarantined, tc.admit, e.steps.log)
 			}
@@ -1078,7 +1079,7 @@ func TestReleaseDoesNotCompleteOverANewFence(t *testing.T) {
 	// guard first: the guard counts every quarantined node (S5).
 	e.restart(t)
 	_ = e.sync(t)
-	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+	if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
 		t.Errorf("a node with a fence recorded and not cleaned is not quarantined")
 	}
 	l, err := e.client.CoordinationV1().Leases("kube-system").Get(context.Background(), contract.StormGuardLeaseName, metav1.GetOptions{})
@@ -1150,7 +1151,7 @@ func TestStormGuardHoldsTheStrictestDriversLimit(t *testing.T) {
 				clk.Step(registrationTTL + time.Minute)
 			}
 			_ = e.sync(t)
-			quarantined := podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil
+			quarantined := nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil
 			if quarantined != tc.admit {
 				t.Errorf("n1 quarantined = %v, want %v (steps %v)", quarantined, tc.admit, e.steps.log)
 			}
@@ -1180,7 +1181,7 @@ func TestNodeBackBeforeAnyFenceIsReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := e.node(t, "n1")
-	if podgc.Taint(n, contract.QuarantineTaintKey) != nil {
+	if nodestate.Taint(n, contract.QuarantineTaintKey) != nil {
 		t.Errorf("node back before any fence stays quarantined (taints %v)", n.Spec.Taints)
 	}
 	if e.csi.fenced("h1") != 0 {
@@ -1243,7 +1244,7 @@ func TestNewAttachmentOnAReturnedNodeDoesNotHoldItsRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := e.node(t, "n1")
-			if released := podgc.Taint(n, contract.QuarantineTaintKey) == nil; released != tc.wantReleased {
+			if released := nodestate.Taint(n, contract.QuarantineTaintKey) == nil; released != tc.wantReleased {
 				t.Errorf("released = %v, want %v (taints %v, conditions %v)", released, tc.wantReleased, n.Spec.Taints, n.Status.Conditions)
 			}
 		})
@@ -1270,7 +1271,7 @@ func TestRecordedFenceCoversAPodWhoseAttachmentIsGone(t *testing.T) {
 	if err := e.c.signalFencing(ctx, e.node(t, "n1"), fr); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.node(t, "n1"); !podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+	if n := e.node(t, "n1"); !nodestate.ConditionTrue(n, contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete not set although db-0's only volume is recorded fenced: %+v", n.Status.Conditions)
 	}
 }
@@ -1330,7 +1331,7 @@ func TestCleanedNodeUnreachableAgainStaysQuarantined(t *testing.T) {
 	if err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	if e.steps.index("delete db-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+	if e.steps.index("delete db-0") < 0 || !nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 		t.Fatalf("the failover did not finish: steps %v, conditions %+v", e.steps.log, e.node(t, "n1").Status.Conditions)
 	}
 	// The node agent cleans up, as it does on a node back for a moment.
@@ -1353,10 +1354,10 @@ func TestCleanedNodeUnreachableAgainStaysQuarantined(t *testing.T) {
 		}
 	}
 	n := e.node(t, "n1")
-	if podgc.Taint(n, contract.QuarantineTaintKey) == nil {
+	if nodestate.Taint(n, contract.QuarantineTaintKey) == nil {
 		t.Errorf("quarantine lifted from an unreachable node: taints %+v", n.Spec.Taints)
 	}
-	if !podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+	if !nodestate.ConditionTrue(n, contract.ConditionFencingComplete) {
 		t.Errorf("FencingComplete dropped while the node is still fenced out: %+v", n.Status.Conditions)
 	}
 	if e.csi.calls != calls {
@@ -1390,7 +1391,7 @@ func TestFencingCompleteTakenBackWhenNoLongerTrue(t *testing.T) {
 			if err := e.sync(t); err != nil {
 				t.Fatal(err)
 			}
-			if e.steps.index("delete db-0") < 0 || !podgc.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
+			if e.steps.index("delete db-0") < 0 || !nodestate.ConditionTrue(e.node(t, "n1"), contract.ConditionFencingComplete) {
 				t.Fatalf("the first failover did not finish: steps %v, conditions %+v", e.steps.log, e.node(t, "n1").Status.Conditions)
 			}
 			// Back, not yet cleaned (still quarantined); a pod with an
@@ -1400,7 +1401,7 @@ func TestFencingCompleteTakenBackWhenNoLongerTrue(t *testing.T) {
 			if err := e.sync(t); err != nil {
 				t.Fatal(err)
 			}
-			if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+			if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
 				t.Fatal("the node was released before its cleanup: the test proves nothing")
 			}
 			if tc.reason != "" {
@@ -1427,10 +1428,10 @@ func TestFencingCompleteTakenBackWhenNoLongerTrue(t *testing.T) {
 				t.Fatalf("web-0 force-deleted: %v, want %v (steps %v)", deleted, tc.wantDeleted, e.steps.log)
 			}
 			n := e.node(t, "n1")
-			if tc.reason == "" && podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+			if tc.reason == "" && nodestate.ConditionTrue(n, contract.ConditionFencingComplete) {
 				t.Errorf("FencingComplete still True although web-0's storage is not fenced: %+v", n.Status.Conditions)
 			}
-			if tc.reason != "" && !podgc.ConditionTrue(n, contract.ConditionFencingComplete) {
+			if tc.reason != "" && !nodestate.ConditionTrue(n, contract.ConditionFencingComplete) {
 				t.Errorf("someone else's FencingComplete was taken back: %+v", n.Status.Conditions)
 			}
 		})
@@ -1508,7 +1509,7 @@ func TestPrunedAdmissionIsNotFencedUncounted(t *testing.T) {
 	if e.steps.index("fence h1") >= 0 {
 		t.Errorf("n1 fenced although its admission was dropped and n2 holds the only slot (steps %v)", e.steps.log)
 	}
-	if podgc.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil {
+	if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil {
 		t.Errorf("n1 keeps a quarantine taint the storm guard refused")
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // signalFencing sets the Node Fencing KEP's signals of a node under
@@ -231,7 +231,7 @@ func (c *Controller) signalTriage(ctx context.Context, node *v1.Node) error {
 			}
 		}
 	}
-	if podgc.ConditionTrue(node, contract.ConditionFencingTriaged) && (!required || podgc.ConditionTrue(node, contract.ConditionFencingRequired)) {
+	if nodestate.ConditionTrue(node, contract.ConditionFencingTriaged) && (!required || nodestate.ConditionTrue(node, contract.ConditionFencingRequired)) {
 		return nil
 	}
 	if err := c.fencingTaints(ctx, node.Name, required); err != nil {
@@ -249,7 +249,7 @@ func (c *Controller) fencingTaints(ctx context.Context, node string, required bo
 	return c.updateNode(ctx, node, func(n *v1.Node) bool {
 		changed := false
 		add := func(key string, effect v1.TaintEffect) {
-			if podgc.Taint(n, key) == nil {
+			if nodestate.Taint(n, key) == nil {
 				now := metav1.Now()
 				n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: key, Effect: effect, TimeAdded: &now})
 				changed = true

@@ -14,7 +14,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // phase is where a node is in its failover, as one pass sees it. Each phase
@@ -149,7 +149,7 @@ func (c *Controller) observe(ctx context.Context, nodeName string) (observation,
 		return o, err
 	}
 	o.node = node
-	o.ready = podgc.NodeReady(node)
+	o.ready = nodestate.Ready(node)
 	if o.manual, err = c.manualRequest(ctx, nodeName, o.fr, o.ready); err != nil {
 		return o, err
 	}
@@ -233,7 +233,7 @@ func (c *Controller) syncDriver(ctx context.Context, o observation, ph phase) er
 		if err != nil || !down {
 			return err
 		}
-		quarantined := podgc.Taint(o.node, contract.QuarantineTaintKey) != nil
+		quarantined := nodestate.Taint(o.node, contract.QuarantineTaintKey) != nil
 		_, err = c.fenceStorage(ctx, o.node, o.fr, o.triage, o.manual, quarantined, aliveChecked)
 		return err
 	}

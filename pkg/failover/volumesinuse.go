@@ -9,7 +9,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // releaseVolumesInUse removes the volumes fenced on a dead node from its
@@ -33,7 +33,7 @@ func (c *Controller) releaseVolumesInUse(ctx context.Context, nodeName string, f
 		return nil
 	}
 	return c.updateNodeStatus(ctx, nodeName, func(n *v1.Node) bool {
-		if podgc.NodeReady(n) {
+		if nodestate.Ready(n) {
 			return false // its kubelet owns the list again
 		}
 		var kept []v1.UniqueVolumeName

@@ -32,6 +32,7 @@ import (
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
+	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
 // Reasons label the force_delete_pods_total metrics and the events: each
@@ -185,8 +186,8 @@ func FailoverAllowed(pod *v1.Pod, nsLabels map[string]string, optIn bool) (bool,
 // not Ready and carries the out-of-service taint, which the pod does not
 // tolerate.
 func OutOfService(pod *v1.Pod, node *v1.Node) bool {
-	t := Taint(node, contract.OutOfServiceTaintKey)
-	return pod.DeletionTimestamp != nil && t != nil && !NodeReady(node) && !Tolerates(pod, *t)
+	t := nodestate.Taint(node, contract.OutOfServiceTaintKey)
+	return pod.DeletionTimestamp != nil && t != nil && !nodestate.Ready(node) && !Tolerates(pod, *t)
 }
 
 // FencingComplete decides the Node Fencing KEP's rule: a Terminating pod on
@@ -194,7 +195,7 @@ func OutOfService(pod *v1.Pod, node *v1.Node) bool {
 // sets that condition vouches for the whole node (S9); this system sets it
 // only when every attachment of every driver on the node is fenced.
 func FencingComplete(pod *v1.Pod, node *v1.Node) bool {
-	return pod.DeletionTimestamp != nil && !NodeReady(node) && ConditionTrue(node, contract.ConditionFencingComplete)
+	return pod.DeletionTimestamp != nil && !nodestate.Ready(node) && nodestate.ConditionTrue(node, contract.ConditionFencingComplete)
 }
 
 // Tolerates reports whether the pod tolerates the taint forever (a
@@ -206,31 +207,6 @@ func Tolerates(pod *v1.Pod, taint v1.Taint) bool {
 		}
 	}
 	return false
-}
-
-// NodeReady reports the node's Ready condition.
-func NodeReady(n *v1.Node) bool {
-	return ConditionTrue(n, string(v1.NodeReady))
-}
-
-// ConditionTrue reports whether the node's condition t is True.
-func ConditionTrue(n *v1.Node, t string) bool {
-	for _, c := range n.Status.Conditions {
-		if string(c.Type) == t {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// Taint returns the node's taint with key, or nil.
-func Taint(n *v1.Node, key string) *v1.Taint {
-	for i := range n.Spec.Taints {
-		if n.Spec.Taints[i].Key == key {
-			return &n.Spec.Taints[i]
-		}
-	}
-	return nil
 }
 
 // ErrNodeAlive is returned by ForceDelete for a node whose kubelet talks
