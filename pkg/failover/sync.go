@@ -283,11 +283,12 @@ func (c *Controller) failOver(ctx context.Context, node *v1.Node, o observation)
 		// The fence was slow: the node may be back (the pod GC read it
 		// live for each pod already). A node that is alive gets no
 		// fencing signal; its next pass releases it.
-		if err := c.down(ctx, node.Name); err != nil {
-			if !errors.Is(err, nodehealth.ErrNodeAlive) {
-				return errors.Join(fenceErr, fmt.Errorf("cannot tell whether the node is still down after the fence: %w", err))
-			}
-			klog.FromContext(ctx).V(2).Info("The node came back during the fence", "why", err)
+		h, err := c.nodeHealth(ctx, node.Name)
+		if err != nil {
+			return errors.Join(fenceErr, fmt.Errorf("cannot tell whether the node is still down after the fence: %w", err))
+		}
+		if !h.Down() {
+			klog.FromContext(ctx).V(2).Info("The node came back during the fence", "why", h.Alive)
 			return fenceErr
 		}
 	}
@@ -307,27 +308,38 @@ func (c *Controller) confirmDown(ctx context.Context, o observation) (time.Time,
 	if o.manual {
 		return time.Time{}, true, nil
 	}
-	if err := c.down(ctx, o.name); err != nil {
-		if !errors.Is(err, nodehealth.ErrNodeAlive) {
-			// The read failed: nothing is known, retried with backoff.
-			return time.Time{}, false, fmt.Errorf("not fencing: cannot tell whether the node is down: %w", err)
-		}
-		klog.FromContext(ctx).V(2).Info("Not fencing: the node is alive", "why", err)
+	h, err := c.nodeHealth(ctx, o.name)
+	if err != nil {
+		// The read failed: nothing is known, retried with backoff.
+		return time.Time{}, false, fmt.Errorf("not fencing: cannot tell whether the node is down: %w", err)
+	}
+	if !h.Down() {
+		klog.FromContext(ctx).V(2).Info("Not fencing: the node is alive", "why", h.Alive)
 		return time.Time{}, false, nil
 	}
 	return time.Now(), true, nil
 }
 
-// down reads the node and its heartbeat Lease live and returns nil only if
-// the node is down (pkg/nodehealth). A node found alive only because its
-// Lease changed too recently is looked at again once it would have expired:
-// no event announces a silence.
-func (c *Controller) down(ctx context.Context, node string) error {
-	err := c.pgc.NodeDown(ctx, node)
-	if d := nodehealth.RecheckAfter(err); d > 0 {
-		c.queue.AddAfter(node, d)
+// nodeHealth reads the node and its heartbeat Lease live (pkg/nodehealth). A
+// node found alive only because its Lease changed too recently is looked
+// at again once it would have expired: no event announces a silence.
+func (c *Controller) nodeHealth(ctx context.Context, node string) (nodehealth.Health, error) {
+	h, err := c.pgc.NodeHealth(ctx, node)
+	if err == nil && h.RecheckAfter > 0 {
+		c.queue.AddAfter(node, h.RecheckAfter)
 	}
-	return err
+	return h, err
+}
+
+// down is the refusal form of nodeHealth, for a step that acts only on a node
+// that is down: nil when it is, else the read's error or one that says why
+// the node is alive (nodehealth.ErrNodeAlive).
+func (c *Controller) down(ctx context.Context, node string) error {
+	h, err := c.nodeHealth(ctx, node)
+	if err != nil {
+		return err
+	}
+	return h.Err()
 }
 
 // sayHeld logs, and as the owner says in an Event, why a node under

@@ -63,7 +63,7 @@ func (h *Heartbeats) heartbeat(o interface{}, deleted bool) {
 		o = d.Obj
 	}
 	// A deleted Lease is not forgotten here: its last renewal still
-	// counts until a lease duration has passed (Observer.Down).
+	// counts until a lease duration has passed (Observer.Check).
 	if l, ok := o.(*coordinationv1.Lease); ok && !deleted {
 		h.Observe(l)
 	}

@@ -56,7 +56,7 @@ type Observer struct {
 	// reads shares the live reads of a node among concurrent callers: the
 	// pod GC force-deletes a failed node's pods in parallel, each delete
 	// deciding on a read begun after it asked (pkg/liveread).
-	reads liveread.Group[*coordinationv1.Lease]
+	reads liveread.Group[heartbeat]
 
 	mu   sync.Mutex
 	seen map[string]observation
@@ -125,9 +125,34 @@ func (o *Observer) Forget(node string) {
 	delete(o.seen, node)
 }
 
-// Down reads the node and its heartbeat Lease live and returns nil only
-// when the node is down (see the package doc); otherwise an error wrapping
-// ErrNodeAlive that says why, or the error of a read.
+// Health is what live reads say of a node: down, or alive and why.
+type Health struct {
+	// Alive says why the node is alive; "" when it is down.
+	Alive string
+	// RecheckAfter is, for a node alive only because its heartbeat Lease
+	// changed less than a lease duration ago as this process saw it, how
+	// long until that duration has passed: a node that stays silent is
+	// down then, which no event announces. 0 when only an event can
+	// change the answer.
+	RecheckAfter time.Duration
+}
+
+// Down reports whether the node is down: it may be fenced, its pods
+// force-deleted, without an admin's request.
+func (h Health) Down() bool { return h.Alive == "" }
+
+// Err is nil for a node that is down, and otherwise an error wrapping
+// ErrNodeAlive that says why: the refusal of a caller that acts only on a
+// node that is down.
+func (h Health) Err() error {
+	if h.Down() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrNodeAlive, h.Alive)
+}
+
+// Check reads the node and its heartbeat Lease live and says whether the
+// node is down (see the package doc); the error is only that of a read.
 //
 // A Node that is gone is down unless its Lease is still renewed: no kubelet
 // runs pods for a Node that does not exist, and a kubelet that is alive
@@ -135,110 +160,103 @@ func (o *Observer) Forget(node string) {
 // condition alone (a kubelet without Leases, or a Node deleted with them),
 // once the last renewal this process saw of it, if any, is a lease
 // duration old.
-func (o *Observer) Down(ctx context.Context, nodeName string) error {
-	lease, err := o.reads.Do(ctx, nodeName, func(ctx context.Context) (*coordinationv1.Lease, error) {
+func (o *Observer) Check(ctx context.Context, nodeName string) (Health, error) {
+	hb, err := o.reads.Do(ctx, nodeName, func(ctx context.Context) (heartbeat, error) {
 		return o.readHeartbeat(ctx, nodeName)
 	})
 	if err != nil {
-		return err
+		return Health{}, err
 	}
-	if lease == nil {
+	if hb.alive != "" {
+		return Health{Alive: hb.alive}, nil
+	}
+	if hb.lease == nil {
 		// The last renewal this process saw still counts: a Node
 		// deleted while its kubelet runs (kubectl delete node) takes
 		// its Lease with it, and the kubelet registers both again a
 		// few seconds later.
 		if obs, ok := o.last(nodeName); ok {
 			if unchanged := o.clock.Since(obs.since); unchanged < obs.duration {
-				return &LeaseFreshError{Node: nodeName, Unchanged: unchanged, Duration: obs.duration}
+				return leaseFresh(nodeName, unchanged, obs.duration), nil
 			}
 		}
 		o.Forget(nodeName)
-		return nil
+		return Health{}, nil
 	}
-	obs := o.observe(lease)
+	obs := o.observe(hb.lease)
 	if unchanged := o.clock.Since(obs.since); unchanged < obs.duration {
-		return &LeaseFreshError{Node: nodeName, Unchanged: unchanged, Duration: obs.duration}
+		return leaseFresh(nodeName, unchanged, obs.duration), nil
 	}
-	return nil
+	return Health{}, nil
 }
 
-// readHeartbeat reads a node and then its Lease live. It fails when the
-// node reports itself alive (its Lease is not read then) or a read fails,
-// and returns no Lease when the node has none.
-func (o *Observer) readHeartbeat(ctx context.Context, nodeName string) (*coordinationv1.Lease, error) {
+// leaseFresh is the health of a node whose heartbeat Lease changed less
+// than a lease duration ago as this process saw it: the kubelet may be
+// alive.
+func leaseFresh(node string, unchanged, duration time.Duration) Health {
+	return Health{
+		Alive: fmt.Sprintf("the heartbeat Lease of node %s changed %s ago as this controller saw it (lease duration %s)",
+			node, unchanged.Round(time.Millisecond), duration),
+		RecheckAfter: duration - unchanged,
+	}
+}
+
+// heartbeat is what one live read found: why the node reports itself
+// alive, or else its Lease (nil when it has none).
+type heartbeat struct {
+	alive string
+	lease *coordinationv1.Lease
+}
+
+// readHeartbeat reads a node and then its Lease live. A node that reports
+// itself alive is alive (its Lease is not read then).
+func (o *Observer) readHeartbeat(ctx context.Context, nodeName string) (heartbeat, error) {
 	node, err := o.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		node = nil
 	case err != nil:
-		return nil, fmt.Errorf("reading node %s: %w", nodeName, err)
+		return heartbeat{}, fmt.Errorf("reading node %s: %w", nodeName, err)
 	}
 	if node != nil {
-		if err := reportedAlive(node); err != nil {
-			return nil, err
+		if alive := reportedAlive(node); alive != "" {
+			return heartbeat{alive: alive}, nil
 		}
 	}
 	lease, err := o.Client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, nodeName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return heartbeat{}, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading the heartbeat Lease of node %s: %w", nodeName, err)
+		return heartbeat{}, fmt.Errorf("reading the heartbeat Lease of node %s: %w", nodeName, err)
 	}
-	return lease, nil
+	return heartbeat{lease: lease}, nil
 }
 
-// LeaseFreshError says that a node's heartbeat Lease changed less than a
-// lease duration ago as this process saw it: the kubelet may be alive. A
-// node that stays silent is down once the duration has passed, which no
-// event announces: RecheckAfter says when to look again.
-type LeaseFreshError struct {
-	Node                string
-	Unchanged, Duration time.Duration
-}
-
-func (e *LeaseFreshError) Error() string {
-	return fmt.Sprintf("%v: the heartbeat Lease of node %s changed %s ago as this controller saw it (lease duration %s)",
-		ErrNodeAlive, e.Node, e.Unchanged.Round(time.Millisecond), e.Duration)
-}
-
-func (e *LeaseFreshError) Is(target error) bool { return target == ErrNodeAlive }
-
-// RecheckAfter returns how long after err (from Down) the node may be found
-// down without any event (its Lease expiring as this process sees it), or
-// 0 when only an event can change the answer.
-func RecheckAfter(err error) time.Duration {
-	var fresh *LeaseFreshError
-	if errors.As(err, &fresh) {
-		return fresh.Duration - fresh.Unchanged
-	}
-	return 0
-}
-
-// reportedAlive returns an ErrNodeAlive error unless the node lifecycle
-// controller has marked the node's Ready condition Unknown.
-func reportedAlive(n *v1.Node) error {
+// reportedAlive says why the node is alive by its own report, or "" when
+// the node lifecycle controller has marked its Ready condition Unknown.
+func reportedAlive(n *v1.Node) string {
 	for _, c := range n.Status.Conditions {
 		if c.Type != v1.NodeReady {
 			continue
 		}
 		switch c.Status {
 		case v1.ConditionUnknown:
-			return nil
+			return ""
 		case v1.ConditionTrue:
-			return fmt.Errorf("%w: node %s is Ready", ErrNodeAlive, n.Name)
+			return fmt.Sprintf("node %s is Ready", n.Name)
 		default:
-			return fmt.Errorf("%w: the kubelet of node %s reports it not Ready (%s) itself", ErrNodeAlive, n.Name, c.Reason)
+			return fmt.Sprintf("the kubelet of node %s reports it not Ready (%s) itself", n.Name, c.Reason)
 		}
 	}
-	return fmt.Errorf("%w: node %s has no Ready condition yet (its kubelet registered it a moment ago)", ErrNodeAlive, n.Name)
+	return fmt.Sprintf("node %s has no Ready condition yet (its kubelet registered it a moment ago)", n.Name)
 }
 
 // Unreachable reports whether the node's Ready condition is Unknown: the
 // node lifecycle controller's verdict that the kubelet stopped reporting,
 // the only state in which a node may be fenced without an admin's request.
-// It reads what it is given (a cached Node decides what to look at; Down
+// It reads what it is given (a cached Node decides what to look at; Check
 // decides).
 func Unreachable(n *v1.Node) bool {
-	return reportedAlive(n) == nil
+	return reportedAlive(n) == ""
 }

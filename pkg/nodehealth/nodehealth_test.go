@@ -3,7 +3,6 @@ package nodehealth
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -111,9 +110,12 @@ func TestDown(t *testing.T) {
 					o.Observe(l) // the informer's update
 				}
 			}
-			err := o.Down(ctx, "n1")
-			if alive := errors.Is(err, ErrNodeAlive); alive != tc.alive || (!tc.alive && err != nil) {
-				t.Errorf("Down = %v, want alive=%v", err, tc.alive)
+			h, err := o.Check(ctx, "n1")
+			if err != nil || h.Down() == tc.alive {
+				t.Errorf("Check = %+v, %v, want alive=%v", h, err, tc.alive)
+			}
+			if alive := errors.Is(h.Err(), ErrNodeAlive); alive != tc.alive {
+				t.Errorf("Err = %v, want alive=%v", h.Err(), tc.alive)
 			}
 		})
 	}
@@ -133,16 +135,16 @@ func TestDownSeesARenewalTheInformerMissed(t *testing.T) {
 	o.Observe(l)
 	clk.SetTime(now.Add(30 * time.Second))
 	ctx := context.Background()
-	if err := o.Down(ctx, "n1"); err != nil {
-		t.Fatalf("a Lease unchanged for 30 s of a 10 s duration: Down = %v", err)
+	if h, err := o.Check(ctx, "n1"); err != nil || !h.Down() {
+		t.Fatalf("a Lease unchanged for 30 s of a 10 s duration: Check = %+v, %v", h, err)
 	}
 	l = l.DeepCopy()
 	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now.Add(-time.Minute + time.Second)))
 	if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Down(ctx, "n1"); !errors.Is(err, ErrNodeAlive) {
-		t.Errorf("renewed, not yet delivered by the informer: Down = %v, want alive", err)
+	if h, err := o.Check(ctx, "n1"); err != nil || h.Down() {
+		t.Errorf("renewed, not yet delivered by the informer: Check = %+v, %v, want alive", h, err)
 	}
 }
 
@@ -174,11 +176,13 @@ func TestRecheckAfter(t *testing.T) {
 	o := NewObserverWithClock(fake.NewClientset(n, l), clk)
 	o.Observe(l)
 	clk.SetTime(now.Add(4 * time.Second))
-	err := o.Down(context.Background(), "n1")
-	if got := RecheckAfter(err); got != 6*time.Second {
-		t.Errorf("RecheckAfter(%v) = %s, want 6s", err, got)
+	h, err := o.Check(context.Background(), "n1")
+	if err != nil || h.Down() || h.RecheckAfter != 6*time.Second {
+		t.Errorf("Check = %+v, %v, want alive, RecheckAfter 6s", h, err)
 	}
-	if got := RecheckAfter(fmt.Errorf("wrapped: %w", reportedAlive(&v1.Node{}))); got != 0 {
-		t.Errorf("a node without a Ready condition: RecheckAfter = %s, want 0 (an event will tell)", got)
+	n.Status.Conditions = nil
+	o = NewObserverWithClock(fake.NewClientset(n, l), clk)
+	if h, err := o.Check(context.Background(), "n1"); err != nil || h.Down() || h.RecheckAfter != 0 {
+		t.Errorf("a node without a Ready condition: Check = %+v, %v, want alive, RecheckAfter 0 (an event will tell)", h, err)
 	}
 }

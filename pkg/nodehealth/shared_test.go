@@ -51,8 +51,8 @@ func TestConcurrentDecisionsShareTheLiveRead(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := o.Down(context.Background(), "n1"); err != nil {
-				t.Errorf("Down: %v", err)
+			if h, err := o.Check(context.Background(), "n1"); err != nil || !h.Down() {
+				t.Errorf("Check = %+v, %v, want down", h, err)
 			}
 		}()
 	}

@@ -223,10 +223,20 @@ type GC struct {
 	Health *nodehealth.Observer
 }
 
-// NodeDown reads the node and its heartbeat Lease live and reports nil only
-// when the node is down (nodehealth.Observer.Down).
+// NodeHealth reads the node and its heartbeat Lease live
+// (nodehealth.Observer.Check).
+func (g *GC) NodeHealth(ctx context.Context, nodeName string) (nodehealth.Health, error) {
+	return g.Health.Check(ctx, nodeName)
+}
+
+// NodeDown is the refusal form of NodeHealth: nil only when the node is
+// down, else the read's error or one wrapping ErrNodeAlive that says why.
 func (g *GC) NodeDown(ctx context.Context, nodeName string) error {
-	return g.Health.Down(ctx, nodeName)
+	h, err := g.NodeHealth(ctx, nodeName)
+	if err != nil {
+		return err
+	}
+	return h.Err()
 }
 
 // ForceDelete deletes the pod with a zero grace period for reason, the one
