@@ -6,13 +6,13 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 )
 
 // Reasons for a fenced (non-graceful) detach. They label the metrics and
@@ -109,14 +109,7 @@ func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingReques
 
 // volumeInUse reports whether the node's kubelet reports the volume in use.
 func volumeInUse(node *v1.Node, driver, handle string) bool {
-	return slices.Contains(node.Status.VolumesInUse, uniqueVolumeName(driver, handle))
-}
-
-// uniqueVolumeName is the name the attach/detach controller and the kubelet
-// give a CSI volume, in status.volumesInUse among others:
-// "kubernetes.io/csi/<driver>^<handle>".
-func uniqueVolumeName(driver, handle string) v1.UniqueVolumeName {
-	return v1.UniqueVolumeName("kubernetes.io/csi/" + driver + "^" + handle)
+	return slices.Contains(node.Status.VolumesInUse, kubeletlayout.UniqueVolumeName(driver, handle))
 }
 
 // QuarantineRefusal says why the volume (driver, handle) must not be

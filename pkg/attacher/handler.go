@@ -18,6 +18,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 )
 
 // vaByNodeIndex indexes VolumeAttachments by spec.nodeName, so that a change
@@ -397,7 +398,7 @@ func (h *Handler) nodeUpdated(oldObj, newObj any) {
 // noLongerInUse reports whether a volume of this driver left the node's
 // status.volumesInUse between o and n.
 func (h *Handler) noLongerInUse(o, n *v1.Node) bool {
-	prefix := string(uniqueVolumeName(h.driverName, ""))
+	prefix := string(kubeletlayout.UniqueVolumeName(h.driverName, ""))
 	for _, u := range o.Status.VolumesInUse {
 		if strings.HasPrefix(string(u), prefix) && !slices.Contains(n.Status.VolumesInUse, u) {
 			return true

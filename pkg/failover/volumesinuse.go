@@ -9,6 +9,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
@@ -50,10 +51,11 @@ func (c *Controller) releaseVolumesInUse(ctx context.Context, nodeName string, f
 	})
 }
 
-// fencedUnique matches the ADC's unique volume name "kubernetes.io/csi/<driver>^<handle>".
+// fencedUnique matches the attach/detach controller's unique volume name
+// (kubeletlayout.UniqueVolumeName).
 func fencedUnique(fr *fencingv1alpha1.FencingRequest, unique string) bool {
 	for _, v := range fr.Status.Volumes {
-		if v.FencedTime != nil && v.CleanedTime == nil && unique == "kubernetes.io/csi/"+v.Driver+"^"+v.VolumeHandle {
+		if v.FencedTime != nil && v.CleanedTime == nil && unique == string(kubeletlayout.UniqueVolumeName(v.Driver, v.VolumeHandle)) {
 			return true
 		}
 	}

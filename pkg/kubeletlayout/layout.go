@@ -34,6 +34,8 @@ import (
 	"encoding/hex"
 	"path/filepath"
 	"strings"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // DefaultRoot is the kubelet's default root directory (--root-dir).
@@ -184,4 +186,11 @@ func (l Layout) PodCSIDevicesDir(podUID string) string {
 // block volume: pods/<podUID>/volumeDevices/kubernetes.io~csi/<specName>.
 func (l Layout) PodDeviceMapPath(podUID, specName string) string {
 	return filepath.Join(l.PodCSIDevicesDir(podUID), EscapeName(specName))
+}
+
+// UniqueVolumeName is the name the kubelet and the attach/detach controller
+// give a CSI volume, in a Node's status.volumesInUse and volumesAttached
+// among others: "kubernetes.io/csi/<driver>^<handle>".
+func UniqueVolumeName(driver, handle string) v1.UniqueVolumeName {
+	return v1.UniqueVolumeName(PluginName + "/" + driver + "^" + handle)
 }

@@ -392,3 +392,11 @@ func TestRemover(t *testing.T) {
 		}
 	})
 }
+
+func TestUniqueVolumeName(t *testing.T) {
+	// The attach/detach controller's and the kubelet's name of a CSI
+	// volume (pkg/volume/csi GetVolumeName, util.GetUniqueVolumeName).
+	if got, want := UniqueVolumeName("hostpath.csi.k8s.io", "vol-1"), "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1"; string(got) != want {
+		t.Errorf("UniqueVolumeName = %q, want %q", got, want)
+	}
+}
