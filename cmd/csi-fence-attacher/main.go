@@ -320,20 +320,20 @@ func newFailover(ctx context.Context, env *controllerEnv, mode sidecar.AttacherM
 		return nil, err
 	}
 	return sidecar.NewFailover(ctx, sidecar.FailoverDeps{
-		DriverName:     env.driverName,
-		CanFence:       mode.Fence,
-		SafeDetach:     fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
-		Options:        opts,
-		Failover:       failoverOpts,
-		Client:         failoverClient,
-		Dynamic:        failoverDynamic,
-		ElectionClient: electionClient,
-		EventClient:    eventClient,
-		Informers:      factory,
-		CSI:            csiclient.New(env.conn, int32(opts.MaxEntries)),
-		Power:          power,
-		Machine:        machine,
-		Heartbeats:     heartbeats,
+		DriverName:          env.driverName,
+		CanFence:            mode.Fence,
+		NonGracefulFailover: fg.Enabled(featuregate.Feature(contract.NonGracefulFailoverGate)),
+		Options:             opts,
+		Failover:            failoverOpts,
+		Client:              failoverClient,
+		Dynamic:             failoverDynamic,
+		ElectionClient:      electionClient,
+		EventClient:         eventClient,
+		Informers:           factory,
+		CSI:                 csiclient.New(env.conn, int32(opts.MaxEntries)),
+		Power:               power,
+		Machine:             machine,
+		Heartbeats:          heartbeats,
 	})
 }
 

@@ -36,10 +36,10 @@ type Options struct {
 	DriverName string
 	// CanFence: the driver advertises UNPUBLISH_FENCE.
 	CanFence bool
-	// SafeDetach enables the failover (feature gate NonGracefulFailover):
+	// NonGracefulFailover is the feature gate that enables the failover:
 	// the SafeDetach path, the event-driven out-of-service path and fencing.
 	// Without it only the release of a node that is back runs.
-	SafeDetach bool
+	NonGracefulFailover bool
 	// Timeout bounds every CSI call.
 	Timeout time.Duration
 	// MaxFencedNodes and MaxFencedNodePercent are the storm guard (0: no
@@ -380,7 +380,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	if !c.startInformers(ctx) {
 		return
 	}
-	logger.Info("Starting failover controller", "driver", c.opts.DriverName, "safeDetach", c.opts.SafeDetach, "canFence", c.opts.CanFence)
+	logger.Info("Starting failover controller", "driver", c.opts.DriverName, "nonGracefulFailover", c.opts.NonGracefulFailover, "canFence", c.opts.CanFence)
 	// Tell the owner of node-level state, whichever driver's it is, what
 	// this driver can do. Without it (no RBAC) another driver's owner
 	// fails over no pod with a volume of this driver: safe, and said here.

@@ -200,7 +200,7 @@ func (e *env) start(ctx context.Context, t *testing.T, safeDetach bool, tweak ..
 
 // startOn is start with another client on the same API state.
 func (e *env) startOn(ctx context.Context, t *testing.T, client kubernetes.Interface, safeDetach bool, tweak ...func(*Options)) *Controller {
-	opts := Options{DriverName: driver, CanFence: true, SafeDetach: safeDetach, Timeout: time.Second, StormGuardNamespace: "kube-system",
+	opts := Options{DriverName: driver, CanFence: true, NonGracefulFailover: safeDetach, Timeout: time.Second, StormGuardNamespace: "kube-system",
 		MaxFencedNodePercent: 50, RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second, Resync: time.Hour}
 	for _, f := range append(append([]func(*Options){}, e.tweaks...), tweak...) {
 		f(&opts)

@@ -162,7 +162,7 @@ func TestStandbyTimesHeartbeatsBeforeItTakesOver(t *testing.T) {
 			e := newEnv(t, append(objects(v1.ConditionUnknown, true), lease), true)
 			clk := testingclock.NewFakeClock(time.Now())
 			build := func(hb *nodehealth.Heartbeats) *Controller {
-				c, err := New(Options{DriverName: driver, CanFence: true, SafeDetach: true, Timeout: time.Second,
+				c, err := New(Options{DriverName: driver, CanFence: true, NonGracefulFailover: true, Timeout: time.Second,
 					StormGuardNamespace: "kube-system", RetryIntervalStart: time.Millisecond, RetryIntervalMax: time.Second,
 					Resync: time.Hour, Clock: clk, Heartbeats: hb},
 					e.client, informers.NewSharedInformerFactory(e.client, 0), dynamicinformer.NewDynamicSharedInformerFactory(e.dyn, 0),

@@ -136,7 +136,7 @@ func (c *Controller) sync(ctx context.Context, nodeName string) error {
 
 // observe reads what decide needs.
 func (c *Controller) observe(ctx context.Context, nodeName string) (observation, error) {
-	o := observation{name: nodeName, gate: c.opts.SafeDetach}
+	o := observation{name: nodeName, gate: c.opts.NonGracefulFailover}
 	var err error
 	if o.fr, err = c.frs.Get(nodeName); err != nil {
 		return o, err

@@ -129,13 +129,13 @@ func splitList(v string) []string {
 
 // FailoverDeps are what the failover controller is built from.
 type FailoverDeps struct {
-	DriverName string
-	CanFence   bool
-	SafeDetach bool // feature gate NonGracefulFailover
-	Options    *Options
-	Failover   *FailoverOptions
-	Client     kubernetes.Interface
-	Dynamic    dynamic.Interface
+	DriverName          string
+	CanFence            bool
+	NonGracefulFailover bool // the feature gate
+	Options             *Options
+	Failover            *FailoverOptions
+	Client              kubernetes.Interface
+	Dynamic             dynamic.Interface
 	// ElectionClient runs for ownership of node-level fencing state: a
 	// client of its own, as csi-lib-utils gives leader election.
 	ElectionClient kubernetes.Interface
@@ -199,7 +199,7 @@ func NewFailover(ctx context.Context, d FailoverDeps) (func(context.Context), er
 	opts := failover.Options{
 		DriverName:           d.DriverName,
 		CanFence:             d.CanFence,
-		SafeDetach:           d.SafeDetach,
+		NonGracefulFailover:  d.NonGracefulFailover,
 		Timeout:              d.Options.Timeout,
 		MaxFencedNodes:       d.Failover.MaxFencedNodes,
 		MaxFencedNodePercent: d.Failover.MaxFencedNodePercent,

@@ -68,7 +68,7 @@ func TestNewFailoverWatchesHeartbeatsBeforeItRuns(t *testing.T) {
 	fo := &FailoverOptions{}
 	fo.AddFlags(flag.NewFlagSet("test", flag.ContinueOnError))
 	if _, err := NewFailover(ctx, FailoverDeps{
-		DriverName: drv, CanFence: true, SafeDetach: true, Options: opts, Failover: fo,
+		DriverName: drv, CanFence: true, NonGracefulFailover: true, Options: opts, Failover: fo,
 		Client: client, Dynamic: dyn, ElectionClient: fake.NewClientset(), CSI: fenceDriver{&fakeDriver{}},
 	}); err != nil {
 		t.Fatal(err)
