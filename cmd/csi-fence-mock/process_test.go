@@ -95,7 +95,7 @@ func (p *proc) start() {
 		p.t.Fatal(err)
 	}
 	p.done = make(chan struct{})
-	go func() { p.cmd.Wait(); f.Close(); close(p.done) }()
+	go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
 }
 
 func (p *proc) signal(sig syscall.Signal) {

@@ -44,7 +44,7 @@ func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: csi-fence-prestop install|exec|http-get|version ...")
+		return errors.New("usage: csi-fence-prestop install|exec|http-get|version ...") //nolint:revive // a usage line: "..." stands for the arguments
 	}
 	if args[0] == "version" || args[0] == "--version" || args[0] == "-version" {
 		fmt.Println("csi-fence-prestop", version.String())

@@ -52,11 +52,11 @@ func makeMountPoint(path string) error {
 // bindMount bind-mounts source on target, unless target is a mount point
 // already (the call is repeated: CSI operations are idempotent).
 func bindMount(source, target string) error {
-	notMnt, err := mount.IsNotMountPoint(mount.New(""), target)
+	isMnt, err := mount.New("").IsMountPoint(target)
 	if err != nil {
 		return fmt.Errorf("checking %s: %w", target, err)
 	}
-	if !notMnt {
+	if isMnt {
 		return nil
 	}
 	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
@@ -75,9 +75,9 @@ func (d *Driver) unmountIfMounted(path string, force bool) error {
 	if d.cfg.MountDataDir == "" {
 		return nil
 	}
-	notMnt, err := mount.IsNotMountPoint(mount.New(""), path)
+	isMnt, err := mount.New("").IsMountPoint(path)
 	switch {
-	case errors.Is(err, os.ErrNotExist) || (err == nil && notMnt):
+	case errors.Is(err, os.ErrNotExist) || (err == nil && !isMnt):
 		return nil
 	case mount.IsCorruptedMnt(err):
 		klog.InfoS("Detaching a corrupted mount", "path", path, "err", err)
@@ -104,8 +104,8 @@ func (d *Driver) mountFUSE(id, data, staging string) error {
 	d.fuseMu.Lock()
 	defer d.fuseMu.Unlock()
 	if m := d.fuse[staging]; m != nil {
-		notMnt, err := mount.IsNotMountPoint(mount.New(""), staging)
-		if err == nil && !notMnt {
+		isMnt, err := mount.New("").IsMountPoint(staging)
+		if err == nil && isMnt {
 			return nil
 		}
 		// Unmounted behind this process's back: serve it again.
@@ -115,11 +115,11 @@ func (d *Driver) mountFUSE(id, data, staging string) error {
 		}
 		delete(d.fuse, staging)
 	}
-	notMnt, err := mount.IsNotMountPoint(mount.New(""), staging)
+	isMnt, err := mount.New("").IsMountPoint(staging)
 	if err != nil && !mount.IsCorruptedMnt(err) {
 		return fmt.Errorf("checking %s: %w", staging, err)
 	}
-	if err != nil || !notMnt {
+	if err != nil || isMnt {
 		klog.InfoS("Detaching a mount this node plugin does not serve", "volume", id, "path", staging, "err", err)
 		if err := fusefs.Detach(staging); err != nil {
 			return err

@@ -19,11 +19,10 @@ const vol = "vol-1"
 
 // fixture is a volume of a fresh array, mounted with FUSE for node "a".
 type fixture struct {
-	arr   *array.Array
-	mnt   *Mount
-	dir   string // the mount point
-	data  string // the volume's data directory
-	nodes map[string]bool
+	arr  *array.Array
+	mnt  *Mount
+	dir  string // the mount point
+	data string // the volume's data directory
 }
 
 // mount makes the array, the volume, publishes it to "a" and mounts it,

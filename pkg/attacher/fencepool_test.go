@@ -400,7 +400,10 @@ func TestFencePoolRacingHandOversOfOneVolume(t *testing.T) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		fences.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		for m := most.Load(); n > m; m = most.Load() {
+			if most.CompareAndSwap(m, n) {
+				break
+			}
 		}
 		// The RPC takes a while: long enough for the other workers to
 		// be handed another fence of the volume if the pool let them.

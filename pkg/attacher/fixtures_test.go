@@ -546,14 +546,10 @@ func actions(recorded []clienttesting.Action) []string {
 		}
 		name := ""
 		switch x := a.(type) {
-		case clienttesting.GetAction:
+		case clienttesting.GetAction: // and PatchAction, the same interface
 			name = x.GetName()
-		case clienttesting.UpdateAction:
+		case clienttesting.UpdateAction: // and CreateAction, the same interface
 			name = accessorName(x.GetObject())
-		case clienttesting.CreateAction:
-			name = accessorName(x.GetObject())
-		case clienttesting.PatchAction:
-			name = x.GetName()
 		}
 		out = append(out, a.GetVerb()+" "+res+" "+name)
 	}

@@ -82,8 +82,7 @@ func next(t *testing.T, queue workqueue.TypedRateLimitingInterface[string], time
 func TestHandlerKeepsTheFinalizerUntilTheFenceIsRecorded(t *testing.T) {
 	for _, refuse := range []bool{true, false} {
 		t.Run(map[bool]string{true: "refused", false: "fenced"}[refuse], func(t *testing.T) {
-			var e *env
-			e = newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))),
+			e := newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))),
 				unpublish: func(context.Context, *csi.ControllerUnpublishVolumeRequest) error {
 					if refuse {
 						return status.Error(codes.FailedPrecondition, "cannot prove the node stopped")

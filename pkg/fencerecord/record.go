@@ -209,8 +209,9 @@ func intent(vols []fencingv1alpha1.FencedVolume, id string) mutation {
 	return func(fr *fencingv1alpha1.FencingRequest, now metav1.Time) bool {
 		changed := false
 		for _, vol := range vols {
-			e, ch := upsert(fr, vol)
-			changed = changed || ch
+			// upsert's own report is not needed: changed is set for every
+			// volume below.
+			e, _ := upsert(fr, vol)
 			if e.StartedTime == nil || e.CleanedTime != nil {
 				e.StartedTime = &now
 				e.FencedTime, e.CleanedTime = nil, nil

@@ -164,7 +164,7 @@ func fenceAll(t *testing.T, dyn *dynamicfake.FakeDynamicClient, r *Recorder, ctx
 	out := make([]caller, len(ctxs))
 	var wg sync.WaitGroup
 	for i, ctx := range ctxs {
-		wg.Go(func() { out[i] = fenceOne(t, dyn, r, ctx, i) })
+		wg.Go(func() { out[i] = fenceOne(t, ctx, dyn, r, i) })
 	}
 	wg.Wait()
 	return out
@@ -172,7 +172,7 @@ func fenceAll(t *testing.T, dyn *dynamicfake.FakeDynamicClient, r *Recorder, ctx
 
 // fenceOne fences volume handle(i) on node-1 with r and returns what the
 // caller saw. Its fence checks that its intent is stored before it is sent.
-func fenceOne(t *testing.T, dyn *dynamicfake.FakeDynamicClient, r *Recorder, ctx context.Context, i int) caller {
+func fenceOne(t *testing.T, ctx context.Context, dyn *dynamicfake.FakeDynamicClient, r *Recorder, i int) caller {
 	var out caller
 	vol := fencingv1alpha1.FencedVolume{Driver: drv, VolumeHandle: handle(i), NodeID: "node-1-id"}
 	errs, err := r.Fence(ctx, burstNode, "node-not-ready", []fencingv1alpha1.FencedVolume{vol}, func(_ context.Context, v fencingv1alpha1.FencedVolume) error {
@@ -317,7 +317,7 @@ func TestRecorderCallerGivesUpWhileQueued(t *testing.T) {
 		r := NewRecorder(c)
 		got := make([]caller, n)
 		var wg sync.WaitGroup
-		start := func(i int, ctx context.Context) { wg.Go(func() { got[i] = fenceOne(t, dyn, r, ctx, i) }) }
+		start := func(i int, ctx context.Context) { wg.Go(func() { got[i] = fenceOne(t, ctx, dyn, r, i) }) }
 		start(0, ctx)
 		synctest.Wait() // caller 0's intent is being written
 		var cancel context.CancelFunc

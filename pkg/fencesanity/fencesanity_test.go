@@ -92,7 +92,7 @@ func checkGone(t *testing.T, pidFile string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the command's child %d outlived it: %s", pid, stat)
 		}
 		time.Sleep(10 * time.Millisecond)

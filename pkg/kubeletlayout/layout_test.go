@@ -59,7 +59,9 @@ func TestVolumeData(t *testing.T) {
 		t.Errorf("got %+v, want %+v", *d, want)
 	}
 	for _, bad := range []string{`{`, `{"driverName":"d"}`, `{"volumeHandle":"h"}`, `[]`} {
-		os.WriteFile(filepath.Join(dir, VolDataFileName), []byte(bad), 0o600)
+		if err := os.WriteFile(filepath.Join(dir, VolDataFileName), []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := ReadVolumeData(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s: got %v, want a malformed-file error", bad, err)
 		}
@@ -280,8 +282,10 @@ func TestScanUnreadable(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0)
-	defer os.Chmod(dir, 0o750)
+	if err := os.Chmod(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Chmod(dir, 0o750) }()
 	if _, err := l.Scan(); err == nil {
 		t.Fatal("Scan of an unreadable directory succeeded: it must not report that nothing is left")
 	}
@@ -321,7 +325,9 @@ func TestRemover(t *testing.T) {
 
 		// Unmounted but not empty: data the driver did not remove is kept.
 		delete(mounts, p.TargetPath)
-		os.WriteFile(filepath.Join(p.TargetPath, "data"), []byte("x"), 0o600)
+		if err := os.WriteFile(filepath.Join(p.TargetPath, "data"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		if err := r.RemovePodVolume(p); err == nil {
 			t.Error("a non-empty target was removed")
 		}
@@ -354,9 +360,13 @@ func TestRemover(t *testing.T) {
 		// A file outside the layout that the pod's symlink points at must
 		// survive: symlinks are removed, never followed.
 		outside := filepath.Join(t.TempDir(), "device")
-		os.WriteFile(outside, []byte("x"), 0o600)
+		if err := os.WriteFile(outside, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		os.Remove(l.PodDeviceMapPath("pod-d", "pv-3"))
-		os.Symlink(outside, l.PodDeviceMapPath("pod-d", "pv-3"))
+		if err := os.Symlink(outside, l.PodDeviceMapPath("pod-d", "pv-3")); err != nil {
+			t.Fatal(err)
+		}
 
 		dev := filepath.Join(l.BlockGlobalMapPath("pv-3"), "pod-d")
 		mounts := fakeMounts{dev: true}

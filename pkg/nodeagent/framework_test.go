@@ -149,7 +149,7 @@ func (e *env) serveMockDriver(cfg driver.Config) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	go srv.Serve(lis)
+	go func() { _ = srv.Serve(lis) }()
 	e.t.Cleanup(srv.Stop)
 	e.dial()
 }

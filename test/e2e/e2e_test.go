@@ -243,7 +243,7 @@ func TestRefusedFenceMovesNothing(t *testing.T) {
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Code: codes.FailedPrecondition}); err != nil {
 		t.Fatal(err)
 	}
-	defer store.Clear()
+	defer func() { _ = store.Clear() }()
 	if err := cluster.ShutDown(ctx, victim); err != nil {
 		t.Fatal(err)
 	}

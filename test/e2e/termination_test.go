@@ -516,7 +516,9 @@ func TestTerminationReasonFailover(t *testing.T) {
 	if _, err := cluster.Client.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Client.RbacV1().RoleBindings("default").Delete(context.Background(), rb.Name, metav1.DeleteOptions{})
+	defer func() {
+		_ = cluster.Client.RbacV1().RoleBindings("default").Delete(context.Background(), rb.Name, metav1.DeleteOptions{})
+	}()
 	env, err := scenario.SetupWith(ctx, cluster, product, tLogger{t}, scenario.Options{Prefix: "tf", Nodes: 3, Replicas: 1,
 		Template: func(tmpl *corev1.PodTemplateSpec) {
 			tmpl.Labels[termreason.OptInKey] = termreason.OptInEnabled

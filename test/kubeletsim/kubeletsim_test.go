@@ -93,7 +93,7 @@ func newEnv(t *testing.T, cfg driver.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(lis)
+	go func() { _ = srv.Serve(lis) }()
 	// GracefulStop, not Stop: a test may end while the driver still
 	// handles an RPC the stopped kubelet gave up on (a NodePublish making
 	// its target directory); the test's directories are removed only once
@@ -208,8 +208,8 @@ func (e *env) start() *Kubelet {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- k.Run(e.ctx) }()
+	done := make(chan struct{})
+	go func() { _ = k.Run(e.ctx); close(done) }()
 	e.t.Cleanup(func() { k.PowerOff(); <-done })
 	return k
 }
@@ -562,15 +562,15 @@ func TestSharedInformers(t *testing.T) {
 	shared := informers.NewSharedInformerFactory(e.client, 0)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop); shared.Shutdown() })
-	start := func() (*Kubelet, chan error) {
+	start := func() (*Kubelet, chan struct{}) {
 		k, err := New(Options{Client: e.client, NodeName: nodeName, DriverName: drv, KubeletDir: e.root, Conn: e.conn,
 			Period: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond, ReportVolumesInUse: true, Informers: shared})
 		if err != nil {
 			t.Fatal(err)
 		}
 		shared.Start(stop)
-		done := make(chan error, 1)
-		go func() { done <- k.Run(e.ctx) }()
+		done := make(chan struct{})
+		go func() { _ = k.Run(e.ctx); close(done) }()
 		return k, done
 	}
 	e.volume("vol-1", "pv-1", false)

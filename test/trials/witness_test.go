@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -113,6 +114,7 @@ func TestFencesInFlightKeepTheirOrder(t *testing.T) {
 		// klog's header has microseconds: the next line is at back or later.
 		back = c.mark().Add(time.Microsecond)
 		for !time.Now().After(back.Add(time.Microsecond)) {
+			runtime.Gosched()
 		}
 		c.request("v", "n", true) // the node is back
 		c.unpublished("v", "n", true)

@@ -135,7 +135,7 @@ type InfraProvider struct {
 
 // StartInfraProvider starts the test provider's controller (its CRDs are
 // installed by StartClusterAPI). Stop it with Stop.
-func (c *Cluster) StartInfraProvider(ctx context.Context, opts InfraOptions) (*InfraProvider, error) {
+func (c *Cluster) StartInfraProvider(_ context.Context, opts InfraOptions) (*InfraProvider, error) {
 	if opts.StopInstance == nil {
 		return nil, fmt.Errorf("InfraOptions.StopInstance is required")
 	}
@@ -162,7 +162,9 @@ func (c *Cluster) StartInfraProvider(ctx context.Context, opts InfraOptions) (*I
 			return nil, err
 		}
 	}
-	ctx, p.cancel = context.WithCancel(context.Background())
+	// The provider lives until Stop, not as long as the caller's context.
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
 	factory.Start(ctx.Done())
 	go func() {
 		<-ctx.Done()
