@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs golangci-lint, pinned, into a cache outside the repository keyed by
+# its version (built from source with the Go module proxy, as kubernetes-csi's
+# release-tools do: no binary download, no network beyond the proxy), and
+# prints the binary's path as its last line of stdout. A warm cache builds
+# nothing and returns at once.
+#
+# Env: FENCE_TOOLS_CACHE (default ~/.cache/fence-attacher/tools).
+set -euo pipefail
+
+version=v2.15.0
+cache=${FENCE_TOOLS_CACHE:-$HOME/.cache/fence-attacher/tools}
+out=$cache/golangci-lint-$version
+bin=$out/golangci-lint
+
+log() { echo "golangci-lint: $*" >&2; }
+
+if [ ! -x "$bin" ]; then
+	mkdir -p "$out"
+	# make test's lanes may start on a cold cache together: one builds, the
+	# others wait for it.
+	exec 9>"$out/.lock"
+	flock 9
+	if [ ! -x "$bin" ]; then
+		log "building golangci-lint $version (about a minute on 2 cores with an empty module cache)"
+		start=$SECONDS
+		rm -rf "$out/.tmp" && mkdir -p "$out/.tmp"
+		# Outside the repository, so that its go.mod and GOFLAGS do not apply.
+		(cd "$out/.tmp" && GOFLAGS='' GOBIN="$out/.tmp" CGO_ENABLED=0 \
+			go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$version")
+		mv "$out/.tmp/golangci-lint" "$bin" && rmdir "$out/.tmp"
+		log "built in $((SECONDS - start))s"
+	fi
+fi
+echo "$bin"
