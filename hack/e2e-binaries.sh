@@ -16,7 +16,10 @@ tools=$repo/test/e2e/tools
 k8s=$(version_of k8s.io/kubernetes "$tools/k8s/go.mod")
 etcd=$(version_of go.etcd.io/etcd/server/v3 "$tools/etcd/go.mod")
 kwok=$(version_of sigs.k8s.io/kwok "$tools/kwok/go.mod")
-[ -n "$k8s" ] && [ -n "$etcd" ] && [ -n "$kwok" ] || { echo "cannot read pinned versions under $tools" >&2; exit 1; }
+if [ -z "$k8s" ] || [ -z "$etcd" ] || [ -z "$kwok" ]; then
+	echo "cannot read pinned versions under $tools" >&2
+	exit 1
+fi
 
 cache=${FENCE_E2E_CACHE:-$HOME/.cache/fence-attacher/e2e-bin}
 out=$cache/k8s-$k8s.etcd-$etcd.kwok-$kwok

@@ -20,7 +20,10 @@ tools=$repo/test/e2e/tools
 
 k8s=$(version_of k8s.io/kubernetes "$tools/k8s/go.mod")
 containerd=$(version_of github.com/containerd/containerd/v2 "$tools/containerd/go.mod")
-[ -n "$k8s" ] && [ -n "$containerd" ] || { echo "cannot read pinned versions under $tools" >&2; exit 1; }
+if [ -z "$k8s" ] || [ -z "$containerd" ]; then
+	echo "cannot read pinned versions under $tools" >&2
+	exit 1
+fi
 
 cache=${FENCE_NODE_CACHE:-$HOME/.cache/fence-attacher/node-bin}
 out=$cache/k8s-$k8s.containerd-$containerd

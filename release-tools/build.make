@@ -79,8 +79,8 @@ test-go:
 # The static checks; each fails naming what it found. make test runs them
 # (test-units), installing what they need itself: golangci-lint built from
 # the Go module proxy into ~/.cache/fence-attacher/tools (about a minute
-# cold).
-verify: test-fmt test-vet test-vendor test-lint
+# cold), shellcheck with apt.
+verify: test-fmt test-vet test-vendor test-shellcheck test-lint
 test-fmt:
 	./release-tools/verify-gofmt.sh
 test-vet:
@@ -88,6 +88,8 @@ test-vet:
 	$(GO) vet $(GO_FLAGS) -tags e2e ./test/e2e/...
 test-vendor:
 	./release-tools/verify-gomod.sh
+test-shellcheck:
+	./hack/verify-shellcheck.sh
 # golangci-lint (.golangci.yml) over the main module, e2e tests included,
 # and deploy/helm's.
 test-lint:
@@ -96,4 +98,4 @@ test-lint:
 clean:
 	rm -rf bin $(IMAGES_DIR)
 
-.PHONY: build container images push test-go verify test-fmt test-vet test-vendor test-lint clean
+.PHONY: build container images push test-go verify test-fmt test-vet test-vendor test-shellcheck test-lint clean

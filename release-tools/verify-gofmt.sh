@@ -6,7 +6,8 @@ files=$(git ls-files --cached --others --exclude-standard '*.go' | xargs -r gofm
 if [ -n "$files" ]; then
 	echo "gofmt needed on:" >&2
 	echo "$files" >&2
-	gofmt -d $files >&2
+	mapfile -t list <<<"$files"
+	gofmt -d "${list[@]}" >&2
 	exit 1
 fi
 echo "gofmt: ok"

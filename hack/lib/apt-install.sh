@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the hack/install-*.sh scripts: installs Debian packages the
 # tests need, non-interactively, as root or with passwordless sudo, on a
 # fresh machine too. The caller defines log().
@@ -50,7 +51,7 @@ apt_install_packages_unlocked() {
 	fi
 	local install=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@")
-	if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$' -e '^auxfiles$')" ]; then
+	if [ -z "$(find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name lock ! -name partial ! -name auxfiles -print -quit 2>/dev/null)" ]; then
 		log "apt-get update"
 		"${sudo[@]}" apt-get update -q >&2
 		"${install[@]}" >&2

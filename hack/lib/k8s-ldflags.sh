@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by hack/e2e-binaries.sh and hack/node-binaries.sh: what both need to
 # build Kubernetes commands from the pinned modules alike.
 

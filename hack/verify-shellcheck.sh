@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs shellcheck (installed by hack/install-shellcheck.sh when missing) on
+# every shell script of the repository (*.sh and .ci/run), following the
+# files they source. Fails on any finding, style notes included.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$repo/hack/install-shellcheck.sh"
+cd "$repo"
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.sh' .ci/run | sort -u)
+if ! shellcheck --external-sources --source-path=SCRIPTDIR "${files[@]}"; then
+	echo "shellcheck: findings (above) in the shell scripts; fix them (or, for a finding that is wrong, a '# shellcheck disable=SCxxxx' with the reason on the line before)" >&2
+	exit 1
+fi
+echo "shellcheck: ok (${#files[@]} scripts)"
