@@ -80,7 +80,7 @@ test-go:
 # (test-units), installing what they need itself: golangci-lint built from
 # the Go module proxy into ~/.cache/fence-attacher/tools (about a minute
 # cold), shellcheck with apt.
-verify: test-fmt test-vet test-vendor test-shellcheck test-lint
+verify: test-fmt test-vet test-vendor test-boilerplate test-shellcheck test-lint
 test-fmt:
 	./release-tools/verify-gofmt.sh
 test-vet:
@@ -88,6 +88,10 @@ test-vet:
 	$(GO) vet $(GO_FLAGS) -tags e2e ./test/e2e/...
 test-vendor:
 	./release-tools/verify-gomod.sh
+# The licence header on every Go file and shell script
+# (hack/update-boilerplate.sh adds it).
+test-boilerplate:
+	./hack/verify-boilerplate.sh
 test-shellcheck:
 	./hack/verify-shellcheck.sh
 # golangci-lint (.golangci.yml) over the main module, e2e tests included,
@@ -98,4 +102,4 @@ test-lint:
 clean:
 	rm -rf bin $(IMAGES_DIR)
 
-.PHONY: build container images push test-go verify test-fmt test-vet test-vendor test-shellcheck test-lint clean
+.PHONY: build container images push test-go verify test-fmt test-vet test-vendor test-boilerplate test-shellcheck test-lint clean
