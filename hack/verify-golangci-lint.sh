@@ -1,4 +1,19 @@
 #!/usr/bin/env bash
+
+# Copyright 2026 The fence-attacher Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
 # Runs golangci-lint, pinned and cached by hack/golangci-lint.sh, with
 # .golangci.yml: over the main module with the e2e build tag (the config
 # sets it), then over deploy/helm's module. Fails on any finding.

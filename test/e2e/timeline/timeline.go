@@ -1,3 +1,19 @@
+/*
+Copyright 2026 The fence-attacher Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 // Package timeline watches the API for the milestones of one failover and
 // records when each happened, so the demo can print a timeline a person can
 // read and the benchmark can measure the steps, from the same observations.
