@@ -24,6 +24,7 @@ package trials
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -243,6 +244,131 @@ func apiserverRestartAtEviction(ctx context.Context, t *Trial) ([]string, error)
 		steps = append(steps, "the lost eviction taken over by the product")
 	} else {
 		steps = append(steps, "no EvictionTakenOver Event: the taint manager's eviction went through (the restart missed its moment)")
+	}
+	return steps, nil
+}
+
+// handOverBound is the longest a replica that took over mid-failure may
+// take from acquiring its leader-election Lease to the fence of a node that
+// was already down: less than one heartbeat Lease duration. A replica that
+// timed the kubelets' heartbeats only from its takeover would see the dead
+// node's Lease for the first time then and call it down a whole
+// leaseDuration later (issue 38 item 6); one that timed them from its
+// start, before the failure, finds it silent for longer than that already.
+// What is left is the pod's eviction (its 2 s toleration of the
+// unreachable taint, counted from NotReady, before the takeover), the
+// informers' sync of the new leader and one failover pass.
+const handOverBound = leaseDuration
+
+// standbyRun is the state of the leader-loss-standby-first schedule.
+type standbyRun struct {
+	standby *framework.Process
+	started time.Time
+}
+
+// standbyBeforeFailure starts a second replica of the controller, as a
+// Deployment of two does, before the node fails, and waits until the
+// trial sees the victim's heartbeat Lease renewed after the replica was up:
+// the replica's heartbeat watch, started before it runs for leadership,
+// saw the node alive.
+func standbyBeforeFailure(ctx context.Context, t *Trial) ([]string, error) {
+	t.procMu.Lock()
+	standby, _, err := t.p.StartStandbyAttacher(ctx)
+	t.procMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	up := time.Now()
+	t.extra = &standbyRun{standby: standby, started: up}
+	err = framework.WaitFor(ctx, 2*leaseDuration, "a renewal of "+t.Victim+"'s Lease after the standby started", func(context.Context) (bool, error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		rs := t.renewals[t.Victim]
+		return len(rs) > 0 && rs[len(rs)-1].After(up), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	return []string{"standby replica started before the failure"}, nil
+}
+
+// leaderLossStandbyFirst terminates the leader (SIGTERM) a random moment
+// (0 to 1.5 s) after NotReady, before the pod's eviction (2 s after the
+// unreachable taint), so that the fence is the new leader's, and measures
+// from the new leader's acquireTime of its leader-election Lease to the
+// fence of the trial's volume reaching the driver: more than handOverBound
+// is a broken hand-over. A fence sent by the old leader before the
+// takeover means the schedule missed its path: the trial fails.
+func leaderLossStandbyFirst(ctx context.Context, t *Trial) ([]string, error) {
+	run, ok := t.extra.(*standbyRun)
+	if !ok {
+		return nil, fmt.Errorf("the schedule cannot reach its path: no standby started before the failure")
+	}
+	d := t.between(0, 1500*time.Millisecond)
+	if err := sleep(ctx, d); err != nil {
+		return nil, err
+	}
+	held, err := t.leaderLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	driver := contract.SanitizeDriverName(framework.DriverName)
+	for name, holder := range held {
+		if strings.HasSuffix(name, "/"+contract.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
+			delete(held, name)
+		}
+	}
+	t.procMu.Lock()
+	t.p.Attacher.Stop(30 * time.Second)
+	t.p.Attacher = run.standby
+	t.procMu.Unlock()
+	steps := []string{fmt.Sprintf("leader terminated at NotReady+%.2fs, the standby running %.2fs by then", d.Seconds(), time.Since(run.started).Seconds())}
+	if err := t.waitLeasesTakenOver(ctx, held, "the standby holding the leader's Leases"); err != nil {
+		return steps, err
+	}
+	// The takeover: the earliest acquireTime of the Leases taken over
+	// (this machine's clock, as the driver's log is). The new leader builds
+	// its failover once it holds the first: a heartbeat watch started then
+	// calls the node down a lease duration after it at the earliest.
+	var acquired time.Time
+	for name := range held {
+		ns, n, _ := strings.Cut(name, "/")
+		l, err := t.c.Client.CoordinationV1().Leases(ns).Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			return steps, err
+		}
+		if at := l.Spec.AcquireTime; at != nil && (acquired.IsZero() || at.Time.Before(acquired)) {
+			acquired = at.Time
+		}
+	}
+	if acquired.IsZero() {
+		return steps, fmt.Errorf("the schedule cannot reach its path: no acquireTime on the Leases taken over (%v)", held)
+	}
+	var fence time.Time
+	err = framework.WaitFor(ctx, 60*time.Second, "the fence of "+t.Volume+" from "+t.Victim, func(context.Context) (bool, error) {
+		rpcs, err := controllerRPCs(t.p.Driver.Mock.LogPath, run.started.Add(-time.Minute))
+		if err != nil {
+			return false, nil
+		}
+		for _, r := range rpcs {
+			if r.Fence && r.Volume == t.Volume && r.NodeID == t.Victim {
+				fence = r.Received
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return steps, err
+	}
+	if fence.Before(acquired) {
+		return steps, fmt.Errorf("the schedule cannot reach its path: the old leader fenced %.2fs before the takeover", acquired.Sub(fence).Seconds())
+	}
+	took := fence.Sub(acquired)
+	steps = append(steps, fmt.Sprintf("takeover to fence %.2fs (bound %s; standby started %.2fs before the takeover)",
+		took.Seconds(), handOverBound, acquired.Sub(run.started).Seconds()))
+	if took >= handOverBound {
+		t.broken("hand-over: the new leader fenced the dead node %.2fs after it took over, not within %s: it did not time the heartbeats from its start (issue 38 item 6)", took.Seconds(), handOverBound)
 	}
 	return steps, nil
 }

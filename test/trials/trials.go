@@ -104,6 +104,7 @@ var Schedules = []Schedule{
 	{Name: "power-off+flap-during-slow-fence", During: flapDuringSlowFence},
 	{Name: "power-off+cut-off-again-while-quarantined", During: holdCleanup, AfterReturn: cutOffAgainWhileQuarantined, Check: checkCutOffAgain},
 	{Name: "power-off+apiserver-restart-at-eviction", During: apiserverRestartAtEviction},
+	{Name: "power-off+leader-loss-standby-first", Before: standbyBeforeFailure, During: leaderLossStandbyFirst},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added
