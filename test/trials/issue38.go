@@ -24,17 +24,22 @@ package trials
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
 
@@ -371,4 +376,111 @@ func leaderLossStandbyFirst(ctx context.Context, t *Trial) ([]string, error) {
 		t.broken("hand-over: the new leader fenced the dead node %.2fs after it took over, not within %s: it did not time the heartbeats from its start (issue 38 item 6)", took.Seconds(), handOverBound)
 	}
 	return steps, nil
+}
+
+// newNodeID is the CSI node ID the victim's node plugin reports once back
+// in the new-node-id schedule.
+func newNodeID(node string) string { return node + "-reinstalled" }
+
+// newNodeIDAfterFence waits until the fence of the trial's volume is
+// recorded confirmed under the node's CSI node ID (its name), and then
+// configures the node's plugin to report another ID from its next boot,
+// as a node plugin whose ID derives from an initiator name or an NQN that
+// changed does; the array learns the new ID as an array learns a host's
+// new initiator.
+func newNodeIDAfterFence(ctx context.Context, t *Trial) ([]string, error) {
+	frs := fencingv1alpha1.NewClient(t.c.Dynamic)
+	err := framework.WaitFor(ctx, 120*time.Second, "the fence of "+t.Volume+" recorded under node ID "+t.Victim, func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, t.Victim)
+		if err != nil {
+			return false, nil
+		}
+		e := fencerecord.Find(fr, framework.DriverName, t.Volume)
+		return e != nil && e.FencedTime != nil && e.NodeID == t.Victim, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	id := newNodeID(t.Victim)
+	if err := t.p.Driver.Array.RegisterNode(id, 0); err != nil {
+		return nil, err
+	}
+	t.p.Nodes[t.Victim].NodePlugin.NodeID = id
+	return []string{"fence recorded under node ID " + t.Victim + "; the node plugin reports " + id + " from its next boot"}, nil
+}
+
+// newNodeIDReturn runs once the node is back, its plugin reporting the new
+// ID while its CSINode still registers the old one (the kubelet has not
+// registered the plugin again yet): the node agent must refuse to clean
+// the volume fenced under the old ID and say why in the record. Then the
+// CSINode registers the new ID, as the kubelet does at the plugin's
+// registration, and the node must be cleaned and released (S6), which the
+// trial's end waits for. checkNewNodeID checks that the cleanup came after
+// the new registration.
+func newNodeIDReturn(ctx context.Context, t *Trial) ([]string, error) {
+	id := newNodeID(t.Victim)
+	frs := fencingv1alpha1.NewClient(t.c.Dynamic)
+	why := ""
+	err := framework.WaitFor(ctx, 60*time.Second, "the node agent refusing to clean "+t.Volume+" under its new node ID", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, t.Victim)
+		if err != nil {
+			return false, nil
+		}
+		e := fencerecord.Find(fr, framework.DriverName, t.Volume)
+		if e == nil || e.CleanedTime != nil {
+			return false, fmt.Errorf("the fence of %s under node ID %s cleaned (or gone) while the node's CSINode still registered the old ID and its plugin reported %s", t.Volume, t.Victim, id)
+		}
+		why = e.CleanupError
+		return why != "", nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	steps := []string{"back under node ID " + id + "; cleanup refused: " + why}
+	// A CSINode's driver entries are immutable: the kubelet removes the
+	// entry at the plugin's deregistration and adds the new one at its
+	// registration.
+	csinodes := t.c.Client.StorageV1().CSINodes()
+	for _, register := range []bool{false, true} {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cn, err := csinodes.Get(ctx, t.Victim, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cn.Spec.Drivers = slices.DeleteFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == framework.DriverName })
+			if register {
+				cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: framework.DriverName, NodeID: id})
+			}
+			_, err = csinodes.Update(ctx, cn, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return steps, err
+		}
+	}
+	t.extra = &nodeIDRun{registered: time.Now()}
+	return append(steps, "CSINode registers "+id), nil
+}
+
+// nodeIDRun is the state of the new-node-id schedule.
+type nodeIDRun struct{ registered time.Time }
+
+// checkNewNodeID: the node agent recorded the cleanup of the volume fenced
+// under the old ID only after the CSINode registered the new one, as the
+// record says if it is still there (a second of slack for the clocks of
+// the agent's write and the trial's).
+func checkNewNodeID(ctx context.Context, t *Trial) []string {
+	run, ok := t.extra.(*nodeIDRun)
+	if !ok {
+		return nil
+	}
+	fr, err := fencingv1alpha1.NewClient(t.c.Dynamic).Get(ctx, t.Victim)
+	if err != nil {
+		return nil // released and gone: the leftover checks say the rest
+	}
+	if e := fencerecord.Find(fr, framework.DriverName, t.Volume); e != nil && e.CleanedTime != nil && e.CleanedTime.Time.Before(run.registered.Add(-time.Second)) {
+		return []string{fmt.Sprintf("S2: the fence of %s under node ID %s recorded cleaned at %s, before the CSINode registered the plugin's new ID (%s)",
+			t.Volume, t.Victim, e.CleanedTime.Format("15:04:05.000"), run.registered.Format("15:04:05.000"))}
+	}
+	return nil
 }

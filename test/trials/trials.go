@@ -105,6 +105,7 @@ var Schedules = []Schedule{
 	{Name: "power-off+cut-off-again-while-quarantined", During: holdCleanup, AfterReturn: cutOffAgainWhileQuarantined, Check: checkCutOffAgain},
 	{Name: "power-off+apiserver-restart-at-eviction", During: apiserverRestartAtEviction},
 	{Name: "power-off+leader-loss-standby-first", Before: standbyBeforeFailure, During: leaderLossStandbyFirst},
+	{Name: "power-off+new-node-id", During: newNodeIDAfterFence, AfterReturn: newNodeIDReturn, Check: checkNewNodeID},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added

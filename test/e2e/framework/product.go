@@ -134,7 +134,10 @@ type NodePlugin struct {
 	// AgentHTTP is the node agent's --http-endpoint address (host:port).
 	AgentHTTP string
 	HTTP      string // data path: http://HTTP/write?volume=V
-	sock      string
+	// NodeID is the CSI node ID the plugin reports from its next power-on
+	// ("": the node's name, which CreateNode registers in its CSINode).
+	NodeID string
+	sock   string
 
 	// BMC powers the plugin when its node has a power switch
 	// (SetPowerSwitch); then Process is nil.
@@ -517,8 +520,12 @@ func (pl *NodePlugin) Socket() string { return pl.sock }
 // the node agent authenticates with kubeconfig.
 func (pl *NodePlugin) powerOn(ctx context.Context, n *NodeInstance, kubeconfig string) error {
 	d, c := pl.Driver, pl.Driver.c
+	nodeID := n.Name
+	if pl.NodeID != "" {
+		nodeID = pl.NodeID
+	}
 	args := func(addr string) []string {
-		return append([]string{"--role=node", "--node-id=" + n.Name, "--csi-address=unix://" + pl.sock, "--state-dir=" + d.StateDir,
+		return append([]string{"--role=node", "--node-id=" + nodeID, "--csi-address=unix://" + pl.sock, "--state-dir=" + d.StateDir,
 			"--driver-name=" + d.Name, "--http-endpoint=" + addr}, d.mockArgs...)
 	}
 	var err error
