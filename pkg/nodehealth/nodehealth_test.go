@@ -34,7 +34,7 @@ import (
 // S3, S4: only a node whose kubelet stopped talking is down, judged on this
 // process's own clock; the kubelet's and the node lifecycle controller's
 // clocks are never compared.
-func TestDown(t *testing.T) {
+func TestCheck(t *testing.T) {
 	// The node lifecycle controller's clock: the node went Unknown a minute
 	// ago.
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -139,7 +139,7 @@ func TestDown(t *testing.T) {
 
 // A renewal the informer has not delivered yet is seen by the live read of
 // the decision itself.
-func TestDownSeesARenewalTheInformerMissed(t *testing.T) {
+func TestCheckSeesARenewalTheInformerMissed(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown}}}}
