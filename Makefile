@@ -51,7 +51,7 @@ test-lane-nodes:
 # arriving meanwhile waits for the first one's compilation (flock) instead of
 # compiling the same packages beside it.
 E2E_COMPILE = mkdir -p $(HOME)/.cache/fence-attacher && flock $(HOME)/.cache/fence-attacher/.e2e-compile.lock \
-	$(GO) test $(GO_FLAGS) -tags e2e -count=1 -exec /bin/true ./test/e2e/... ./cmd/fence-bench/ >/dev/null
+	$(GO) test $(GO_FLAGS) -tags e2e -count=1 -exec /bin/true ./test/e2e/... ./test/bench/... >/dev/null
 
 # Power fencing on real parts: pkg/powerfence drives Debian's fence_ipmilan
 # against openipmi's ipmi_sim on loopback, whose "machine" is a process that
@@ -87,7 +87,7 @@ test-e2e-slow:
 test-e2e-rest:
 	$(E2E_TEST) -timeout 45m -skip '$(E2E_SLOW)' ./test/e2e/...
 test-bench-e2e:
-	$(E2E_TEST) -timeout 20m ./cmd/fence-bench/
+	$(E2E_TEST) -timeout 20m ./test/bench/...
 
 # Real nodes: a real kubelet and containerd
 # per node in its own network namespace and cgroup, joined to the local

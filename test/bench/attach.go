@@ -14,15 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package bench
 
 import (
 	"context"
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,20 +34,31 @@ import (
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
 )
 
-// attachOptions are the flags of --mode=attach.
-type attachOptions struct {
-	counts      []int    // VolumeAttachments per round (--counts)
-	qps         []string // "default" or a --kube-api-qps value; burst = qps
-	burstVols   int      // VolumeAttachments of the fence burst; 0: no burst phase
-	burstQPS    []string
-	fenceDelay  time.Duration
-	attachCount int // attaches measured alone and during the burst
+// AttachOptions are the flags of --mode=attach.
+type AttachOptions struct {
+	// Counts are the VolumeAttachments per round (--counts).
+	Counts []int
+	// QPS are the attacher's --kube-api-qps per round (burst = qps), each
+	// "default" (external-attacher's 5/10) or a number (--qps).
+	QPS []string
+	// BurstVolumes are the VolumeAttachments fenced at once from a failed
+	// node while attaches run; 0: no burst phase (--burst-volumes).
+	BurstVolumes int
+	// BurstQPS are the attacher's --kube-api-qps in the burst phase
+	// (--burst-qps).
+	BurstQPS []string
+	// FenceDelay is the mock driver's latency of each
+	// ControllerUnpublishVolume during the burst (--fence-delay).
+	FenceDelay time.Duration
+	// Attaches are the attaches measured alone and during the burst
+	// (--attaches).
+	Attaches int
 }
 
-// apiSetting is one --kube-api-qps/--kube-api-burst of the attacher.
-type apiSetting string
+// APISetting is one --kube-api-qps/--kube-api-burst of the attacher.
+type APISetting string
 
-func (s apiSetting) args() []string {
+func (s APISetting) args() []string {
 	if s == "default" {
 		return nil // external-attacher's: 5 and 10
 	}
@@ -58,14 +67,14 @@ func (s apiSetting) args() []string {
 
 // failoverArgs are the same setting for the failover's own API clients
 // (--failover-kube-api-qps and -burst), which default to 20 and 30.
-func (s apiSetting) failoverArgs() []string {
+func (s APISetting) failoverArgs() []string {
 	if s == "default" {
 		return nil
 	}
 	return []string{"--failover-kube-api-qps=" + string(s), "--failover-kube-api-burst=" + string(s)}
 }
 
-func (s apiSetting) String() string {
+func (s APISetting) String() string {
 	if s == "default" {
 		return "5/10"
 	}
@@ -85,7 +94,7 @@ func fencingArgs(mode string) []string {
 
 // roundResult is what attaching, then detaching, n VolumeAttachments cost.
 type roundResult struct {
-	setting                 apiSetting
+	setting                 APISetting
 	fencing                 string
 	n                       int
 	attach, detach          time.Duration
@@ -95,7 +104,7 @@ type roundResult struct {
 
 // burstAttachResult is what attaches cost alone and during a fence burst.
 type burstAttachResult struct {
-	setting          apiSetting
+	setting          APISetting
 	fencing          string
 	alone, during    attachLatencies
 	burstVols        int
@@ -118,7 +127,7 @@ type attachLatencies struct {
 // by side in one control plane, at each API client setting; then the
 // attaches to a Ready node while another node's volumes are fenced, each
 // fence taking fenceDelay in the driver (external-attacher issue #761).
-func (b *bench) runAttach(ctx context.Context, o attachOptions) (err error) {
+func (b *bench) runAttach(ctx context.Context, o AttachOptions) (err error) {
 	c, err := framework.Start(ctx, b, b.opts)
 	if err != nil {
 		return err
@@ -147,12 +156,12 @@ func (b *bench) runAttach(ctx context.Context, o attachOptions) (err error) {
 			b.printAttach(rounds, bursts, o)
 		}
 	}()
-	for i, q := range o.qps {
+	for i, q := range o.QPS {
 		for j, f := range fencingModes {
-			if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
+			if err := restartAttacher(ctx, p, APISetting(q), f); err != nil {
 				return err
 			}
-			for k, n := range o.counts {
+			for k, n := range o.Counts {
 				// Fresh volumes each round: the first attach of a PV also
 				// adds external-attacher's finalizer to it, which a round on
 				// volumes attached before would not pay.
@@ -164,24 +173,24 @@ func (b *bench) runAttach(ctx context.Context, o attachOptions) (err error) {
 				if err != nil {
 					return fmt.Errorf("%s, qps %s, %d volumes: %w", f, q, n, err)
 				}
-				r.setting, r.fencing = apiSetting(q), f
+				r.setting, r.fencing = APISetting(q), f
 				b.printf("%s qps %s n=%d: attach %.1fs, detach %.1fs\n", f, r.setting, n, r.attach.Seconds(), r.detach.Seconds())
 				rounds = append(rounds, r)
 			}
 		}
 	}
 
-	if o.burstVols > 0 {
-		for i, q := range o.burstQPS {
+	if o.BurstVolumes > 0 {
+		for i, q := range o.BurstQPS {
 			for j, f := range fencingModes {
-				if err := restartAttacher(ctx, p, apiSetting(q), f); err != nil {
+				if err := restartAttacher(ctx, p, APISetting(q), f); err != nil {
 					return err
 				}
 				r, err := b.burstAttach(ctx, c, p, fmt.Sprintf("fail%d%d", i, j), target, o)
 				if err != nil {
 					return fmt.Errorf("burst, %s, qps %s: %w", f, q, err)
 				}
-				r.setting, r.fencing = apiSetting(q), f
+				r.setting, r.fencing = APISetting(q), f
 				bursts = append(bursts, r)
 			}
 		}
@@ -194,7 +203,7 @@ func (b *bench) runAttach(ctx context.Context, o attachOptions) (err error) {
 // and timeout defaults (the e2e harness shortens them), less verbose
 // logging, the API client setting q and the fencing mode f, and waits until
 // it leads.
-func restartAttacher(ctx context.Context, p *framework.Product, q apiSetting, f string) error {
+func restartAttacher(ctx context.Context, p *framework.Product, q APISetting, f string) error {
 	args := []string{"--v=2", "--timeout=15s", "--retry-interval-start=1s", "--retry-interval-max=5m", "--reconcile-sync=1m"}
 	args = append(append(args, q.args()...), fencingArgs(f)...)
 	if err := p.RestartAttacher(ctx, args...); err != nil {
@@ -331,8 +340,8 @@ func attachRound(ctx context.Context, c *framework.Cluster, node string, handles
 // burstAttach measures attaching handles to target alone, then again while
 // burstVols volumes are detached at once from a node that failed, each
 // unpublish taking o.fenceDelay in the driver.
-func (b *bench) burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, target string, o attachOptions) (burstAttachResult, error) {
-	res := burstAttachResult{burstVols: o.burstVols}
+func (b *bench) burstAttach(ctx context.Context, c *framework.Cluster, p *framework.Product, prefix, target string, o AttachOptions) (burstAttachResult, error) {
+	res := burstAttachResult{burstVols: o.BurstVolumes}
 	failing, err := c.CreateNodes(ctx, prefix, 1, framework.DriverName)
 	if err != nil {
 		return res, err
@@ -340,7 +349,7 @@ func (b *bench) burstAttach(ctx context.Context, c *framework.Cluster, p *framew
 	if err := p.Array.RegisterNode(failing[0], 0); err != nil {
 		return res, err
 	}
-	burstHandles, err := createVolumes(ctx, c, p, prefix, o.burstVols)
+	burstHandles, err := createVolumes(ctx, c, p, prefix, o.BurstVolumes)
 	if err != nil {
 		return res, err
 	}
@@ -353,11 +362,11 @@ func (b *bench) burstAttach(ctx context.Context, c *framework.Cluster, p *framew
 
 	// Attaches alone, the baseline, and during the burst, each on fresh
 	// volumes.
-	alone, err := createVolumes(ctx, c, p, prefix+"-alone", o.attachCount)
+	alone, err := createVolumes(ctx, c, p, prefix+"-alone", o.Attaches)
 	if err != nil {
 		return res, err
 	}
-	during, err := createVolumes(ctx, c, p, prefix+"-during", o.attachCount)
+	during, err := createVolumes(ctx, c, p, prefix+"-during", o.Attaches)
 	if err != nil {
 		return res, err
 	}
@@ -377,7 +386,7 @@ func (b *bench) burstAttach(ctx context.Context, c *framework.Cluster, p *framew
 		return res, err
 	}
 	store := faults.NewStore(p.Driver.StateDir)
-	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: o.fenceDelay}); err != nil {
+	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: o.FenceDelay}); err != nil {
 		return res, err
 	}
 	unpub0, err := unpublishCalls(ctx, p)
@@ -463,7 +472,7 @@ func timedAttaches(ctx context.Context, c *framework.Cluster, node string, handl
 	return l, nil
 }
 
-func (b *bench) printAttach(rounds []roundResult, bursts []burstAttachResult, o attachOptions) {
+func (b *bench) printAttach(rounds []roundResult, bursts []burstAttachResult, o AttachOptions) {
 	if len(rounds) == 0 && len(bursts) == 0 {
 		return
 	}
@@ -491,7 +500,7 @@ func (b *bench) printAttach(rounds []roundResult, bursts []burstAttachResult, o 
 		return
 	}
 	b.printf("\n%d attaches to a Ready node, alone and while %d volumes are detached from a NotReady node (%v per ControllerUnpublishVolume):\n",
-		o.attachCount, o.burstVols, o.fenceDelay)
+		o.Attaches, o.BurstVolumes, o.FenceDelay)
 	b.printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "qps/burst", "attach", "alone p50", "p95", "all",
 		"burst p50", "p95", "all", "detach", "p50 vs", "burst", "unpub")
 	b.printf("%-9s %-6s | %9s %9s %9s | %9s %9s %9s %8s | %8s | %8s %8s\n", "", "er", "", "", "", "", "", "", "writes", "alone", "done", "RPCs")
@@ -501,17 +510,4 @@ func (b *bench) printAttach(rounds []roundResult, bursts []burstAttachResult, o 
 			r.during.p50.Seconds(), r.during.p95.Seconds(), r.during.all.Seconds(), r.detachWrites,
 			100*(r.during.p50.Seconds()/r.alone.p50.Seconds()-1), r.burstDone.Seconds(), r.unpublishInBurst)
 	}
-}
-
-// parseInts reads "100,500".
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q: want positive integers separated by commas", s)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }

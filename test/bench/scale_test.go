@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package bench
 
 import (
 	"reflect"
@@ -221,30 +221,30 @@ func TestGuardSlots(t *testing.T) {
 }
 
 func TestPlanScale(t *testing.T) {
-	base := scaleOptions{nodes: 1000, pods: 30000, volumes: 3000, hotPods: 110, rack: 20, rackPods: 5, inTree: true, window: time.Minute}
-	with := func(f func(*scaleOptions)) scaleOptions { o := base; f(&o); return o }
+	base := ScaleOptions{Nodes: 1000, Pods: 30000, Volumes: 3000, HotPods: 110, Rack: 20, RackPods: 5, InTree: true, Window: time.Minute}
+	with := func(f func(*ScaleOptions)) ScaleOptions { o := base; f(&o); return o }
 	for _, tc := range []struct {
 		name                                            string
-		o                                               scaleOptions
+		o                                               ScaleOptions
 		err                                             string
 		general, sets, bulk, setVolumes, percent, slots int
 	}{
 		// 3000 - 110 - 100 = 2790 general volumes: 111 sets of 25 and one
 		// of 15; the guard admits the failed node and 10 of the rack.
 		{name: "issue 22's", o: base, general: 978, sets: 2 + 112, bulk: 978, setVolumes: 3000, percent: 1, slots: 10},
-		{name: "the e2e test's", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack = 100, 3000, 300, 4 }),
+		{name: "the e2e test's", o: with(func(o *ScaleOptions) { o.Nodes, o.Pods, o.Volumes, o.Rack = 100, 3000, 300, 4 }),
 			general: 94, sets: 2 + 7, bulk: 94, setVolumes: 300, percent: 3, slots: 3},
-		{name: "no rack, no in-tree path", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack, o.inTree = 10, 200, 110, 0, false }),
+		{name: "no rack, no in-tree path", o: with(func(o *ScaleOptions) { o.Nodes, o.Pods, o.Volumes, o.Rack, o.InTree = 10, 200, 110, 0, false }),
 			general: 9, sets: 1, bulk: 9, setVolumes: 110, percent: 10, slots: 1},
-		{name: "fewer bulk pods than general nodes", o: with(func(o *scaleOptions) { o.nodes, o.pods, o.volumes, o.rack, o.inTree = 10, 113, 110, 0, false }),
+		{name: "fewer bulk pods than general nodes", o: with(func(o *ScaleOptions) { o.Nodes, o.Pods, o.Volumes, o.Rack, o.InTree = 10, 113, 110, 0, false }),
 			general: 9, sets: 1, bulk: 3, setVolumes: 110, percent: 10, slots: 1},
 		{name: "issue 22's without a rack: the smallest limit, 1%, has more room than the failed node needs",
-			o: with(func(o *scaleOptions) { o.rack = 0 }), general: 998, sets: 2 + 115, bulk: 998, setVolumes: 3000, percent: 1, slots: 10},
-		{name: "a given limit", o: with(func(o *scaleOptions) { o.guardPercent = 5 }), general: 978, sets: 114, bulk: 978, setVolumes: 3000, percent: 5, slots: 50},
-		{name: "too few nodes", o: with(func(o *scaleOptions) { o.nodes = 23 }), err: "--nodes=23: want at least 24"},
-		{name: "too few volumes", o: with(func(o *scaleOptions) { o.volumes = 200 }), err: "--volumes=200: want at least 210"},
-		{name: "fewer pods than volumes", o: with(func(o *scaleOptions) { o.pods = 2999 }), err: "--pods=2999"},
-		{name: "no window", o: with(func(o *scaleOptions) { o.window = 0 }), err: "--window=0s"},
+			o: with(func(o *ScaleOptions) { o.Rack = 0 }), general: 998, sets: 2 + 115, bulk: 998, setVolumes: 3000, percent: 1, slots: 10},
+		{name: "a given limit", o: with(func(o *ScaleOptions) { o.GuardPercent = 5 }), general: 978, sets: 114, bulk: 978, setVolumes: 3000, percent: 5, slots: 50},
+		{name: "too few nodes", o: with(func(o *ScaleOptions) { o.Nodes = 23 }), err: "--nodes=23: want at least 24"},
+		{name: "too few volumes", o: with(func(o *ScaleOptions) { o.Volumes = 200 }), err: "--volumes=200: want at least 210"},
+		{name: "fewer pods than volumes", o: with(func(o *ScaleOptions) { o.Pods = 2999 }), err: "--pods=2999"},
+		{name: "no window", o: with(func(o *ScaleOptions) { o.Window = 0 }), err: "--window=0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := planScale(tc.o)
@@ -265,7 +265,7 @@ func TestPlanScale(t *testing.T) {
 			// The bulk pods go to the general nodes, one Deployment per
 			// node, shares at most one pod apart.
 			placed := map[string]bool{}
-			lo, hi := tc.o.pods, 0
+			lo, hi := tc.o.Pods, 0
 			for _, w := range p.bulk {
 				pods += w.replicas
 				if !slices.Contains(p.general, w.node) || placed[w.node] {
@@ -281,8 +281,8 @@ func TestPlanScale(t *testing.T) {
 				t.Errorf("general %d, sets %d, bulk %d, volumes %d, percent %d, slots %d; want %d, %d, %d, %d, %d, %d",
 					len(p.general), len(p.sets), len(p.bulk), vols, p.percent, p.slots, tc.general, tc.sets, tc.bulk, tc.setVolumes, tc.percent, tc.slots)
 			}
-			if pods != tc.o.pods || len(p.nodes()) != tc.o.nodes {
-				t.Errorf("%d pods on %d nodes, want %d on %d", pods, len(p.nodes()), tc.o.pods, tc.o.nodes)
+			if pods != tc.o.Pods || len(p.nodes()) != tc.o.Nodes {
+				t.Errorf("%d pods on %d nodes, want %d on %d", pods, len(p.nodes()), tc.o.Pods, tc.o.Nodes)
 			}
 			if len(p.spares) != min(maxSpares, len(p.general)) {
 				t.Errorf("%d spares", len(p.spares))
@@ -338,28 +338,28 @@ func TestMemoryOverGoal(t *testing.T) {
 // what every client that paces a failover may send.
 func TestScaleAPIClients(t *testing.T) {
 	for _, tc := range []struct {
-		o           scaleOptions
+		o           ScaleOptions
 		wantArgs    []string
 		notArgs     []string
 		wantClients string
 	}{
-		{o: scaleOptions{qps: "default"}, wantArgs: []string{"--kube-api-qps=5", "--kube-api-burst=10"}, notArgs: []string{"--failover-kube-api-qps"},
+		{o: ScaleOptions{QPS: "default"}, wantArgs: []string{"--kube-api-qps=5", "--kube-api-burst=10"}, notArgs: []string{"--failover-kube-api-qps"},
 			wantClients: "attacher 5/10 (10 workers), its failover 20/30, kube-controller-manager and kube-scheduler 20/30 and 50/100"},
-		{o: scaleOptions{qps: "100", controlPlaneQPS: 100}, wantArgs: []string{"--kube-api-qps=100", "--failover-kube-api-qps=100", "--failover-kube-api-burst=100"},
+		{o: ScaleOptions{QPS: "100", ControlPlaneQPS: 100}, wantArgs: []string{"--kube-api-qps=100", "--failover-kube-api-qps=100", "--failover-kube-api-burst=100"},
 			notArgs:     []string{"--worker-threads"},
 			wantClients: "attacher 100/100 (10 workers), its failover 100/100, kube-controller-manager and kube-scheduler 100/200"},
-		{o: scaleOptions{qps: "300", controlPlaneQPS: 300, workers: 50}, wantArgs: []string{"--worker-threads=50", "--kube-api-qps=300"},
+		{o: ScaleOptions{QPS: "300", ControlPlaneQPS: 300, Workers: 50}, wantArgs: []string{"--worker-threads=50", "--kube-api-qps=300"},
 			wantClients: "attacher 300/300 (50 workers), its failover 300/300, kube-controller-manager and kube-scheduler 300/600"},
 	} {
-		args := strings.Join(measureArgs(tc.o.qps, 50, tc.o.workers), " ")
+		args := strings.Join(measureArgs(tc.o.QPS, 50, tc.o.Workers), " ")
 		for _, w := range tc.wantArgs {
 			if !strings.Contains(args, w) {
-				t.Errorf("%s: no %s in %s", tc.o.qps, w, args)
+				t.Errorf("%s: no %s in %s", tc.o.QPS, w, args)
 			}
 		}
 		for _, w := range tc.notArgs {
 			if strings.Contains(args, w) {
-				t.Errorf("%s: %s in %s", tc.o.qps, w, args)
+				t.Errorf("%s: %s in %s", tc.o.QPS, w, args)
 			}
 		}
 		if got := tc.o.clients(); !strings.HasSuffix(got, tc.wantClients) {

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package bench
 
 import (
 	"context"
@@ -27,8 +27,8 @@ import (
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
 
-// failoverPaths are the paths --mode=failover measures.
-var failoverPaths = []string{"automatic", "out-of-service", "power"}
+// FailoverPaths are the paths --mode=failover measures.
+var FailoverPaths = []string{"automatic", "out-of-service", "power"}
 
 // needs is what a run needs from the machine besides Go, which builds the
 // product on every control plane.
@@ -50,11 +50,11 @@ func requirements(mode string, paths []string, trials, volumes int) (needs, erro
 			return needs{}, fmt.Errorf("--trials=%d: want at least 1", trials)
 		}
 		if len(paths) == 0 || slices.Contains(paths, "") {
-			return needs{}, fmt.Errorf("--paths=%s: want paths separated by commas, of %s", strings.Join(paths, ","), strings.Join(failoverPaths, ", "))
+			return needs{}, fmt.Errorf("--paths=%s: want paths separated by commas, of %s", strings.Join(paths, ","), strings.Join(FailoverPaths, ", "))
 		}
 		for _, p := range paths {
-			if !slices.Contains(failoverPaths, p) {
-				return needs{}, fmt.Errorf("unknown path %q in --paths: want %s", p, strings.Join(failoverPaths, ", "))
+			if !slices.Contains(FailoverPaths, p) {
+				return needs{}, fmt.Errorf("unknown path %q in --paths: want %s", p, strings.Join(FailoverPaths, ", "))
 			}
 		}
 		return needs{controlPlane: true, fenceAgents: slices.Contains(paths, "power")}, nil

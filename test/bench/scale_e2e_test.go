@@ -16,7 +16,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package bench
 
 import (
 	"regexp"
@@ -35,12 +35,15 @@ import (
 func TestScaleSmall(t *testing.T) {
 	r := startRun(t)
 	begin := time.Now()
-	r.run("--mode=scale", "--nodes=30", "--pods=600", "--volumes=60", "--hot-pods=20", "--rack=4", "--rack-pods=2",
-		"--window=20s", "--settle=10s", "--enforce-memory-goal")
-	t.Logf("fence-bench --mode=scale: exit code %d after %.0fs", r.code, time.Since(begin).Seconds())
+	// fence-bench --mode=scale --nodes=30 --pods=600 --volumes=60
+	// --hot-pods=20 --rack=4 --rack-pods=2 --window=20s --settle=10s
+	// --enforce-memory-goal, its other flags at their defaults.
+	r.run(Config{Mode: "scale", Scale: ScaleOptions{Nodes: 30, Pods: 600, Volumes: 60, HotPods: 20, Rack: 4, RackPods: 2,
+		InTree: true, Window: 20 * time.Second, Settle: 10 * time.Second, QPS: "default", EnforceMemory: true}})
+	t.Logf("fence-bench --mode=scale: %v after %.0fs", r.err, time.Since(begin).Seconds())
 	out := r.out.String()
-	if r.code != 0 {
-		t.Errorf("exit code %d; the end of the output:\n%s", r.code, tail(out, 60))
+	if r.err != nil {
+		t.Errorf("%v; the end of the output:\n%s", r.err, tail(out, 60))
 		r.checkNothingLeft(t)
 		return
 	}

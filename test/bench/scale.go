@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package bench
 
 import (
 	"context"
@@ -53,52 +53,56 @@ import (
 	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 )
 
-// scaleOptions are the flags of --mode=scale.
-type scaleOptions struct {
-	nodes, pods, volumes int
-	// hotPods are the pods, each with a volume, of the node that fails
+// ScaleOptions are the flags of --mode=scale.
+type ScaleOptions struct {
+	// Nodes (KWOK), Pods and Volumes: Volumes of the pods have a volume
+	// each (StatefulSets), the others none (Deployments).
+	Nodes, Pods, Volumes int
+	// HotPods are the pods, each with a volume, of the node that fails
 	// (and of the in-tree path's node).
-	hotPods int
-	// rack nodes lose power at once, rackPods pods with a volume each.
-	rack, rackPods int
-	// guardPercent is the attacher's --max-fenced-node-percent; 0: the
+	HotPods int
+	// Rack nodes lose power at once, RackPods pods with a volume each.
+	Rack, RackPods int
+	// GuardPercent is the attacher's --max-fenced-node-percent; 0: the
 	// smallest that admits the failed node and half the rack.
-	guardPercent int
-	// inTree adds the in-tree out-of-service path beside the product's.
-	inTree         bool
-	window, settle time.Duration
-	// qps is the attachers' API client setting while measuring, their
+	GuardPercent int
+	// InTree adds the in-tree out-of-service path beside the product's.
+	InTree bool
+	// Window is the steady state's, which begins Settle after the
+	// restarted attacher leads.
+	Window, Settle time.Duration
+	// QPS is the attachers' API client setting while measuring, their
 	// failover's too.
-	qps apiSetting
-	// controlPlaneQPS is kube-controller-manager's and kube-scheduler's
+	QPS APISetting
+	// ControlPlaneQPS is kube-controller-manager's and kube-scheduler's
 	// --kube-api-qps; 0: their defaults.
-	controlPlaneQPS int
-	// workers is the attachers' --worker-threads while measuring; 0:
+	ControlPlaneQPS int
+	// Workers is the attachers' --worker-threads while measuring; 0:
 	// external-attacher's 10.
-	workers int
-	// enforceMemory fails the run when the controller role's RSS is over
+	Workers int
+	// EnforceMemory fails the run when the controller role's RSS is over
 	// the goal.
-	enforceMemory bool
-	// profileDir, if set, gets a CPU profile of the bench itself over each
+	EnforceMemory bool
+	// ProfileDir, if set, gets a CPU profile of the bench itself over each
 	// failed node's failover (PATH.pprof).
-	profileDir string
+	ProfileDir string
 }
 
 // clients says what the API clients that pace a failover may send.
-func (o scaleOptions) clients() string {
+func (o ScaleOptions) clients() string {
 	failover := "20/30"
-	if o.qps != "default" {
-		failover = o.qps.String()
+	if o.QPS != "default" {
+		failover = o.QPS.String()
 	}
 	cp := "20/30 and 50/100"
-	if o.controlPlaneQPS > 0 {
-		cp = fmt.Sprintf("%d/%d", o.controlPlaneQPS, 2*o.controlPlaneQPS)
+	if o.ControlPlaneQPS > 0 {
+		cp = fmt.Sprintf("%d/%d", o.ControlPlaneQPS, 2*o.ControlPlaneQPS)
 	}
-	workers := o.workers
+	workers := o.Workers
 	if workers == 0 {
 		workers = 10
 	}
-	return fmt.Sprintf("API clients (qps/burst): attacher %s (%d workers), its failover %s, kube-controller-manager and kube-scheduler %s", o.qps, workers, failover, cp)
+	return fmt.Sprintf("API clients (qps/burst): attacher %s (%d workers), its failover %s, kube-controller-manager and kube-scheduler %s", o.QPS, workers, failover, cp)
 }
 
 // inTreeDriver is the driver of the in-tree path's volumes: the mock without
@@ -162,42 +166,42 @@ const (
 
 // planScale lays out the cluster: pods counts every pod (the in-tree
 // path's, added later, aside), volumes the product's attached volumes.
-func planScale(o scaleOptions) (scalePlan, error) {
+func planScale(o ScaleOptions) (scalePlan, error) {
 	var p scalePlan
-	if o.hotPods < 1 || o.rack < 0 || o.rackPods < 1 {
-		return p, fmt.Errorf("--hot-pods=%d, --rack=%d, --rack-pods=%d: want at least 1, 0 and 1", o.hotPods, o.rack, o.rackPods)
+	if o.HotPods < 1 || o.Rack < 0 || o.RackPods < 1 {
+		return p, fmt.Errorf("--hot-pods=%d, --rack=%d, --rack-pods=%d: want at least 1, 0 and 1", o.HotPods, o.Rack, o.RackPods)
 	}
-	special := 1 + o.rack
-	if o.inTree {
+	special := 1 + o.Rack
+	if o.InTree {
 		special++
 	}
-	if o.nodes-special < 2 {
-		return p, fmt.Errorf("--nodes=%d: want at least %d (the failing node, the in-tree path's, the rack of %d and 2 more)", o.nodes, special+2, o.rack)
+	if o.Nodes-special < 2 {
+		return p, fmt.Errorf("--nodes=%d: want at least %d (the failing node, the in-tree path's, the rack of %d and 2 more)", o.Nodes, special+2, o.Rack)
 	}
-	generalVolumes := o.volumes - o.hotPods - o.rack*o.rackPods
+	generalVolumes := o.Volumes - o.HotPods - o.Rack*o.RackPods
 	if generalVolumes < 0 {
-		return p, fmt.Errorf("--volumes=%d: want at least %d (the failing node's %d and the rack's %d)", o.volumes, o.hotPods+o.rack*o.rackPods, o.hotPods, o.rack*o.rackPods)
+		return p, fmt.Errorf("--volumes=%d: want at least %d (the failing node's %d and the rack's %d)", o.Volumes, o.HotPods+o.Rack*o.RackPods, o.HotPods, o.Rack*o.RackPods)
 	}
-	if o.pods < o.volumes {
-		return p, fmt.Errorf("--pods=%d: want at least --volumes=%d (a pod per volume)", o.pods, o.volumes)
+	if o.Pods < o.Volumes {
+		return p, fmt.Errorf("--pods=%d: want at least --volumes=%d (a pod per volume)", o.Pods, o.Volumes)
 	}
-	if o.window <= 0 {
-		return p, fmt.Errorf("--window=%s: want a positive duration", o.window)
+	if o.Window <= 0 {
+		return p, fmt.Errorf("--window=%s: want a positive duration", o.Window)
 	}
-	for i := 0; i < o.nodes-special; i++ {
+	for i := 0; i < o.Nodes-special; i++ {
 		p.general = append(p.general, fmt.Sprintf("g-%04d", i))
 	}
 	p.spares = p.general[:min(maxSpares, len(p.general))]
 	p.hot = "hot-0"
-	if o.inTree {
+	if o.InTree {
 		p.intree = "intree-0"
 	}
-	for i := 0; i < o.rack; i++ {
+	for i := 0; i < o.Rack; i++ {
 		p.rack = append(p.rack, fmt.Sprintf("rack-%02d", i))
 	}
-	p.sets = append(p.sets, workload{name: "hot", group: "hot", replicas: o.hotPods})
-	if o.rack > 0 {
-		p.sets = append(p.sets, workload{name: "rack", group: "rack", replicas: o.rack * o.rackPods})
+	p.sets = append(p.sets, workload{name: "hot", group: "hot", replicas: o.HotPods})
+	if o.Rack > 0 {
+		p.sets = append(p.sets, workload{name: "rack", group: "rack", replicas: o.Rack * o.RackPods})
 	}
 	for i := 0; generalVolumes > 0; i++ {
 		n := min(setReplicas, generalVolumes)
@@ -205,7 +209,7 @@ func planScale(o scaleOptions) (scalePlan, error) {
 		generalVolumes -= n
 	}
 	// The pods without a volume, spread evenly over the general nodes.
-	bulk := o.pods - o.volumes
+	bulk := o.Pods - o.Volumes
 	for i, n := range p.general {
 		share := bulk / len(p.general)
 		if i < bulk%len(p.general) {
@@ -215,16 +219,16 @@ func planScale(o scaleOptions) (scalePlan, error) {
 			p.bulk = append(p.bulk, workload{name: "bulk-" + n, group: "general", replicas: share, node: n})
 		}
 	}
-	p.percent = o.guardPercent
+	p.percent = o.GuardPercent
 	if p.percent == 0 {
 		// The failed node stays admitted (it is not back); the rack then
 		// finds room for at most half of it, at least one node when it
 		// can: the smallest limit with the most slots up to that, or,
 		// when even 1% has more (a large cluster, a small rack or none),
 		// 1%.
-		want, best := 1+(o.rack+1)/2, 0
+		want, best := 1+(o.Rack+1)/2, 0
 		for pc := 1; pc <= 100; pc++ {
-			n := guardSlots(o.nodes, 0, pc)
+			n := guardSlots(o.Nodes, 0, pc)
 			if n > 0 && (best == 0 || n <= want && n > best) {
 				best, p.percent = n, pc
 			}
@@ -233,17 +237,17 @@ func planScale(o scaleOptions) (scalePlan, error) {
 			}
 		}
 		if best == 0 {
-			return p, fmt.Errorf("--nodes=%d: no --max-fenced-node-percent admits a node (too few nodes)", o.nodes)
+			return p, fmt.Errorf("--nodes=%d: no --max-fenced-node-percent admits a node (too few nodes)", o.Nodes)
 		}
 	}
-	p.slots = guardSlots(o.nodes, 0, p.percent)
+	p.slots = guardSlots(o.Nodes, 0, p.percent)
 	return p, nil
 }
 
 // scaleRun is one run of --mode=scale on its control plane.
 type scaleRun struct {
 	b      *bench
-	o      scaleOptions
+	o      ScaleOptions
 	plan   scalePlan
 	c      *framework.Cluster
 	p      *framework.Product
@@ -261,7 +265,7 @@ type scaleRun struct {
 // retry, timeout and resync defaults (the e2e harness shortens them), its
 // --worker-threads unless workers is 0, the API client setting q (of the
 // failover's clients too), and the storm guard's limit.
-func measureArgs(q apiSetting, percent, workers int) []string {
+func measureArgs(q APISetting, percent, workers int) []string {
 	args := []string{"--v=2", "--timeout=15s", "--retry-interval-start=1s", "--retry-interval-max=5m", "--reconcile-sync=1m",
 		"--max-fenced-node-percent=" + strconv.Itoa(percent)}
 	if workers > 0 {
@@ -278,7 +282,7 @@ func measureArgs(q apiSetting, percent, workers int) []string {
 // o.volumes volumes attached through the product, and measures the steady
 // state, one node failing (beside the in-tree path), and a rack losing
 // power under the storm guard. Each table is printed as its phase ends.
-func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
+func (b *bench) runScale(ctx context.Context, o ScaleOptions) (err error) {
 	plan, err := planScale(o)
 	if err != nil {
 		return err
@@ -289,7 +293,7 @@ func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
 	// everything measured, and a late one would turn a node NotReady.
 	opts := b.opts
 	opts.NodeLeaseDuration, opts.NodeMonitorGracePeriod = 40*time.Second, 40*time.Second
-	opts.ControlPlaneQPS = o.controlPlaneQPS
+	opts.ControlPlaneQPS = o.ControlPlaneQPS
 	// kwok's default of 4 stages at once left 30,000 pods 27 minutes to
 	// run at 1,000 nodes, and a failed node's new pods Pending behind them.
 	opts.KwokParallelism = 16
@@ -329,7 +333,7 @@ func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
 		return fmt.Errorf("steady state: %w", err)
 	}
 	b.printf("\n%s\n", steadyTable(steady))
-	if o.enforceMemory {
+	if o.EnforceMemory {
 		// Reported at the end: the other phases are measured first.
 		err = memoryOverGoal(steady)
 	}
@@ -337,7 +341,7 @@ func (b *bench) runScale(ctx context.Context, o scaleOptions) (err error) {
 	var moves []failoverResult
 	printMoves := func() {
 		if len(moves) > 0 {
-			b.printf("\n%s\n", failoverScaleTable(o.hotPods, o.clients(), moves))
+			b.printf("\n%s\n", failoverScaleTable(o.HotPods, o.clients(), moves))
 		}
 	}
 	r, ferr := s.failNode(ctx, "automatic", plan.hot, "hot", false)
@@ -455,16 +459,16 @@ func (s *scaleRun) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	s.b.Logf("%d StatefulSets (%d volumes) and %d Deployments created (%.0fs)", len(s.plan.sets), s.o.volumes, len(s.plan.bulk), time.Since(begin).Seconds())
-	timeout := 15*time.Minute + time.Duration(s.o.pods)*40*time.Millisecond
+	s.b.Logf("%d StatefulSets (%d volumes) and %d Deployments created (%.0fs)", len(s.plan.sets), s.o.Volumes, len(s.plan.bulk), time.Since(begin).Seconds())
+	timeout := 15*time.Minute + time.Duration(s.o.Pods)*40*time.Millisecond
 	if err := s.waitRunning(ctx, append(slices.Clone(s.plan.sets), s.plan.bulk...), timeout); err != nil {
 		return err
 	}
-	if err := s.waitInUse(ctx, s.plan.hot, s.o.hotPods); err != nil {
+	if err := s.waitInUse(ctx, s.plan.hot, s.o.HotPods); err != nil {
 		return err
 	}
 	for _, n := range s.plan.rack {
-		if err := s.waitInUse(ctx, n, s.o.rackPods); err != nil {
+		if err := s.waitInUse(ctx, n, s.o.RackPods); err != nil {
 			return err
 		}
 	}
@@ -472,7 +476,7 @@ func (s *scaleRun) setup(ctx context.Context) error {
 	if err := s.labelSpares(ctx, "hot", "rack"); err != nil {
 		return err
 	}
-	s.b.Logf("setup done: %d pods running, %d volumes attached (%.0fs)", s.o.pods, s.o.volumes, time.Since(begin).Seconds())
+	s.b.Logf("setup done: %d pods running, %d volumes attached (%.0fs)", s.o.Pods, s.o.Volumes, time.Since(begin).Seconds())
 	if _, q := s.t.maxima(); q > 0 || s.setupRestarts > 0 {
 		// Heartbeats late under load make nodes NotReady, and the
 		// product fences them as it should: said, not hidden.
@@ -721,8 +725,8 @@ func (s *scaleRun) poll(ctx context.Context, timeout time.Duration, what string,
 // measures its and a node agent's memory and CPU and the product's API
 // requests over the window.
 func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
-	r := steadyResult{nodes: s.o.nodes, pods: s.o.pods, volumes: s.o.volumes, qps: s.o.qps, window: s.o.window, setupRestarts: s.setupRestarts}
-	if err := s.p.RestartAttacher(ctx, measureArgs(s.o.qps, s.plan.percent, s.o.workers)...); err != nil {
+	r := steadyResult{nodes: s.o.Nodes, pods: s.o.Pods, volumes: s.o.Volumes, qps: s.o.QPS, window: s.o.Window, setupRestarts: s.setupRestarts}
+	if err := s.p.RestartAttacher(ctx, measureArgs(s.o.QPS, s.plan.percent, s.o.Workers)...); err != nil {
 		return r, err
 	}
 	if err := framework.WaitFor(ctx, 90*time.Second, "csi-fence-attacher leading", func(ctx context.Context) (bool, error) {
@@ -730,10 +734,10 @@ func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
 	}); err != nil {
 		return r, err
 	}
-	s.b.Logf("csi-fence-attacher restarted with %v and leading; the window starts in %s", measureArgs(s.o.qps, s.plan.percent, s.o.workers), s.o.settle)
+	s.b.Logf("csi-fence-attacher restarted with %v and leading; the window starts in %s", measureArgs(s.o.QPS, s.plan.percent, s.o.Workers), s.o.Settle)
 	// The steady state is what follows the start-up (initial lists, the
 	// first resync): the window begins a fixed time after.
-	if err := sleepCtx(ctx, s.o.settle); err != nil {
+	if err := sleepCtx(ctx, s.o.Settle); err != nil {
 		return r, err
 	}
 	procs := []struct {
@@ -741,7 +745,7 @@ func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
 		pid  int
 	}{
 		{"controller (csi-fence-attacher, " + framework.DriverName + ")", s.p.Attacher.Pid()},
-		{"node agent (" + s.plan.hot + ", " + strconv.Itoa(s.o.hotPods) + " volumes)", s.p.Nodes[s.plan.hot].Agent.Pid()},
+		{"node agent (" + s.plan.hot + ", " + strconv.Itoa(s.o.HotPods) + " volumes)", s.p.Nodes[s.plan.hot].Agent.Pid()},
 	}
 	var begin []procStat
 	for _, p := range procs {
@@ -752,7 +756,7 @@ func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
 		begin = append(begin, st)
 	}
 	from := time.Now()
-	if err := sleepCtx(ctx, s.o.window); err != nil {
+	if err := sleepCtx(ctx, s.o.Window); err != nil {
 		return r, err
 	}
 	to := time.Now()
@@ -826,14 +830,14 @@ func productWrites(events []framework.AuditEvent, begin, end time.Time) map[stri
 // pod's failover. With outOfService, the bench adds the out-of-service
 // taint as an operator would the moment the first pod is eligible.
 func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfService bool) (failoverResult, error) {
-	pods := s.o.hotPods
+	pods := s.o.HotPods
 	r := failoverResult{path: path, pods: pods, node: node}
 	cpu := startCPUSampler(s.c.Running, 250*time.Millisecond)
 	defer cpu.finish()
 	stopProfile := func() {}
-	if s.o.profileDir != "" {
+	if s.o.ProfileDir != "" {
 		var err error
-		if stopProfile, err = profileCPU(filepath.Join(s.o.profileDir, path+".pprof")); err != nil {
+		if stopProfile, err = profileCPU(filepath.Join(s.o.ProfileDir, path+".pprof")); err != nil {
 			return r, err
 		}
 		defer stopProfile()
@@ -913,9 +917,9 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 // hotPods pods with its volumes on its node, and fails it with the
 // out-of-service taint.
 func (s *scaleRun) inTree(ctx context.Context) (failoverResult, error) {
-	r := failoverResult{path: "out-of-service", pods: s.o.hotPods}
+	r := failoverResult{path: "out-of-service", pods: s.o.HotPods}
 	d, err := s.p.AddDriver(ctx, framework.DriverOptions{Name: inTreeDriver, MockArgs: []string{"--disable-fence"},
-		AttacherArgs: append([]string{"--kube-api-qps=" + setupQPS, "--kube-api-burst=" + setupQPS}, measureArgs(s.o.qps, s.plan.percent, s.o.workers)...)})
+		AttacherArgs: append([]string{"--kube-api-qps=" + setupQPS, "--kube-api-burst=" + setupQPS}, measureArgs(s.o.QPS, s.plan.percent, s.o.Workers)...)})
 	if err != nil {
 		return r, err
 	}
@@ -925,14 +929,14 @@ func (s *scaleRun) inTree(ctx context.Context) (failoverResult, error) {
 	if _, err := s.p.StartNode(ctx, s.plan.intree, d); err != nil {
 		return r, err
 	}
-	w := workload{name: "intree", group: "intree", replicas: s.o.hotPods}
+	w := workload{name: "intree", group: "intree", replicas: s.o.HotPods}
 	if err := s.createSet(ctx, d, w); err != nil {
 		return r, err
 	}
 	if err := s.waitRunning(ctx, []workload{w}, 10*time.Minute); err != nil {
 		return r, err
 	}
-	if err := s.waitInUse(ctx, s.plan.intree, s.o.hotPods); err != nil {
+	if err := s.waitInUse(ctx, s.plan.intree, s.o.HotPods); err != nil {
 		return r, err
 	}
 	if err := s.labelSpares(ctx, "intree"); err != nil {
@@ -945,12 +949,12 @@ func (s *scaleRun) inTree(ctx context.Context) (failoverResult, error) {
 // guard: never more nodes admitted than it allows, the rest waiting with a
 // FencingDeferred Event, and the admitted nodes' pods moving elsewhere.
 func (s *scaleRun) failRack(ctx context.Context) (rackResult, error) {
-	r := rackResult{nodes: len(s.plan.rack), totalNodes: s.o.nodes, percent: s.plan.percent, slots: s.plan.slots}
+	r := rackResult{nodes: len(s.plan.rack), totalNodes: s.o.Nodes, percent: s.plan.percent, slots: s.plan.slots}
 	r.admittedBefore = len(s.t.resetMaxima())
 	room := max(0, min(len(s.plan.rack), s.plan.slots-r.admittedBefore))
 	// Where each rack pod runs, before.
 	podNode := map[int]string{}
-	for i := 0; i < len(s.plan.rack)*s.o.rackPods; i++ {
+	for i := 0; i < len(s.plan.rack)*s.o.RackPods; i++ {
 		podNode[i] = s.t.nodeOf(podName("rack", i))
 	}
 	begin := time.Now()

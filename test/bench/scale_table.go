@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package bench
 
 import (
 	"bytes"
@@ -181,7 +181,7 @@ func steadyGoals(reqs map[requestKey]int) (writes, leaseWrites, lists int) {
 // steadyResult is what --mode=scale measured in steady state.
 type steadyResult struct {
 	nodes, pods, volumes int
-	qps                  apiSetting
+	qps                  APISetting
 	window               time.Duration
 	procs                []procUsage // the controller role's first
 	requests             map[requestKey]int

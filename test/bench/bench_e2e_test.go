@@ -16,7 +16,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package bench
 
 import (
 	"bytes"
@@ -39,8 +39,8 @@ import (
 )
 
 // The bench at its smallest, as a new user runs it (`go run
-// ./cmd/fence-bench --trials=1`), in this process so that its goroutines
-// can be looked at too: it must leave no process and no client of a
+// ./cmd/fence-bench --trials=1`: Run), in this process so that its
+// goroutines can be looked at too: it must leave no process and no client of a
 // control plane it tore down running, and print nothing about a control
 // plane once it is gone.
 
@@ -113,10 +113,10 @@ func shortCertReload(t *testing.T) {
 
 // benchRun is one run of the bench in this process.
 type benchRun struct {
-	tag  framework.RunTag
-	out  *outputBuffer
-	code int
-	// returned is the length of the output when runMain returned.
+	tag framework.RunTag
+	out *outputBuffer
+	err error
+	// returned is the length of the output when Run returned.
 	returned int
 }
 
@@ -132,8 +132,8 @@ func startRun(t *testing.T) *benchRun {
 	return r
 }
 
-func (r *benchRun) run(args ...string) {
-	r.code = runMain(args, r.out, r.out)
+func (r *benchRun) run(cfg Config) {
+	r.err = Run(cfg, r.out)
 	r.returned = len(r.out.String())
 }
 
@@ -146,7 +146,7 @@ var (
 
 // afterTeardown returns the lines printed about a control plane after it
 // was torn down: one that names its work dir or its apiserver once the next
-// control plane started (the bench starts one after the other) or runMain
+// control plane started (the bench starts one after the other) or Run
 // returned, or any client-go warning or error about a certificate after the
 // first teardown.
 func (r *benchRun) afterTeardown() []string {
@@ -237,11 +237,11 @@ func (r *benchRun) checkNothingLeft(t *testing.T) {
 func TestBenchLeavesNothingRunning(t *testing.T) {
 	r := startRun(t)
 	begin := time.Now()
-	r.run("--trials=1")
-	t.Logf("fence-bench --trials=1: exit code %d after %.0fs", r.code, time.Since(begin).Seconds())
+	r.run(Config{Mode: "failover", Trials: 1, Paths: FailoverPaths})
+	t.Logf("fence-bench --trials=1: %v after %.0fs", r.err, time.Since(begin).Seconds())
 	out := r.out.String()
-	if r.code != 0 {
-		t.Errorf("exit code %d; the end of the output:\n%s", r.code, tail(out, 40))
+	if r.err != nil {
+		t.Errorf("%v; the end of the output:\n%s", r.err, tail(out, 40))
 	}
 	for _, path := range []string{"automatic", "out-of-service", "power"} {
 		if !regexp.MustCompile(`(?m)^` + path + ` +1 `).MatchString(out) {
@@ -259,7 +259,7 @@ func TestBenchInterruptedPrintsWhatItMeasured(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.run("--trials=1", "--paths=automatic,power")
+		r.run(Config{Mode: "failover", Trials: 1, Paths: []string{"automatic", "power"}})
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -287,8 +287,8 @@ func TestBenchInterruptedPrintsWhatItMeasured(t *testing.T) {
 		t.Fatalf("the bench did not end after SIGINT; the end of the output:\n%s", tail(r.out.String(), 40))
 	}
 	out := r.out.String()
-	if r.code == 0 {
-		t.Errorf("exit code 0 after an interrupt")
+	if r.err == nil {
+		t.Errorf("no error after an interrupt")
 	}
 	if !regexp.MustCompile(`(?m)^automatic +1 `).MatchString(out) {
 		t.Errorf("no row for the automatic path, measured before the interrupt; the end of the output:\n%s", tail(out, 20))
