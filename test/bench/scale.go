@@ -20,7 +20,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -49,6 +48,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
+	"github.com/csi-fence/fence-attacher/test/bench/procstat"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 )
@@ -747,9 +747,9 @@ func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
 		{"controller (csi-fence-attacher, " + framework.DriverName + ")", s.p.Attacher.Pid()},
 		{"node agent (" + s.plan.hot + ", " + strconv.Itoa(s.o.HotPods) + " volumes)", s.p.Nodes[s.plan.hot].Agent.Pid()},
 	}
-	var begin []procStat
+	var begin []procstat.Stat
 	for _, p := range procs {
-		st, err := readProc(p.pid)
+		st, err := procstat.Read(p.pid)
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", p.name, err)
 		}
@@ -761,11 +761,11 @@ func (s *scaleRun) steadyState(ctx context.Context) (steadyResult, error) {
 	}
 	to := time.Now()
 	for i, p := range procs {
-		st, err := readProc(p.pid)
+		st, err := procstat.Read(p.pid)
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", p.name, err)
 		}
-		r.procs = append(r.procs, usageOver(p.name, begin[i], st))
+		r.procs = append(r.procs, procstat.UsageOver(p.name, begin[i], st))
 	}
 	events, err := s.c.AuditEvents()
 	if err != nil {
@@ -786,23 +786,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// readProc reads a process's memory and CPU from /proc.
-func readProc(pid int) (procStat, error) {
-	st := procStat{at: time.Now()}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return st, err
-	}
-	if st.rss, st.peak, err = parseProcStatus(b); err != nil {
-		return st, err
-	}
-	if b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil {
-		return st, err
-	}
-	st.cpuTicks, err = parseProcStat(b)
-	return st, err
 }
 
 // productWrites counts the product's writes, by verb and resource, among
@@ -832,12 +815,12 @@ func productWrites(events []framework.AuditEvent, begin, end time.Time) map[stri
 func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfService bool) (failoverResult, error) {
 	pods := s.o.HotPods
 	r := failoverResult{path: path, pods: pods, node: node}
-	cpu := startCPUSampler(s.c.Running, 250*time.Millisecond)
-	defer cpu.finish()
+	cpu := procstat.StartSampler(s.c.Running, 250*time.Millisecond)
+	defer cpu.Finish()
 	stopProfile := func() {}
 	if s.o.ProfileDir != "" {
 		var err error
-		if stopProfile, err = profileCPU(filepath.Join(s.o.ProfileDir, path+".pprof")); err != nil {
+		if stopProfile, err = procstat.ProfileCPU(filepath.Join(s.o.ProfileDir, path+".pprof")); err != nil {
 			return r, err
 		}
 		defer stopProfile()
@@ -902,8 +885,8 @@ func (s *scaleRun) failNode(ctx context.Context, path, node, set string, outOfSe
 	}
 	r.writes = productWrites(events, begin, last)
 	r.adc = adcNodeWrites(events, node, begin, last)
-	cpu.finish()
-	if w, ok := cpu.over(r.firstEligible(), last); ok {
+	cpu.Finish()
+	if w, ok := cpu.Over(r.firstEligible(), last); ok {
 		r.cpu = &w
 	}
 	if d, ok := r.span(); ok {

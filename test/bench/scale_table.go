@@ -17,14 +17,13 @@ limitations under the License.
 package bench
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/csi-fence/fence-attacher/pkg/failover"
+	"github.com/csi-fence/fence-attacher/test/bench/procstat"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
 )
@@ -39,85 +38,6 @@ const controllerMemoryGoal = 300 << 20
 // failoverGoal is issue 22's goal for a failed node's pods: the last one's
 // volume attached elsewhere within this long of the pods becoming eligible.
 const failoverGoal = 5 * time.Second
-
-// clockTicks is the unit of utime and stime in /proc/<pid>/stat
-// (sysconf(_SC_CLK_TCK)), 100 on every Linux this runs on.
-const clockTicks = 100
-
-// procStat is one reading of a process's memory and CPU from /proc.
-type procStat struct {
-	rss, peak int64 // bytes: VmRSS and VmHWM (the most it was ever resident)
-	cpuTicks  int64 // utime + stime, in clock ticks
-	at        time.Time
-}
-
-// parseProcStatus reads VmRSS and VmHWM from /proc/<pid>/status.
-func parseProcStatus(b []byte) (rss, peak int64, err error) {
-	found := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		key, value, ok := strings.Cut(line, ":")
-		if !ok || (key != "VmRSS" && key != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(value)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("%s: unexpected %q", key, value)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", key, err)
-		}
-		if key == "VmRSS" {
-			rss = kb << 10
-		} else {
-			peak = kb << 10
-		}
-		found++
-	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("no VmRSS and VmHWM in the status")
-	}
-	return rss, peak, nil
-}
-
-// parseProcStat reads utime + stime from /proc/<pid>/stat: fields 14 and
-// 15, counted after the command name, which is in parentheses and may
-// itself hold spaces and parentheses.
-func parseProcStat(b []byte) (int64, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("no command name in %q", b)
-	}
-	// After ")": field 3 (state) onwards.
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
-	}
-	var sum int64
-	for _, s := range f[11:13] { // fields 14 (utime) and 15 (stime)
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		sum += n
-	}
-	return sum, nil
-}
-
-// procUsage is what one process cost over a window.
-type procUsage struct {
-	name      string
-	rss, peak int64   // at the end of the window
-	cpu       float64 // cores used on average over the window
-}
-
-func usageOver(name string, begin, end procStat) procUsage {
-	u := procUsage{name: name, rss: end.rss, peak: end.peak}
-	if d := end.at.Sub(begin.at).Seconds(); d > 0 {
-		u.cpu = float64(end.cpuTicks-begin.cpuTicks) / clockTicks / d
-	}
-	return u
-}
 
 // requestKey is one kind of API request: who (the product's role), what
 // verb, on what resource ("pods", "nodes/status").
@@ -183,7 +103,7 @@ type steadyResult struct {
 	nodes, pods, volumes int
 	qps                  APISetting
 	window               time.Duration
-	procs                []procUsage // the controller role's first
+	procs                []procstat.Usage // the controller role's first
 	requests             map[requestKey]int
 	setupRestarts        int // of the controller while the cluster was filled
 }
@@ -209,13 +129,13 @@ func steadyTable(r steadyResult) string {
 	fmt.Fprintf(&sb, "%-52s %9s %9s %7s  %s\n", "process", "RSS", "peak RSS", "CPU", "goal")
 	for _, p := range r.procs {
 		goal := ""
-		if strings.HasPrefix(p.name, "controller") {
-			goal = fmt.Sprintf("RSS < %d MiB: %s", controllerMemoryGoal>>20, verdict(p.rss < controllerMemoryGoal))
-			if p.peak >= controllerMemoryGoal {
+		if strings.HasPrefix(p.Name, "controller") {
+			goal = fmt.Sprintf("RSS < %d MiB: %s", controllerMemoryGoal>>20, verdict(p.RSS < controllerMemoryGoal))
+			if p.Peak >= controllerMemoryGoal {
 				goal += fmt.Sprintf(" (peak %s)", verdict(false))
 			}
 		}
-		fmt.Fprintf(&sb, "%-52s %5.0f MiB %5.0f MiB %6.1f%%  %s\n", p.name, mib(p.rss), mib(p.peak), 100*p.cpu, goal)
+		fmt.Fprintf(&sb, "%-52s %5.0f MiB %5.0f MiB %6.1f%%  %s\n", p.Name, mib(p.RSS), mib(p.Peak), 100*p.CPU, goal)
 	}
 	fmt.Fprintf(&sb, "\nThe product's API requests per minute in steady state (audit log):\n")
 	fmt.Fprintf(&sb, "%-11s %-8s %-32s %8s %8s\n", "role", "verb", "resource", "count", "/min")
@@ -246,8 +166,8 @@ func memoryOverGoal(r steadyResult) error {
 	if len(r.procs) == 0 {
 		return fmt.Errorf("the controller role's memory was not measured")
 	}
-	if c := r.procs[0]; c.rss >= controllerMemoryGoal {
-		return fmt.Errorf("%s: RSS %.0f MiB, over the goal of %d MiB", c.name, mib(c.rss), controllerMemoryGoal>>20)
+	if c := r.procs[0]; c.RSS >= controllerMemoryGoal {
+		return fmt.Errorf("%s: RSS %.0f MiB, over the goal of %d MiB", c.Name, mib(c.RSS), controllerMemoryGoal>>20)
 	}
 	return nil
 }
@@ -288,7 +208,7 @@ type failoverResult struct {
 	adc  nodeStatusWrites
 	// cpu is where the CPU went from the first pod eligible to the last
 	// attached elsewhere (none: not measured).
-	cpu *cpuWindow
+	cpu *procstat.Window
 }
 
 // nodeStatusWrites are kube-controller-manager's attach/detach controller's
@@ -452,7 +372,7 @@ func failoverScaleTable(hotPods int, clients string, results []failoverResult) s
 	}
 	for _, r := range results {
 		if r.cpu != nil {
-			fmt.Fprintf(&sb, "%s, CPU from the first eligible to the last attached: %s\n", r.path, r.cpu.line())
+			fmt.Fprintf(&sb, "%s, CPU from the first eligible to the last attached: %s\n", r.path, r.cpu.Line())
 		}
 	}
 	// Where the writes go: the API client's rate (--kube-api-qps) paces them.

@@ -28,54 +28,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/csi-fence/fence-attacher/test/bench/procstat"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
-
-func TestParseProc(t *testing.T) {
-	status := "Name:\tcsi-fence-attac\nVmPeak:\t 1300000 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t12\n"
-	rss, peak, err := parseProcStatus([]byte(status))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rss != 100<<20 || peak != 200<<20 {
-		t.Errorf("rss %d, peak %d; want 100 MiB and 200 MiB", rss, peak)
-	}
-	if _, _, err := parseProcStatus([]byte("Name:\tx\nVmRSS:\t 1 kB\n")); err == nil {
-		t.Error("no error without VmHWM")
-	}
-	for _, tc := range []struct {
-		name, stat string
-		want       int64
-		err        bool
-	}{
-		// Fields 14 and 15 (utime 250, stime 50), counted after the name.
-		{name: "plain", stat: "4242 (csi-fence-attac) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0", want: 300},
-		{name: "a name with spaces and parentheses", stat: "7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0", want: 7},
-		{name: "cut short", stat: "7 (a) R 1 7", err: true},
-		{name: "no name", stat: "7 a R", err: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseProcStat([]byte(tc.stat))
-			if tc.err != (err != nil) {
-				t.Fatalf("error %v, want one: %v", err, tc.err)
-			}
-			if got != tc.want {
-				t.Errorf("ticks %d, want %d", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestUsageOver(t *testing.T) {
-	at := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
-	begin := procStat{rss: 1, peak: 2, cpuTicks: 1000, at: at}
-	end := procStat{rss: 50 << 20, peak: 80 << 20, cpuTicks: 1600, at: at.Add(2 * time.Minute)}
-	u := usageOver("controller", begin, end)
-	// 600 ticks of 10 ms in 120 s: 5% of a core.
-	if u.rss != 50<<20 || u.peak != 80<<20 || u.cpu < 0.0499 || u.cpu > 0.0501 {
-		t.Errorf("%+v, want the end's memory and 0.05 cores", u)
-	}
-}
 
 func TestCountRequests(t *testing.T) {
 	at := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
@@ -144,7 +99,7 @@ func TestSteadyTable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := steadyTable(steadyResult{nodes: 100, pods: 3000, volumes: 300, qps: "default", window: 2 * time.Minute,
-				procs:    []procUsage{{name: "controller (x)", rss: tc.rss, peak: tc.peak, cpu: 0.05}, {name: "node agent (y)", rss: 20 << 20, peak: 20 << 20}},
+				procs:    []procstat.Usage{{Name: "controller (x)", RSS: tc.rss, Peak: tc.peak, CPU: 0.05}, {Name: "node agent (y)", RSS: 20 << 20, Peak: 20 << 20}},
 				requests: tc.requests, setupRestarts: tc.restarts})
 			if !strings.HasPrefix(got, "Steady state: 100 nodes, 3000 pods, 300 volumes attached through the product; 2m0s window, attacher --kube-api-qps/burst 5/10\n") {
 				t.Errorf("title: %q", strings.SplitN(got, "\n", 2)[0])
@@ -312,11 +267,11 @@ func TestRackTable(t *testing.T) {
 func TestMemoryOverGoal(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		procs []procUsage
+		procs []procstat.Usage
 		err   string
 	}{
-		{name: "under", procs: []procUsage{{name: "controller", rss: 299 << 20, peak: 400 << 20}, {name: "node agent", rss: 400 << 20}}},
-		{name: "at the goal", procs: []procUsage{{name: "controller", rss: 300 << 20}}, err: "controller: RSS 300 MiB, over the goal of 300 MiB"},
+		{name: "under", procs: []procstat.Usage{{Name: "controller", RSS: 299 << 20, Peak: 400 << 20}, {Name: "node agent", RSS: 400 << 20}}},
+		{name: "at the goal", procs: []procstat.Usage{{Name: "controller", RSS: 300 << 20}}, err: "controller: RSS 300 MiB, over the goal of 300 MiB"},
 		{name: "not measured", err: "not measured"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -451,5 +406,38 @@ func TestSlimPod(t *testing.T) {
 	}
 	if o, _ := slimPod("not a pod"); o != "not a pod" {
 		t.Errorf("a non-pod changed: %v", o)
+	}
+}
+
+func TestADCNodeWrites(t *testing.T) {
+	at := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	s := func(x float64) time.Time { return at.Add(time.Duration(x * float64(time.Second))) }
+	write := func(user, node, sub string, code int, received, took float64) framework.AuditEvent {
+		return framework.AuditEvent{User: user, Verb: "patch", Resource: "nodes", Subresource: sub, Name: node, Code: code,
+			Time: s(received), Answered: s(received + took)}
+	}
+	events := []framework.AuditEvent{
+		write(adcUser, "hot-0", "status", 200, 0.5, 0.1), // before the failure
+		write(adcUser, "hot-0", "status", 200, 2, 0.04),
+		write(adcUser, "hot-0", "status", 200, 2.1, 0.2),
+		write(adcUser, "hot-0", "status", 409, 2.2, 0.01), // a conflict: not a write
+		write(adcUser, "hot-1", "status", 200, 2.3, 0.01), // another node
+		write(adcUser, "hot-0", "", 200, 2.4, 0.01),       // not its status
+		write("system:serviceaccount:default:csi-fence-attacher", "hot-0", "status", 200, 2.5, 0.01),
+		write(adcUser, "hot-0", "status", 200, 3, 0.06),
+		write(adcUser, "hot-0", "status", 200, 9, 0.06), // after the last attach
+	}
+	w := adcNodeWrites(events, "hot-0", s(1), s(8))
+	if len(w.took) != 3 || !w.first.Equal(s(2)) || !w.last.Equal(s(3)) {
+		t.Fatalf("%d writes from %s to %s, want 3 from %s to %s", len(w.took), w.first, w.last, s(2), s(3))
+	}
+	r := failoverResult{path: "automatic", pods: 3, node: "hot-0", adc: w, moves: []podMove{{eligible: s(1.5)}, {eligible: s(1)}}}
+	expectLines(t, adcLine(r), "the attach/detach controller's writes of hot-0's status (one per volume it detaches, one at a time): 3, from 1.00s to 2.00s after the first eligible, each answered in p50 60ms, p95 200ms, max 200ms")
+	table := failoverScaleTable(3, "API clients", []failoverResult{r})
+	if !strings.Contains(table, "automatic, the attach/detach controller's writes of hot-0's status") {
+		t.Errorf("no attach/detach controller line in\n%s", table)
+	}
+	if adcLine(failoverResult{node: "hot-0", moves: r.moves}) != "" {
+		t.Error("a line without writes")
 	}
 }

@@ -14,14 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package bench
+package procstat
 
 import (
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
 
 func TestParseMachineStat(t *testing.T) {
@@ -99,7 +96,9 @@ func TestCPUOver(t *testing.T) {
 		})
 	}
 	w, _ := cpuOver(samples, s(0.5), s(2), 2)
-	expectLines(t, w.line(), "3.00s on 2 cores, the machine 83% busy, kube-apiserver 3.00, fence-bench 0.80 (its garbage collector 0.25), csi-fence-attacher 0.40, kwok 0.05 (core-seconds; 4.25 of 6.00 measured by process)")
+	if got, want := w.Line(), "3.00s on 2 cores, the machine 83% busy, kube-apiserver 3.00, fence-bench 0.80 (its garbage collector 0.25), csi-fence-attacher 0.40, kwok 0.05 (core-seconds; 4.25 of 6.00 measured by process)"; got != want {
+		t.Errorf("line\n%s\nwant\n%s", got, want)
+	}
 }
 
 func TestCPUGroup(t *testing.T) {
@@ -116,38 +115,5 @@ func TestCPUGroup(t *testing.T) {
 		if got := cpuGroup(name); got != want {
 			t.Errorf("cpuGroup(%q) = %q, want %q", name, got, want)
 		}
-	}
-}
-
-func TestADCNodeWrites(t *testing.T) {
-	at := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
-	s := func(x float64) time.Time { return at.Add(time.Duration(x * float64(time.Second))) }
-	write := func(user, node, sub string, code int, received, took float64) framework.AuditEvent {
-		return framework.AuditEvent{User: user, Verb: "patch", Resource: "nodes", Subresource: sub, Name: node, Code: code,
-			Time: s(received), Answered: s(received + took)}
-	}
-	events := []framework.AuditEvent{
-		write(adcUser, "hot-0", "status", 200, 0.5, 0.1), // before the failure
-		write(adcUser, "hot-0", "status", 200, 2, 0.04),
-		write(adcUser, "hot-0", "status", 200, 2.1, 0.2),
-		write(adcUser, "hot-0", "status", 409, 2.2, 0.01), // a conflict: not a write
-		write(adcUser, "hot-1", "status", 200, 2.3, 0.01), // another node
-		write(adcUser, "hot-0", "", 200, 2.4, 0.01),       // not its status
-		write("system:serviceaccount:default:csi-fence-attacher", "hot-0", "status", 200, 2.5, 0.01),
-		write(adcUser, "hot-0", "status", 200, 3, 0.06),
-		write(adcUser, "hot-0", "status", 200, 9, 0.06), // after the last attach
-	}
-	w := adcNodeWrites(events, "hot-0", s(1), s(8))
-	if len(w.took) != 3 || !w.first.Equal(s(2)) || !w.last.Equal(s(3)) {
-		t.Fatalf("%d writes from %s to %s, want 3 from %s to %s", len(w.took), w.first, w.last, s(2), s(3))
-	}
-	r := failoverResult{path: "automatic", pods: 3, node: "hot-0", adc: w, moves: []podMove{{eligible: s(1.5)}, {eligible: s(1)}}}
-	expectLines(t, adcLine(r), "the attach/detach controller's writes of hot-0's status (one per volume it detaches, one at a time): 3, from 1.00s to 2.00s after the first eligible, each answered in p50 60ms, p95 200ms, max 200ms")
-	table := failoverScaleTable(3, "API clients", []failoverResult{r})
-	if !strings.Contains(table, "automatic, the attach/detach controller's writes of hot-0's status") {
-		t.Errorf("no attach/detach controller line in\n%s", table)
-	}
-	if adcLine(failoverResult{node: "hot-0", moves: r.moves}) != "" {
-		t.Error("a line without writes")
 	}
 }

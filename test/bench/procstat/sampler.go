@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package bench
+package procstat
 
 import (
 	"bytes"
@@ -54,8 +54,8 @@ type cpuSample struct {
 	benchGC float64
 }
 
-// cpuSampler samples the cluster's processes and this one until stopped.
-type cpuSampler struct {
+// Sampler samples the cluster's processes and this one until stopped.
+type Sampler struct {
 	mu      sync.Mutex
 	samples []cpuSample
 	stop    chan struct{}
@@ -89,10 +89,10 @@ func cpuGroup(name string) string {
 	return "other"
 }
 
-// startCPUSampler samples every interval the CPU time of the processes
+// StartSampler samples every interval the CPU time of the processes
 // running returns, of this process and of the machine.
-func startCPUSampler(running func() []*framework.Process, every time.Duration) *cpuSampler {
-	s := &cpuSampler{stop: make(chan struct{}), done: make(chan struct{})}
+func StartSampler(running func() []*framework.Process, every time.Duration) *Sampler {
+	s := &Sampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(every)
@@ -111,11 +111,11 @@ func startCPUSampler(running func() []*framework.Process, every time.Duration) *
 }
 
 // take reads one sample; a process that ended meanwhile is left out of it.
-func (s *cpuSampler) take(procs []*framework.Process) {
+func (s *Sampler) take(procs []*framework.Process) {
 	cs := cpuSample{at: time.Now(), ticks: map[int]int64{}, group: map[int]string{}}
 	read := func(pid int, group string) {
-		if st, err := readProc(pid); err == nil {
-			cs.ticks[pid], cs.group[pid] = st.cpuTicks, group
+		if st, err := Read(pid); err == nil {
+			cs.ticks[pid], cs.group[pid] = st.CPUTicks, group
 		}
 	}
 	for _, p := range procs {
@@ -136,8 +136,8 @@ func (s *cpuSampler) take(procs []*framework.Process) {
 	s.mu.Unlock()
 }
 
-// finish stops the sampler after a last sample; again, it does nothing.
-func (s *cpuSampler) finish() {
+// Finish stops the sampler after a last sample; again, it does nothing.
+func (s *Sampler) Finish() {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
 }
@@ -159,8 +159,8 @@ func parseMachineStat(b []byte) (busy, all int64, err error) {
 	return busy, busy + v[3] + v[4], nil
 }
 
-// cpuWindow is the CPU a window used, on a machine of cores.
-type cpuWindow struct {
+// Window is the CPU a window used, on a machine of cores.
+type Window struct {
 	wall  time.Duration
 	cores int
 	// used are core-seconds by group; machine is the machine's busy share
@@ -172,16 +172,16 @@ type cpuWindow struct {
 	benchGC float64
 }
 
-// over cuts the window from to to out of the samples: from the last sample
+// Over cuts the window from to to out of the samples: from the last sample
 // at or before from to the first at or after to. A process started inside
 // the window counts from zero; one that ended inside it is left out.
-func (s *cpuSampler) over(from, to time.Time) (cpuWindow, bool) {
+func (s *Sampler) Over(from, to time.Time) (Window, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return cpuOver(s.samples, from, to, runtime.NumCPU())
 }
 
-func cpuOver(samples []cpuSample, from, to time.Time, cores int) (cpuWindow, bool) {
+func cpuOver(samples []cpuSample, from, to time.Time, cores int) (Window, bool) {
 	begin, end := -1, -1
 	for i, cs := range samples {
 		if !cs.at.After(from) {
@@ -192,10 +192,10 @@ func cpuOver(samples []cpuSample, from, to time.Time, cores int) (cpuWindow, boo
 		}
 	}
 	if begin < 0 || end < 0 || end <= begin {
-		return cpuWindow{}, false
+		return Window{}, false
 	}
 	a, b := samples[begin], samples[end]
-	w := cpuWindow{wall: b.at.Sub(a.at), cores: cores, used: map[string]float64{}}
+	w := Window{wall: b.at.Sub(a.at), cores: cores, used: map[string]float64{}}
 	for pid, t := range b.ticks {
 		d := t - a.ticks[pid]
 		if a.group[pid] != "" && a.group[pid] != b.group[pid] {
@@ -210,9 +210,9 @@ func cpuOver(samples []cpuSample, from, to time.Time, cores int) (cpuWindow, boo
 	return w, true
 }
 
-// line says where the window's CPU went: the machine's busy share, then each
+// Line says where the window's CPU went: the machine's busy share, then each
 // group's core-seconds, the largest first.
-func (w cpuWindow) line() string {
+func (w Window) Line() string {
 	parts := []string{fmt.Sprintf("%.2fs on %d cores, the machine %.0f%% busy", w.wall.Seconds(), w.cores, 100*w.machine)}
 	groups := slices.Clone(cpuGroups)
 	slices.SortStableFunc(groups, func(a, b string) int { return cmp.Compare(w.used[b], w.used[a]) })
@@ -230,9 +230,9 @@ func (w cpuWindow) line() string {
 	return fmt.Sprintf("%s (core-seconds; %.2f of %.2f measured by process)", strings.Join(parts, ", "), total, w.wall.Seconds()*float64(w.cores))
 }
 
-// profileCPU writes a CPU profile of this process to file until the
+// ProfileCPU writes a CPU profile of this process to file until the
 // returned stop is first called: where the bench's own share goes.
-func profileCPU(file string) (stop func(), err error) {
+func ProfileCPU(file string) (stop func(), err error) {
 	f, err := os.Create(file)
 	if err != nil {
 		return nil, err
