@@ -58,6 +58,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/attacher"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/leadership"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/pkg/version"
@@ -195,7 +196,12 @@ func runController(ctx context.Context, opts *sidecar.Options, failoverOpts *sid
 	// that adds a feature's roles beside it) runs the features granted by
 	// the time it takes over, not those of its start. Its informers only
 	// start then anyway.
+	leadership.Register()
+	leadership.Set(contract.AttacherLeaseName(env.driverName), false)
 	run := func(ctx context.Context) {
+		// Leading from here until the process exits (csi-lib-utils exits
+		// when leading ends).
+		leadership.Set(contract.AttacherLeaseName(env.driverName), true)
 		var now featureReport
 		if mode.CSIHandler {
 			var err error

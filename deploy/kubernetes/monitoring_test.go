@@ -42,6 +42,7 @@ import (
 
 	"github.com/csi-fence/fence-attacher/pkg/attacher"
 	"github.com/csi-fence/fence-attacher/pkg/failover"
+	"github.com/csi-fence/fence-attacher/pkg/leadership"
 	"github.com/csi-fence/fence-attacher/pkg/nodeagent"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
@@ -59,6 +60,7 @@ func productRegisterers(t *testing.T) []prometheus.Registerer {
 	failover.RegisterMetrics()
 	podgc.RegisterMetrics()
 	nodeagent.RegisterMetrics()
+	leadership.Register()
 	workqueue.NewTypedWithConfig[string](workqueue.TypedQueueConfig[string]{Name: "csi-attacher-va"}).ShutDown()
 	_, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
@@ -267,8 +269,8 @@ func TestMonitoringUsesTheProductsMetrics(t *testing.T) {
 			used[n] = true
 		}
 	}
-	for _, m := range []string{"fenced_nodes", "fenced_unpublish_errors_total", "storm_guard_deferrals_total",
-		"unfenced_detaches_total", "node_cleanup_pending_volumes", "leader_election_master_status"} {
+	for _, m := range []string{"csi_fence_fenced_nodes", "csi_fence_fenced_unpublish_errors_total", "csi_fence_storm_guard_deferrals_total",
+		"csi_fence_unfenced_detaches_total", "csi_fence_node_cleanup_pending_volumes", "csi_fence_leader"} {
 		if !used[m] {
 			t.Errorf("no alert on %s", m)
 		}
@@ -297,7 +299,7 @@ func TestCheckPromQLFailsLoudly(t *testing.T) {
 		`increase(fenced_unpublish_error_total[5m]) > 0`,
 		`max(fenced_node)`,
 		`rate(no_such_metric_total[5m])`,
-		`sum(rate(fenced_unpublishes_total[5m]) > 0`,
+		`sum(rate(csi_fence_fenced_unpublishes_total[5m]) > 0`,
 		`{__name__="fence_nodes"}`,
 	} {
 		if p := checkPromQL(regs, []promQL{{where: "control", expr: bad}}); len(p) == 0 {
@@ -305,17 +307,66 @@ func TestCheckPromQLFailsLoudly(t *testing.T) {
 		}
 	}
 	for _, good := range []string{
-		"fenced_unpublishes_total", "fenced_unpublish_errors_total", "forced_detaches_total", "unfenced_detaches_total",
-		"force_delete_pods_total", "force_delete_pod_errors_total", "force_delete_pods_refused_total",
-		"fenced_nodes", "failover_duration_seconds_bucket", "fencing_duration_seconds_count",
-		"failover_fence_errors_total", "fencing_backend_attempts_total", "fencing_backend_failures_total",
-		"fencing_backend_duration_seconds_sum", "storm_guard_deferrals_total",
-		"node_cleanups_total", "node_cleanup_pending_volumes", "node_cleanup_record_errors_total",
-		"node_cleanup_unattributed_leftovers", "csi_sidecar_operations_seconds_bucket",
-		"leader_election_master_status", "workqueue_depth",
+		"csi_fence_fenced_unpublishes_total", "csi_fence_fenced_unpublish_errors_total", "csi_fence_forced_detaches_total", "csi_fence_unfenced_detaches_total",
+		"csi_fence_force_delete_pods_total", "csi_fence_force_delete_pod_errors_total", "csi_fence_force_delete_pods_refused_total",
+		"csi_fence_fenced_nodes", "csi_fence_failover_duration_seconds_bucket", "csi_fence_fencing_duration_seconds_count",
+		"csi_fence_failover_fence_errors_total", "csi_fence_fencing_backend_attempts_total", "csi_fence_fencing_backend_failures_total",
+		"csi_fence_fencing_backend_duration_seconds_sum", "csi_fence_storm_guard_deferrals_total",
+		"csi_fence_node_cleanups_total", "csi_fence_node_cleanup_pending_volumes", "csi_fence_node_cleanup_record_errors_total",
+		"csi_fence_node_cleanup_unattributed_leftovers", "csi_sidecar_operations_seconds_bucket",
+		"leader_election_master_status", "workqueue_depth", "csi_fence_leader",
 	} {
 		if p := checkPromQL(regs, []promQL{{where: "control", expr: good}}); len(p) != 0 {
 			t.Errorf("%s: %v", good, p)
+		}
+	}
+}
+
+// unscoped returns the selectors of expr that select a metric every
+// client-go component exports (leader_election_*, workqueue_*) without a
+// matcher on its name label: an alert on them would fire for components
+// that are not the product.
+func unscoped(expr string) ([]string, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(grafanaVariables.Replace(expr))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	parser.Inspect(e, func(node parser.Node, _ []parser.Node) error {
+		vs, ok := node.(*parser.VectorSelector)
+		if !ok || !(strings.HasPrefix(vs.Name, "leader_election_") || strings.HasPrefix(vs.Name, "workqueue_")) {
+			return nil
+		}
+		for _, m := range vs.LabelMatchers {
+			if m.Name == "name" && !m.Matches("") {
+				return nil
+			}
+		}
+		out = append(out, vs.String())
+		return nil
+	})
+	return out, nil
+}
+
+// Every alert selects only the product's series.
+func TestAlertsSelectTheProduct(t *testing.T) {
+	for _, r := range alertExprs(t, filepath.Join(monitoringDir, "prometheusrule.yaml")) {
+		sel, err := unscoped(r.expr)
+		if err != nil {
+			t.Errorf("%s: %v", r.where, err)
+		}
+		for _, s := range sel {
+			t.Errorf("%s selects %s, which every client-go component exports: scope it by name, or use the product's own metric", r.where, s)
+		}
+	}
+	for expr, want := range map[string]int{
+		`max by (namespace, name) (leader_election_master_status) == 0`:      1,
+		`max(workqueue_depth{name=~"csi-attacher-va|csi-attacher-pv"}) > 10`: 0,
+		`max(workqueue_depth{name=~".*"}) > 10`:                              1,
+		`max by (namespace, lease) (csi_fence_leader) == 0`:                  0,
+	} {
+		if sel, err := unscoped(expr); err != nil || len(sel) != want {
+			t.Errorf("unscoped(%q) = %v, %v; want %d selectors", expr, sel, err, want)
 		}
 	}
 }

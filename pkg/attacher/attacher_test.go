@@ -135,14 +135,14 @@ func TestDetach(t *testing.T) {
 			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1")))},
 			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1, "forced_detaches_total/volume-in-use": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/volume-in-use": 1, "csi_fence_forced_detaches_total/volume-in-use": 1},
 		},
 		{
 			name:      "S1: the cache does not show the volume in use, the live Node does: fenced",
 			envConfig: envConfig{objects: objs(node("node-1", inUse("vol-1"))), cache: objs(node("node-1"))},
 			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/volume-in-use": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/volume-in-use": 1},
 		},
 		{
 			name:      "S4 (trial seeds 11032, 13100): Ready, in use for a pod on the node that wants the volume, scheduled there after the detach was decided: plain",
@@ -204,28 +204,28 @@ func TestDetach(t *testing.T) {
 			envConfig: envConfig{objects: objs(node("node-1", notReady))},
 			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-not-ready": 1, "forced_detaches_total/node-not-ready": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/node-not-ready": 1, "csi_fence_forced_detaches_total/node-not-ready": 1},
 		},
 		{
 			name:      "Node and CSINode deleted: the node comes from the VolumeAttachment, the ID from its annotation; fenced",
 			envConfig: envConfig{objects: []runtime.Object{pv("pv1", "vol-1"), detachingVA("va1", "pv1", "node-1")}},
 			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/node-deleted": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/node-deleted": 1},
 		},
 		{
 			name:      "out-of-service taint: fenced",
 			envConfig: envConfig{objects: objs(node("node-1", notReady, outOfServiceTaint))},
 			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/out-of-service": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/out-of-service": 1},
 		},
 		{
 			name:      "S4: Ready node with a manual FencingRequest, read live: fenced",
 			envConfig: envConfig{objects: objs(node("node-1")), frs: []*fencingv1alpha1.FencingRequest{manualFR}},
 			wantSent:  fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/fencing-request": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/fencing-request": 1},
 		},
 		{
 			name:      "S4: Ready node with the failover's automatic FencingRequest: plain",
@@ -248,7 +248,7 @@ func TestDetach(t *testing.T) {
 				frs: []*fencingv1alpha1.FencingRequest{fencingRequest("node-1", fencingv1alpha1.OriginAutomatic, fencingv1alpha1.PhaseComplete, intent)}},
 			wantSent: fenced, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/quarantined": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/quarantined": 1},
 		},
 		{
 			name: "already recorded fenced from the node: no call to the driver, no write",
@@ -266,7 +266,7 @@ func TestDetach(t *testing.T) {
 			envConfig: envConfig{objects: objs(node("node-1", notReady, outOfServiceTaint)), cannotFence: true, fencesOnOutOfService: true},
 			wantSent:  plain, wantActions: fenceReads, wantFenced: true,
 			wantEvents:  []string{"Normal FencedUnpublish"},
-			wantMetrics: map[string]float64{"fenced_unpublishes_total/out-of-service": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublishes_total/out-of-service": 1},
 		},
 		{
 			name:      "driver fencing on the out-of-service taint, node only NotReady: plain, not recorded",
@@ -278,7 +278,7 @@ func TestDetach(t *testing.T) {
 			envConfig: envConfig{objects: objs(node("node-1", notReady)), noRecord: true},
 			wantSent:  plain, wantActions: []string{"get nodes node-1"}, wantNoFR: true,
 			wantEvents:  []string{"Warning FenceFailed"},
-			wantMetrics: map[string]float64{"unfenced_detaches_total/node-not-ready": 1},
+			wantMetrics: map[string]float64{"csi_fence_unfenced_detaches_total/node-not-ready": 1},
 		},
 		{
 			name:      "no access to Nodes: external-attacher's plain unpublish, nothing read",
@@ -293,7 +293,7 @@ func TestDetach(t *testing.T) {
 				}},
 			wantSent: fenced, wantActions: fenceReads, wantErr: "refused to fence volume vol-1 from node node-1",
 			wantEvents:  []string{"Warning FenceFailed"},
-			wantMetrics: map[string]float64{"fenced_unpublish_errors_total/node-not-ready": 1},
+			wantMetrics: map[string]float64{"csi_fence_fenced_unpublish_errors_total/node-not-ready": 1},
 		},
 		{
 			name: "the intent cannot be recorded: nothing is sent, error",
@@ -455,10 +455,10 @@ func checkEvents(t *testing.T, got, want []string) {
 func metricValues(t *testing.T, keys map[string]float64) map[string]float64 {
 	t.Helper()
 	vecs := map[string]*basemetrics.CounterVec{
-		"fenced_unpublishes_total":      fencedUnpublishes,
-		"fenced_unpublish_errors_total": fencedUnpublishErrors,
-		"forced_detaches_total":         forcedDetaches,
-		"unfenced_detaches_total":       unfencedDetaches,
+		"csi_fence_fenced_unpublishes_total":      fencedUnpublishes,
+		"csi_fence_fenced_unpublish_errors_total": fencedUnpublishErrors,
+		"csi_fence_forced_detaches_total":         forcedDetaches,
+		"csi_fence_unfenced_detaches_total":       unfencedDetaches,
 	}
 	out := map[string]float64{}
 	for k := range keys {

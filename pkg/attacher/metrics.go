@@ -28,22 +28,22 @@ import (
 // one of the FenceReason* values.
 var (
 	fencedUnpublishes = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name:           "fenced_unpublishes_total",
+		Name:           "csi_fence_fenced_unpublishes_total",
 		Help:           "Number of ControllerUnpublishVolume calls with fence=true that succeeded, by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 	fencedUnpublishErrors = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name:           "fenced_unpublish_errors_total",
+		Name:           "csi_fence_fenced_unpublish_errors_total",
 		Help:           "Number of ControllerUnpublishVolume calls with fence=true that failed or were refused by the driver, by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 	unfencedDetaches = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name:           "unfenced_detaches_total",
+		Name:           "csi_fence_unfenced_detaches_total",
 		Help:           "Number of non-graceful detaches unpublished without fence=true although the driver can fence, because the fence could not be recorded (no FencingRequest API), by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 	forcedDetaches = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name:           "forced_detaches_total",
+		Name:           "csi_fence_forced_detaches_total",
 		Help:           "Number of VolumeAttachments detached with fence=true (a non-graceful detach, KEP-2268's forced detach), by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})

@@ -66,7 +66,7 @@ func TestCountersAtZeroBeforeTheFirstFence(t *testing.T) {
 			seen[f.GetName()][labels["reason"]] = m.GetCounter().GetValue()
 		}
 	}
-	for _, name := range []string{"fenced_unpublishes_total", "fenced_unpublish_errors_total", "unfenced_detaches_total", "forced_detaches_total"} {
+	for _, name := range []string{"csi_fence_fenced_unpublishes_total", "csi_fence_fenced_unpublish_errors_total", "csi_fence_unfenced_detaches_total", "csi_fence_forced_detaches_total"} {
 		for _, reason := range fenceReasons {
 			v, ok := seen[name][reason]
 			switch {

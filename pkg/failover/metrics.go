@@ -28,36 +28,36 @@ import (
 
 var (
 	fencedNodes = metrics.NewGauge(&metrics.GaugeOpts{
-		Name: "fenced_nodes", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_fenced_nodes", StabilityLevel: metrics.ALPHA,
 		Help: "Number of nodes under quarantine.",
 	})
 	failoverDuration = metrics.NewHistogram(&metrics.HistogramOpts{
-		Name: "failover_duration_seconds", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_failover_duration_seconds", StabilityLevel: metrics.ALPHA,
 		Help:    "Time from a pod becoming eligible (Terminating on a NotReady node) to its force-delete.",
 		Buckets: metrics.ExponentialBuckets(0.1, 2, 12),
 	})
 	fencingDuration = metrics.NewHistogram(&metrics.HistogramOpts{
-		Name: "fencing_duration_seconds", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_fencing_duration_seconds", StabilityLevel: metrics.ALPHA,
 		Help:    "Time from the start of a node's fencing (its FencingRequest's startTime) to every attachment on it fenced.",
 		Buckets: metrics.ExponentialBuckets(0.1, 2, 12),
 	})
 	fenceErrors = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "failover_fence_errors_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_failover_fence_errors_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of fences refused or failed during a failover, by driver.",
 	}, []string{"driver_name"})
 	// The fencing_backend_* metrics count fences by backend: storage (one
 	// ControllerUnpublishVolume with fence=true) and power (one fence agent
 	// off-and-confirm).
 	backendAttempts = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "fencing_backend_attempts_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_fencing_backend_attempts_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of fences started, by backend.",
 	}, []string{"backend"})
 	backendFailures = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "fencing_backend_failures_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_fencing_backend_failures_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of fences that failed or were not confirmed, by backend.",
 	}, []string{"backend"})
 	backendDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Name: "fencing_backend_duration_seconds", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_fencing_backend_duration_seconds", StabilityLevel: metrics.ALPHA,
 		Help:    "Time one fence took, by backend.",
 		Buckets: metrics.ExponentialBuckets(0.01, 2, 14),
 	}, []string{"backend"})
@@ -65,7 +65,7 @@ var (
 	// admission: while a node is held back its fencing is retried, so the
 	// counter keeps rising for as long as the guard holds it.
 	stormGuardDeferrals = metrics.NewCounter(&metrics.CounterOpts{
-		Name: "storm_guard_deferrals_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_storm_guard_deferrals_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of times a node's fencing was deferred by the storm guard (limit reached, fencing paused, or its admission Lease not updated).",
 	})
 	registerOnce sync.Once

@@ -44,9 +44,9 @@ func TestCountersAtZeroBeforeTheFirstFence(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"failover_fence_errors_total{driver_name=" + driver + "}", "storm_guard_deferrals_total"}
+	want := []string{"csi_fence_failover_fence_errors_total{driver_name=" + driver + "}", "csi_fence_storm_guard_deferrals_total"}
 	for _, b := range fencingv1alpha1.Backends {
-		want = append(want, "fencing_backend_attempts_total{backend="+b+"}", "fencing_backend_failures_total{backend="+b+"}")
+		want = append(want, "csi_fence_fencing_backend_attempts_total{backend="+b+"}", "csi_fence_fencing_backend_failures_total{backend="+b+"}")
 	}
 	for _, w := range want {
 		if !seen[w] {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/leadership"
 )
 
 // Owner says whether this controller owns node-level fencing state now.
@@ -89,6 +90,8 @@ func (o *leaseOwner) IsOwner() bool { return o.owner.Load() }
 // that.
 func (o *leaseOwner) runElection(ctx context.Context, cfg ElectionConfig, changed func()) {
 	logger := klog.FromContext(ctx)
+	leadership.Register()
+	leadership.Set(contract.NodeFencingLeaseName, false)
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: contract.NodeFencingLeaseName, Namespace: cfg.Namespace},
 		Client:     cfg.Client.CoordinationV1(),
@@ -106,11 +109,13 @@ func (o *leaseOwner) runElection(ctx context.Context, cfg ElectionConfig, change
 				OnStartedLeading: func(context.Context) {
 					logger.Info("Owning node-level fencing state", "lease", contract.NodeFencingLeaseName, "identity", cfg.Identity)
 					o.owner.Store(true)
+					leadership.Set(contract.NodeFencingLeaseName, true)
 					changed()
 				},
 				OnStoppedLeading: func() {
 					logger.Info("No longer owning node-level fencing state", "lease", contract.NodeFencingLeaseName, "identity", cfg.Identity)
 					o.owner.Store(false)
+					leadership.Set(contract.NodeFencingLeaseName, false)
 					changed()
 				},
 			},

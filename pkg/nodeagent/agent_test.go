@@ -88,7 +88,7 @@ func TestCleansStagedAndPublishedVolume(t *testing.T) {
 	e.waitFor("the cleanup event", func() bool { return e.hasEvent("Normal " + ReasonVolumeCleaned) })
 	e.waitFor("two cleanups counted", func() bool { return counter(t, resultSuccess)-ok0 >= 2 })
 	if got := counter(t, resultSuccess) - ok0; got != 2 {
-		t.Errorf("node_cleanups_total{result=success} grew by %v, want 2", got)
+		t.Errorf("csi_fence_node_cleanups_total{result=success} grew by %v, want 2", got)
 	}
 	if v := e.violations(); v["S1"]+v["S2"] != 0 {
 		t.Errorf("safety violations on the array: %v", v)
@@ -226,7 +226,7 @@ func TestPluginWithoutForceUnpublish(t *testing.T) {
 		t.Errorf("no %s event: %v", ReasonCleanupFailed, e.events)
 	}
 	if counter(t, resultError) <= err0 {
-		t.Error("node_cleanups_total{result=error} did not grow")
+		t.Error("csi_fence_node_cleanups_total{result=error} did not grow")
 	}
 	if p := e.publication("vol-a"); p == nil || p.Access != array.AccessFenced {
 		t.Errorf("vol-a's quarantine was lifted without force: %+v", p)
@@ -278,7 +278,7 @@ func TestPluginDown(t *testing.T) {
 	e.waitCleanupError("vol-a", "node plugin unavailable")
 	mustExist(t, e.layout.PodVolumeDir("pod-1", "pv-a"))
 	if counter(t, resultError) <= err0 {
-		t.Error("node_cleanups_total{result=error} did not grow")
+		t.Error("csi_fence_node_cleanups_total{result=error} did not grow")
 	}
 	if !e.hasEvent("Warning " + ReasonCleanupFailed) {
 		t.Errorf("no %s event: %v", ReasonCleanupFailed, e.events)
@@ -337,7 +337,7 @@ func TestRecordUnreadable(t *testing.T) {
 		return e.hasEvent("Warning " + ReasonRecordUnreadable)
 	})
 	if recordErrorCount(t, opRead) <= read0 {
-		t.Error("node_cleanup_record_errors_total{operation=read} did not grow")
+		t.Error("csi_fence_node_cleanup_record_errors_total{operation=read} did not grow")
 	}
 }
 

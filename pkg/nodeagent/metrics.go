@@ -23,14 +23,14 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
-// Results of one cleanup attempt of one volume (node_cleanups_total's result
+// Results of one cleanup attempt of one volume (csi_fence_node_cleanups_total's result
 // label).
 const (
 	resultSuccess = "success"
 	resultError   = "error"
 )
 
-// Operations on the fencing record (node_cleanup_record_errors_total's
+// Operations on the fencing record (csi_fence_node_cleanup_record_errors_total's
 // operation label).
 const (
 	opRead   = "read"
@@ -39,22 +39,22 @@ const (
 
 var (
 	cleanups = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name:           "node_cleanups_total",
+		Name:           "csi_fence_node_cleanups_total",
 		Help:           "Cleanup attempts of volumes fenced on this node (forced NodeUnpublishVolume/NodeUnstageVolume and removal of the kubelet's leftovers), by result: success or error.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "result"})
 	pendingVolumes = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Name:           "node_cleanup_pending_volumes",
+		Name:           "csi_fence_node_cleanup_pending_volumes",
 		Help:           "Volumes the fencing record says were fenced on this node and are not cleaned up yet: the node stays quarantined while this is above zero.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name"})
 	recordErrors = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name:           "node_cleanup_record_errors_total",
+		Name:           "csi_fence_node_cleanup_record_errors_total",
 		Help:           "Failures to read (list/watch/parse) or update the node's FencingRequest, by operation: read or update.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "operation"})
 	unattributedLeftovers = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Name:           "node_cleanup_unattributed_leftovers",
+		Name:           "csi_fence_node_cleanup_unattributed_leftovers",
 		Help:           "Volume directories under the kubelet root without readable vol_data.json that match no fenced volume: left alone and reported.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name"})

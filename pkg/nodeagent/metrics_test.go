@@ -50,9 +50,9 @@ func TestCountersAtZeroBeforeTheFirstCleanup(t *testing.T) {
 		}
 	}
 	for _, k := range []key{
-		{"node_cleanups_total", resultSuccess}, {"node_cleanups_total", resultError},
-		{"node_cleanup_record_errors_total", opRead}, {"node_cleanup_record_errors_total", opUpdate},
-		{"node_cleanup_pending_volumes", ""}, {"node_cleanup_unattributed_leftovers", ""},
+		{"csi_fence_node_cleanups_total", resultSuccess}, {"csi_fence_node_cleanups_total", resultError},
+		{"csi_fence_node_cleanup_record_errors_total", opRead}, {"csi_fence_node_cleanup_record_errors_total", opUpdate},
+		{"csi_fence_node_cleanup_pending_volumes", ""}, {"csi_fence_node_cleanup_unattributed_leftovers", ""},
 	} {
 		v, ok := seen[k]
 		switch {

@@ -263,7 +263,7 @@ func TestSharedCleanupWriteFails(t *testing.T) {
 	}
 	b.waitFor("every failed cleanup counted", func() bool { return recordErrorCount(t, opUpdate)-update0 >= float64(len(failed)) })
 	if got := recordErrorCount(t, opUpdate) - update0; got != float64(len(failed)) {
-		t.Errorf("node_cleanup_record_errors_total{operation=update} grew by %v, want %d: one per cleanup the failed write carried (%v)", got, len(failed), failed)
+		t.Errorf("csi_fence_node_cleanup_record_errors_total{operation=update} grew by %v, want %d: one per cleanup the failed write carried (%v)", got, len(failed), failed)
 	}
 }
 

@@ -26,19 +26,19 @@ import (
 // The metrics KEP-2268 names for the pod GC, with the same reason label.
 var (
 	forceDeletePods = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "force_delete_pods_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_force_delete_pods_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of pods force-deleted, by reason (safe-detach, out-of-service, fencing-complete).",
 	}, []string{"reason"})
 	forceDeletePodErrors = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "force_delete_pod_errors_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_force_delete_pod_errors_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of errors while force-deleting pods, by reason.",
 	}, []string{"reason"})
 	forceDeletePodsRefused = metrics.NewCounterVec(&metrics.CounterOpts{
-		Name: "force_delete_pods_refused_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_force_delete_pods_refused_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of force-deletes refused because a live read found the node alive (Ready, or its Lease renewed), by reason.",
 	}, []string{"reason"})
 	lostEvictions = metrics.NewCounter(&metrics.CounterOpts{
-		Name: "lost_evictions_taken_over_total", StabilityLevel: metrics.ALPHA,
+		Name: "csi_fence_lost_evictions_taken_over_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of pods evicted from a dead node because the taint manager's eviction of them was lost (their toleration ran out and they were not terminating).",
 	})
 	registerOnce sync.Once

@@ -44,7 +44,7 @@ func TestCountersForEveryReasonOnceRegistered(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"force_delete_pods_total", "force_delete_pod_errors_total", "force_delete_pods_refused_total"} {
+	for _, name := range []string{"csi_fence_force_delete_pods_total", "csi_fence_force_delete_pod_errors_total", "csi_fence_force_delete_pods_refused_total"} {
 		for _, reason := range []string{ReasonSafeDetach, ReasonOutOfService, ReasonFencingComplete} {
 			if !seen[name][reason] {
 				t.Errorf("%s{reason=%q} is not on /metrics", name, reason)

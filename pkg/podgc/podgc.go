@@ -51,7 +51,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 )
 
-// Reasons label the force_delete_pods_total metrics and the events: each
+// Reasons label the csi_fence_force_delete_pods_total metrics and the events: each
 // names the rule that allowed a force-delete.
 const (
 	ReasonSafeDetach      = "safe-detach"

@@ -247,7 +247,7 @@ func (a Access) Report(logger klog.Logger, recordServed bool) {
 	case !a.Nodes:
 		off = append(off, "no detach is fenced and no publish refused for quarantine (the attacher cannot tell a failed node from a healthy one): it attaches and detaches as external-attacher does")
 	case !a.Record:
-		off = append(off, "no detach is fenced (a fence that cannot be recorded could never be lifted): a detach from a failed node is a plain unpublish, with a warning Event and unfenced_detaches_total")
+		off = append(off, "no detach is fenced (a fence that cannot be recorded could never be lifted): a detach from a failed node is a plain unpublish, with a warning Event and csi_fence_unfenced_detaches_total")
 	}
 	if !a.Events {
 		off = append(off, "Events are logged instead of posted")

@@ -82,7 +82,7 @@ func TestTwoDriversOnOneNode(t *testing.T) {
 	// The window in which nothing may move: the second driver's controller
 	// keeps asking (with its backoff) and keeps being refused.
 	refusals := func(ctx context.Context) (float64, error) {
-		return framework.MetricSum(ctx, d2.AttacherHTTP, "failover_fence_errors_total", map[string]string{"driver_name": d2.Name})
+		return framework.MetricSum(ctx, d2.AttacherHTTP, "csi_fence_failover_fence_errors_total", map[string]string{"driver_name": d2.Name})
 	}
 	before, err := refusals(ctx)
 	if err != nil {

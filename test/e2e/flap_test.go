@@ -56,7 +56,7 @@ func TestNodeFlapsDuringSlowFence(t *testing.T) {
 		t.Fatalf("want the pod Terminating on %s while its volume is being fenced: %s", victim, podSummary(pod, err))
 	}
 	refusals := func(ctx context.Context) (float64, error) {
-		return framework.MetricSum(ctx, product.AttacherHTTP, "force_delete_pods_refused_total", map[string]string{"reason": podgc.ReasonSafeDetach})
+		return framework.MetricSum(ctx, product.AttacherHTTP, "csi_fence_force_delete_pods_refused_total", map[string]string{"reason": podgc.ReasonSafeDetach})
 	}
 	refusedBefore, err := refusals(ctx)
 	if err != nil {

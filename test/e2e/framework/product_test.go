@@ -25,11 +25,11 @@ import (
 )
 
 func TestMetricSum(t *testing.T) {
-	const exposition = `# HELP failover_fence_errors_total Number of fences refused or failed during a failover, by driver.
-# TYPE failover_fence_errors_total counter
-failover_fence_errors_total{driver_name="fence.csi-fence.io"} 2
-failover_fence_errors_total{driver_name="fence2.csi-fence.io"} 5
-force_delete_pods_refused_total{reason="safe-detach"} 1
+	const exposition = `# HELP csi_fence_failover_fence_errors_total Number of fences refused or failed during a failover, by driver.
+# TYPE csi_fence_failover_fence_errors_total counter
+csi_fence_failover_fence_errors_total{driver_name="fence.csi-fence.io"} 2
+csi_fence_failover_fence_errors_total{driver_name="fence2.csi-fence.io"} 5
+csi_fence_force_delete_pods_refused_total{reason="safe-detach"} 1
 leader_election_master_status{name="external-attacher-leader-fence-csi-fence-io"} 1
 process_open_fds 12
 `
@@ -44,12 +44,12 @@ process_open_fds 12
 		labels map[string]string
 		want   float64
 	}{
-		{name: "every series", metric: "failover_fence_errors_total", want: 7},
-		{name: "one label value", metric: "failover_fence_errors_total", labels: map[string]string{"driver_name": "fence2.csi-fence.io"}, want: 5},
+		{name: "every series", metric: "csi_fence_failover_fence_errors_total", want: 7},
+		{name: "one label value", metric: "csi_fence_failover_fence_errors_total", labels: map[string]string{"driver_name": "fence2.csi-fence.io"}, want: 5},
 		{name: "a label name is not a suffix of another", metric: "leader_election_master_status", labels: map[string]string{"ame": "external-attacher-leader-fence-csi-fence-io"}, want: 0},
 		{name: "no labels at all", metric: "process_open_fds", want: 12},
-		{name: "absent", metric: "force_delete_pods_total", want: 0},
-		{name: "absent label value", metric: "force_delete_pods_refused_total", labels: map[string]string{"reason": "out-of-service"}, want: 0},
+		{name: "absent", metric: "csi_fence_force_delete_pods_total", want: 0},
+		{name: "absent label value", metric: "csi_fence_force_delete_pods_refused_total", labels: map[string]string{"reason": "out-of-service"}, want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := MetricSum(context.Background(), addr, tc.metric, tc.labels)
