@@ -163,12 +163,12 @@ func startRealWriter(ctx context.Context, c *framework.Cluster, dep *framework.R
 func realFailover(ctx context.Context, c *framework.Cluster, rec *timeline.Recorder, victim, other *framework.RealNode, old types.UID, partition bool) error {
 	if partition {
 		rec.Mark(timeline.NodeDown, victim.Name+" cut off the network (its container keeps writing)")
-		if err := c.Partition(ctx, victim.Name); err != nil {
+		if err := c.Node(victim.Name).Partition(ctx); err != nil {
 			return err
 		}
 	} else {
 		rec.Mark(timeline.NodeDown, victim.Name+" powered off")
-		if err := c.PowerOff(ctx, victim); err != nil {
+		if err := c.Node(victim.Name).PowerOff(ctx); err != nil {
 			return err
 		}
 	}
@@ -191,12 +191,12 @@ func realFailover(ctx context.Context, c *framework.Cluster, rec *timeline.Recor
 
 	if partition {
 		rec.Mark(timeline.NodeBack, victim.Name+" connected again")
-		if err := c.Heal(ctx, victim.Name); err != nil {
+		if err := c.Node(victim.Name).Heal(ctx); err != nil {
 			return err
 		}
 	} else {
 		rec.Mark(timeline.NodeBack, victim.Name+" powered on (a reboot: its containers gone, its disk kept)")
-		if err := c.PowerOn(ctx, victim, framework.PowerOnOptions{}); err != nil {
+		if err := c.Node(victim.Name).PowerOn(ctx); err != nil {
 			return err
 		}
 	}

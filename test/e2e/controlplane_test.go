@@ -78,7 +78,7 @@ func TestControlPlane(t *testing.T) {
 	}
 	step("pod scheduled to " + healthy + " and Running")
 
-	if err := cluster.ShutDown(ctx, victim); err != nil {
+	if err := cluster.Node(victim).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
 	step(victim + " shut down (heartbeat stopped)")
@@ -99,7 +99,7 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("%s lost Ready while only %s was shut down", healthy, victim)
 	}
 
-	if err := cluster.BringBack(ctx, victim); err != nil {
+	if err := cluster.Node(victim).Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.WaitNodeReady(ctx, victim, true, 30*time.Second); err != nil {

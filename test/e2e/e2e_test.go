@@ -260,10 +260,9 @@ func TestRefusedFenceMovesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = store.Clear() }()
-	if err := cluster.ShutDown(ctx, victim); err != nil {
+	if err := product.Node(victim).PowerOff(ctx); err != nil {
 		t.Fatal(err)
 	}
-	product.Nodes[victim].PowerOff()
 	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
 	if err := framework.WaitFor(ctx, 90*time.Second, "the refused fence recorded on the FencingRequest", func(ctx context.Context) (bool, error) {
 		fr, err := frs.Get(ctx, victim)
@@ -296,10 +295,7 @@ func TestRefusedFenceMovesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Bring the node back and let it be cleaned, so the cluster is whole again.
-	if err := cluster.BringBack(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	if err := product.PowerOn(ctx, victim); err != nil {
+	if err := product.Node(victim).PowerOn(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := framework.WaitFor(ctx, 90*time.Second, "quarantine lifted", func(ctx context.Context) (bool, error) {

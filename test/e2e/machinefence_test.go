@@ -293,7 +293,7 @@ func (s *machineSetup) partition(ctx context.Context, t *testing.T) (time.Time, 
 		t.Fatal(err)
 	}
 	down := time.Now()
-	if err := cluster.Partition(ctx, s.victim); err != nil {
+	if err := cluster.Node(s.victim).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
 	inst.Partition()

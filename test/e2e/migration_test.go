@@ -146,7 +146,7 @@ func TestMigratedInTreePV(t *testing.T) {
 	// The node dies; its pod is force-deleted (as an operator or the pod GC
 	// would) and the attach/detach controller detaches at once: the
 	// attacher must fence, under the translated handle.
-	if err := cluster.ShutDown(ctx, node); err != nil {
+	if err := cluster.Node(node).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.WaitNodeNotReady(ctx, node, 90*time.Second); err != nil {
@@ -182,7 +182,7 @@ func TestMigratedInTreePV(t *testing.T) {
 	if err := fencerecord.RecordCleaned(ctx, frs, node, driver, handle); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.BringBack(ctx, node); err != nil {
+	if err := cluster.Node(node).Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := framework.WaitFor(ctx, 90*time.Second, node+" released", func(ctx context.Context) (bool, error) {

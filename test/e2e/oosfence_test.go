@@ -66,10 +66,9 @@ func TestOutOfServiceDriverFences(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.ShutDown(ctx, victim); err != nil {
+	if err := product.Node(victim).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
-	inst.Partition()
 
 	newNode, err := env.WaitAttached(ctx, 0, victim, 240*time.Second)
 	if err != nil {

@@ -98,10 +98,9 @@ func TestPowerFenceFailsOverADriverWithoutFence(t *testing.T) {
 	down := time.Now()
 	// Cut off: its heartbeats, kubelets and node agents stop; its plugins
 	// keep serving its workload's writes.
-	if err := cluster.ShutDown(ctx, victim); err != nil {
+	if err := product.Node(victim).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
-	product.Nodes[victim].Partition()
 
 	newNode, err := env.WaitAttached(ctx, 0, victim, 240*time.Second)
 	if err != nil {

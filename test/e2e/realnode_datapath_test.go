@@ -110,7 +110,7 @@ func TestRealNodesDataPath(t *testing.T) {
 	}
 
 	partitioned := time.Now()
-	if err := c.Partition(ctx, cut.Name); err != nil {
+	if err := c.Node(cut.Name).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
 	second, err := c.WaitWriterRunning(ctx, ns, sts+"-0", first.UID, 4*time.Minute)
@@ -233,7 +233,7 @@ func TestRealNodesDataPath(t *testing.T) {
 	// Heal undoes the partition: the node's kubelet reaches the apiserver
 	// again.
 	healed := time.Now()
-	if err := c.Heal(ctx, cut.Name); err != nil {
+	if err := c.Node(cut.Name).Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WaitNodeReady(ctx, cut.Name, true, 90*time.Second); err != nil {

@@ -116,7 +116,7 @@ func TestRealNodesFailover(t *testing.T) {
 	})
 
 	poweredOff := time.Now()
-	if err := c.PowerOff(ctx, off); err != nil {
+	if err := c.Node(off.Name).PowerOff(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing of `off` writes any more: what the volume holds now is what

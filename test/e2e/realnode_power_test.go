@@ -205,7 +205,7 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	t.Cleanup(tl.stop)
 
 	partitioned := time.Now()
-	if err := c.Partition(ctx, victim.Name); err != nil {
+	if err := c.Node(victim.Name).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if negative == "early-taint" {
@@ -346,7 +346,7 @@ func TestRealNodesPowerFencing(t *testing.T) {
 
 	// The admin repairs the network and powers the node on through its
 	// BMC: it boots, comes back Ready and is released.
-	if err := c.Heal(ctx, victim.Name); err != nil {
+	if err := c.Node(victim.Name).Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	poweredOn := time.Now()

@@ -400,7 +400,7 @@ func testPreStopCutOff(ctx context.Context, t *testing.T, c *framework.Cluster, 
 	}
 
 	partitioned := time.Now()
-	if err := c.Partition(ctx, cut.Name); err != nil {
+	if err := c.Node(cut.Name).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
 	second, err := c.WaitWriterRunning(ctx, preStopNS, first.Name, first.UID, 4*time.Minute)
@@ -446,7 +446,7 @@ func testPreStopCutOff(ctx context.Context, t *testing.T, c *framework.Cluster, 
 		t.Fatal(err)
 	}
 	healed := time.Now()
-	if err := c.Heal(ctx, cut.Name); err != nil {
+	if err := c.Node(cut.Name).Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	run, log, err := waitHookRun(ctx, follow, 2*time.Minute)

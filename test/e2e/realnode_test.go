@@ -138,7 +138,7 @@ func TestRealNodes(t *testing.T) {
 	t.Logf("node %s runs %d processes: %v", off.Name, len(before), names)
 
 	poweredOff := time.Now()
-	if err := c.PowerOff(ctx, off); err != nil {
+	if err := c.Node(off.Name).PowerOff(ctx); err != nil {
 		t.Fatal(err)
 	}
 	after, err := c.Processes(off)

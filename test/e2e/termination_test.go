@@ -575,7 +575,7 @@ func TestTerminationReasonFailover(t *testing.T) {
 	}
 	// Cut off: the heartbeat, the kubelet and the node agent stop; the
 	// containers and the plugin go on.
-	if err := cluster.Partition(ctx, victim); err != nil {
+	if err := cluster.Node(victim).Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
 	product.Nodes[victim].Partition()

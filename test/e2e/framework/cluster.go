@@ -30,7 +30,11 @@ limitations under the License.
 //	_, err = p.StartNode(ctx, nodes[0])                      // mock node, kubelet sim, node agent
 //	d2, err := p.AddDriver(ctx, framework.DriverOptions{Name: "fence2.csi-fence.io"}) // a second driver
 //	_, err = p.StartNode(ctx, nodes[1], d2)                  // a node with both drivers
-//	err = c.ShutDown(ctx, nodes[0])                          // heartbeat stops -> NotReady after 10 s
+//	err = p.Node(nodes[0]).PowerOff(ctx)                     // heartbeat and processes stop -> NotReady after 10 s
+//	err = p.Node(nodes[0]).PowerOn(ctx)                      // boots again, returns once Ready
+//
+// A test fails nodes through Node (node.go), which KWOK and real nodes both
+// implement: PowerOff, PowerOn, Partition, Heal.
 //
 // Binaries: $FENCE_E2E_BIN, else what hack/e2e-binaries.sh prints (it builds
 // them once, minutes, into ~/.cache/fence-attacher/e2e-bin, or

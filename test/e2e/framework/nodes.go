@@ -128,28 +128,6 @@ func (c *Cluster) ShutDown(ctx context.Context, name string) error {
 	return c.patchNode(ctx, name, map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{KwokLabel: nil}}})
 }
 
-// Partition cuts the node off the control plane. A real node
-// (StartRealNodes) is cut off the network, its processes running on (see
-// partitionReal). For a KWOK node this is to the API the same as ShutDown
-// (the heartbeat stops); the difference is what the caller keeps running: a
-// partitioned node's mock instance keeps serving and its workload keeps
-// writing to the array.
-func (c *Cluster) Partition(ctx context.Context, name string) error {
-	if n := c.realNode(name); n != nil {
-		return c.partitionReal(ctx, n)
-	}
-	return c.ShutDown(ctx, name)
-}
-
-// Heal undoes Partition: a real node is connected again, a KWOK node's
-// heartbeat restarts (BringBack).
-func (c *Cluster) Heal(ctx context.Context, name string) error {
-	if n := c.realNode(name); n != nil {
-		return c.healReal(ctx, n)
-	}
-	return c.BringBack(ctx, name)
-}
-
 // BringBack restarts the node's heartbeat (KWOK's node-initialize stage runs
 // again and the node turns Ready).
 func (c *Cluster) BringBack(ctx context.Context, name string) error {

@@ -38,7 +38,7 @@ import (
 // machine, joined to the cluster's control plane (issue 20, step 1).
 //
 //	nodes, err := c.StartRealNodes(ctx, 2, framework.RealNodeOptions{})
-//	err = c.PowerOff(ctx, nodes[0]) // every process of the node dies at once
+//	err = c.Node(nodes[0].Name).PowerOff(ctx) // every process of the node dies at once
 //
 // Each node has
 //   - its own network namespace, joined by a veth pair to a bridge on the

@@ -365,25 +365,14 @@ type FailoverOptions struct {
 // PowerOff cuts a node's power: its heartbeat stops (it turns NotReady)
 // and everything that ran on it stops at once.
 func (e *Env) PowerOff(ctx context.Context, node string) error {
-	if err := e.C.ShutDown(ctx, node); err != nil {
-		return err
-	}
-	e.P.Nodes[node].PowerOff()
-	return nil
+	return e.P.Node(node).PowerOff(ctx)
 }
 
 // PowerOn boots a node that was powered off or cut off: its heartbeat
 // resumes and its kubelet, node agent and plugin start again, as after a
 // reboot; it returns once the node is Ready.
 func (e *Env) PowerOn(ctx context.Context, node string) error {
-	if err := e.C.BringBack(ctx, node); err != nil {
-		return err
-	}
-	e.P.Nodes[node].PowerOff()
-	if err := e.P.PowerOn(ctx, node); err != nil {
-		return err
-	}
-	return e.C.WaitNodeReady(ctx, node, true, 60*time.Second)
+	return e.P.Node(node).PowerOn(ctx)
 }
 
 // Failover fails the node of replica 0 and follows the failover to its end,
@@ -408,14 +397,14 @@ func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts Failove
 		how = "partitioned (its workload keeps writing)"
 	}
 	rec.Mark(timeline.NodeDown, victim+" "+how)
-	if err := e.C.ShutDown(ctx, victim); err != nil {
-		return err
-	}
 	if opts.Partition {
-		inst.Partition()
+		err = e.P.Node(victim).Partition(ctx)
 	} else {
 		writer.Stop()
-		inst.PowerOff()
+		err = e.P.Node(victim).PowerOff(ctx)
+	}
+	if err != nil {
+		return err
 	}
 	if err := e.C.WaitNodeReady(ctx, victim, false, 60*time.Second); err != nil {
 		return err
@@ -451,17 +440,10 @@ func (e *Env) Failover(ctx context.Context, rec *timeline.Recorder, opts Failove
 	writer.Stop()
 
 	if opts.Return {
-		if err := e.C.BringBack(ctx, victim); err != nil {
-			return err
-		}
-		rec.Mark(timeline.NodeBack, victim)
 		// Whether it was powered off or cut off, the node's kubelet, node
 		// agent and plugin start again as after a reboot.
-		inst.PowerOff()
-		if err := e.P.PowerOn(ctx, victim); err != nil {
-			return err
-		}
-		if err := e.C.WaitNodeReady(ctx, victim, true, 60*time.Second); err != nil {
+		rec.Mark(timeline.NodeBack, victim)
+		if err := e.P.Node(victim).PowerOn(ctx); err != nil {
 			return err
 		}
 		rec.Mark(timeline.NodeReady, "")
