@@ -18,29 +18,39 @@ package trials
 
 // The schedules of issue 38's proof: a node cut off again while it is still
 // quarantined from its first failure, with a new pod whose storage no fence
-// covers, and kube-apiserver restarted at the moment the pod's toleration of
-// the dead node runs out, so that the taint manager's eviction is lost.
+// covers, kube-apiserver restarted at the moment the pod's toleration of
+// the dead node runs out, so that the taint manager's eviction is lost, a
+// leader lost with a standby running since before the failure, a node back
+// under another CSI node ID, and a driver registration left stale by an
+// uninstalled sidecar, found anew by controllers restarted mid-failure.
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+	"github.com/csi-fence/fence-attacher/test/e2e/scenario"
 )
 
 // cleanupRPCs are the node plugin calls of the node agent's cleanup of a
@@ -483,4 +493,383 @@ func checkNewNodeID(ctx context.Context, t *Trial) []string {
 			t.Volume, t.Victim, e.CleanedTime.Format("15:04:05.000"), run.registered.Format("15:04:05.000"))}
 	}
 	return nil
+}
+
+// staleDriverName is the driver whose sidecar the stale-registration
+// schedule uninstalls, its registration Lease left behind; oosDriverName is
+// the driver there that fences on the out-of-service taint (and not by
+// UNPUBLISH_FENCE). Both are added for the trial and removed after it.
+const (
+	staleDriverName = "trialstale.csi-fence.io"
+	oosDriverName   = "trialoos.csi-fence.io"
+)
+
+// canFenceAnnotation is what a driver's registration says of its
+// UNPUBLISH_FENCE (pkg/failover's registry).
+const canFenceAnnotation = contract.Prefix + "/unpublish-fence"
+
+// staleRun is the state of the stale-registration schedule.
+type staleRun struct {
+	stale, oos *framework.Driver
+	// pods and pvs: the stale driver's pod and volume, then the
+	// out-of-service driver's.
+	pods, pvs []string
+	// renewTime is the stale registration's renewTime as the uninstalled
+	// sidecar left it (or as the trial aged it).
+	renewTime time.Time
+	mu        sync.Mutex
+	// outOfService: when the trial saw the out-of-service taint on the
+	// victim.
+	outOfService []time.Time
+}
+
+// staleRegistrationBefore sets up a stale driver registration on the node
+// that will fail, as an uninstalled sidecar leaves one: two drivers are
+// added, X (SafeDetach, UNPUBLISH_FENCE: its registration says it fences
+// storage) and Y (SafeDetach, no UNPUBLISH_FENCE, its CSIDriver annotated
+// fences-on-out-of-service), each with a pod of its own on the victim and
+// its volume attached there by its sidecar. Then both sidecars are
+// uninstalled (SIGTERM): X's registration Lease stays, never renewed again
+// (on a coin toss its renewTime is aged, as if the sidecar had gone long
+// ago). Every controller still running watched X's registration being
+// renewed, and may trust it for a TTL: each is killed and started again, so
+// that the processes that fail the node over see the stale Lease for the
+// first time. They must not count X as able to fence: not force-delete its
+// pod, and not add the out-of-service taint for Y's pod (every attachment
+// on the node would then be of a driver that fences one way or the other),
+// which would let X's volume detach unfenced.
+func staleRegistrationBefore(ctx context.Context, t *Trial) ([]string, error) {
+	var defaults sidecar.FailoverOptions
+	defaults.AddFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
+	if !slices.Contains(defaults.Backends, fencingv1alpha1.BackendOutOfService) {
+		return nil, fmt.Errorf("the schedule cannot reach its path: the default --fencing-backends (%s) has no %s", strings.Join(defaults.Backends, ","), fencingv1alpha1.BackendOutOfService)
+	}
+	run := &staleRun{}
+	t.extra = run
+	var err error
+	t.procMu.Lock()
+	run.stale, err = t.p.AddDriver(ctx, framework.DriverOptions{Name: staleDriverName, MockArgs: MockArgs})
+	if err == nil {
+		run.oos, err = t.p.AddDriver(ctx, framework.DriverOptions{Name: oosDriverName,
+			MockArgs:    append(slices.Clone(MockArgs), "--disable-fence", "--fence-on-out-of-service", "--kubeconfig="+t.c.Kubeconfig),
+			Annotations: map[string]string{contract.FencesOnOutOfServiceAnnotation: "true"}})
+	}
+	t.procMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := t.watchOutOfService(run); err != nil {
+		return nil, err
+	}
+	// The victim runs both drivers' volumes: its CSINode names them (the
+	// sidecars need the node ID), their arrays know it.
+	drivers := []*framework.Driver{run.stale, run.oos}
+	csinodes := t.c.Client.StorageV1().CSINodes()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cn, err := csinodes.Get(ctx, t.Victim, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, d := range drivers {
+			if !slices.ContainsFunc(cn.Spec.Drivers, func(x storagev1.CSINodeDriver) bool { return x.Name == d.Name }) {
+				cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d.Name, NodeID: t.Victim})
+			}
+		}
+		_, err = csinodes.Update(ctx, cn, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	pods := t.c.Client.CoreV1().Pods(t.Env.NS)
+	for i, d := range drivers {
+		name := t.Env.App + []string{"-stale", "-oos"}[i]
+		claim := "data-" + name
+		if err := d.Array.RegisterNode(t.Victim, 0); err != nil {
+			return nil, err
+		}
+		if err := scenario.CreateVolume(ctx, t.c, d, name, &corev1.ObjectReference{Namespace: t.Env.NS, Name: claim}); err != nil {
+			return nil, err
+		}
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: t.Env.NS},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ptr.To(d.StorageClass),
+				VolumeName:       name,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		if _, err := t.c.Client.CoreV1().PersistentVolumeClaims(t.Env.NS).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		pod := nfsPod(t, name)
+		pod.Spec.Volumes = []corev1.Volume{{Name: "share", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+		}}}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		run.pods, run.pvs = append(run.pods, name), append(run.pvs, name)
+	}
+	err = framework.WaitFor(ctx, 90*time.Second, "pods "+strings.Join(run.pods, ", ")+" running with their volumes attached to "+t.Victim, func(ctx context.Context) (bool, error) {
+		for i, name := range run.pods {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				return false, nil
+			}
+			va, err := t.Env.VA(ctx, run.pvs[i], t.Victim)
+			if err != nil || va == nil || !va.Status.Attached {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	steps := []string{fmt.Sprintf("drivers %s (fences storage) and %s (fences on the out-of-service taint) added, a pod of each on %s with its volume attached", staleDriverName, oosDriverName, t.Victim)}
+	leases := t.c.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace)
+	lease := contract.RegistrationLeaseName(staleDriverName)
+	err = framework.WaitFor(ctx, 60*time.Second, "the registration of "+staleDriverName+" saying it fences", func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
+		return err == nil && l.Annotations[canFenceAnnotation] == "true" && l.Spec.RenewTime != nil, nil
+	})
+	if err != nil {
+		return steps, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	// Uninstalled: the sidecars go (SIGTERM, as their pods are deleted),
+	// what they wrote stays.
+	t.procMu.Lock()
+	run.stale.Attacher.Stop(30 * time.Second)
+	run.oos.Attacher.Stop(30 * time.Second)
+	t.procMu.Unlock()
+	l, err := leases.Get(ctx, lease, metav1.GetOptions{})
+	if err != nil || l.Spec.RenewTime == nil {
+		return steps, fmt.Errorf("the schedule cannot reach its path: the registration Lease %s is gone with its sidecar (%v)", lease, err)
+	}
+	how := "as its sidecar left it"
+	if t.Rng.Intn(2) == 0 {
+		age := t.between(10*time.Minute, 48*time.Hour)
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(l.Spec.RenewTime.Add(-age)))
+		if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			return steps, err
+		}
+		how = fmt.Sprintf("aged by %s, as if its sidecar had gone long ago", age.Round(time.Minute))
+	}
+	run.renewTime = l.Spec.RenewTime.Time
+	steps = append(steps, fmt.Sprintf("both sidecars uninstalled; the registration of %s left renewed at %s (%s)", staleDriverName, run.renewTime.Format("01-02 15:04:05.000"), how))
+	// Every controller that saw the registration renewed is killed and
+	// started again: the ones that fail the node over never saw it live.
+	var restarted []string
+	t.procMu.Lock()
+	defer t.procMu.Unlock()
+	for _, d := range t.p.Drivers {
+		if d == run.stale || d == run.oos {
+			continue
+		}
+		d.KillAttacher()
+		if err := d.StartAttacher(ctx); err != nil {
+			return steps, err
+		}
+		restarted = append(restarted, d.Name)
+	}
+	if err := t.staleLeaseIntact(ctx, run); err != nil {
+		return steps, err
+	}
+	return append(steps, "kill -9 and restart the controllers of "+strings.Join(restarted, ", ")), nil
+}
+
+// staleLeaseIntact fails the trial as one that cannot reach its path when
+// the stale registration is not as the uninstalled sidecar (or the trial)
+// left it: gone, no longer saying it fences, or renewed.
+func (t *Trial) staleLeaseIntact(ctx context.Context, run *staleRun) error {
+	name := contract.RegistrationLeaseName(staleDriverName)
+	l, err := t.c.Client.CoordinationV1().Leases(sidecar.DefaultStormGuardNamespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err != nil:
+		return fmt.Errorf("the schedule cannot reach its path: the stale registration Lease %s: %w", name, err)
+	case l.Annotations[canFenceAnnotation] != "true":
+		return fmt.Errorf("the schedule cannot reach its path: the stale registration Lease %s no longer says %s=true", name, canFenceAnnotation)
+	case l.Spec.RenewTime == nil || !l.Spec.RenewTime.Time.Equal(run.renewTime):
+		return fmt.Errorf("the schedule cannot reach its path: the stale registration Lease %s was renewed (renewTime %v, left at %s)", name, l.Spec.RenewTime, run.renewTime.Format("01-02 15:04:05.000"))
+	}
+	return nil
+}
+
+// watchOutOfService records when the trial sees the out-of-service taint on
+// the victim.
+func (t *Trial) watchOutOfService(run *staleRun) error {
+	lw := cache.NewListWatchFromClient(t.c.Client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", t.Victim))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	on := func(o interface{}) {
+		if n, ok := o.(*corev1.Node); ok && framework.HasTaint(n, contract.OutOfServiceTaintKey, corev1.TaintEffectNoExecute) {
+			run.mu.Lock()
+			defer run.mu.Unlock()
+			run.outOfService = append(run.outOfService, time.Now())
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o interface{}) { on(o) }}); err != nil {
+		return err
+	}
+	go inf.Run(t.stop)
+	if !cache.WaitForCacheSync(t.stop, inf.HasSynced) {
+		return fmt.Errorf("node %s: cache not synced", t.Victim)
+	}
+	return nil
+}
+
+// staleRegistrationDuring kills the controller (kill -9) a random moment
+// after NotReady and starts it again after a random delay, the stale Lease
+// still there: the new process sees it for the first time mid-failure. It
+// then waits until the pods of X and Y are Terminating and the owner of
+// node-level state has decided about Y's: the out-of-service taint
+// (broken), or a NoFencingBackend Event naming Y's volume (no backend can
+// fence the node while X's attachment is on it).
+func staleRegistrationDuring(ctx context.Context, t *Trial) ([]string, error) {
+	run, ok := t.extra.(*staleRun)
+	if !ok {
+		return nil, fmt.Errorf("the schedule cannot reach its path: no stale registration set up before the failure")
+	}
+	d1, d2 := t.between(0, 4*time.Second), t.between(0, 3*time.Second)
+	if err := sleep(ctx, d1); err != nil {
+		return nil, err
+	}
+	if err := t.staleLeaseIntact(ctx, run); err != nil {
+		return nil, err
+	}
+	t.procMu.Lock()
+	t.p.KillAttacher()
+	err := sleep(ctx, d2)
+	if err == nil {
+		err = t.p.StartAttacher(ctx)
+	}
+	t.procMu.Unlock()
+	steps := []string{fmt.Sprintf("kill -9 controller at NotReady+%.2fs, the stale Lease there; restart it %.2fs later", d1.Seconds(), d2.Seconds())}
+	if err != nil {
+		return steps, err
+	}
+	pods := t.c.Client.CoreV1().Pods(t.Env.NS)
+	err = framework.WaitFor(ctx, 60*time.Second, "pods "+strings.Join(run.pods, ", ")+" Terminating on "+t.Victim, func(ctx context.Context) (bool, error) {
+		for _, name := range run.pods {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err == nil && p.DeletionTimestamp == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return steps, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	outcome := ""
+	err = framework.WaitFor(ctx, 120*time.Second, "the owner's decision about pod "+run.pods[1], func(ctx context.Context) (bool, error) {
+		run.mu.Lock()
+		oos := len(run.outOfService) > 0
+		run.mu.Unlock()
+		if oos {
+			outcome = "out-of-service taint on " + t.Victim
+			return true, nil
+		}
+		list, err := t.c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+			fields.OneTermEqualSelector("involvedObject.name", t.Victim), fields.OneTermEqualSelector("reason", "NoFencingBackend")).String()})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range list.Items {
+			if strings.Contains(e.Message, run.pvs[1]) {
+				outcome = "NoFencingBackend: " + e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return steps, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	return append(steps, outcome), nil
+}
+
+// staleRegistrationReturn runs once the node is back: the stale Lease must
+// still be as it was left. Then both sidecars are installed again, so that
+// the volumes of X and Y detach once their pods are gone, and both drivers
+// are removed (dropStaleDrivers).
+func staleRegistrationReturn(ctx context.Context, t *Trial) ([]string, error) {
+	run, ok := t.extra.(*staleRun)
+	if !ok {
+		return nil, fmt.Errorf("the schedule cannot reach its path: no stale registration set up before the failure")
+	}
+	if err := t.staleLeaseIntact(ctx, run); err != nil {
+		return nil, err
+	}
+	t.procMu.Lock()
+	err := run.stale.StartAttacher(ctx)
+	if err == nil {
+		err = run.oos.StartAttacher(ctx)
+	}
+	t.procMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	pods := t.c.Client.CoreV1().Pods(t.Env.NS)
+	for _, name := range run.pods {
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	err = framework.WaitFor(ctx, 90*time.Second, "the volumes of "+strings.Join(run.pods, ", ")+" detached from "+t.Victim, func(ctx context.Context) (bool, error) {
+		for _, pv := range run.pvs {
+			if va, err := t.Env.VA(ctx, pv, t.Victim); err != nil || va != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	steps := []string{"both sidecars installed again; the pods of " + staleDriverName + " and " + oosDriverName + " deleted and their volumes detached"}
+	if err != nil {
+		return steps, err
+	}
+	t.dropStaleDrivers(run)
+	return steps, nil
+}
+
+// dropStaleDrivers removes the drivers of the stale-registration schedule
+// from the product: later trials run without them (their mock controllers
+// would log nothing, and fencedAlive wants a log).
+func (t *Trial) dropStaleDrivers(run *staleRun) {
+	t.procMu.Lock()
+	defer t.procMu.Unlock()
+	for _, d := range []*framework.Driver{run.stale, run.oos} {
+		if d != nil && slices.Contains(t.p.Drivers, d) {
+			t.p.RemoveDriver(d)
+		}
+	}
+}
+
+// checkStaleRegistration: the out-of-service taint never reached the
+// victim, and the product deleted neither the pod of X nor that of Y: X's
+// registration was stale, so nothing could fence its volume (S9, S1, S3).
+// The drivers go with the trial, whatever happened.
+func checkStaleRegistration(_ context.Context, t *Trial) []string {
+	run, ok := t.extra.(*staleRun)
+	if !ok {
+		return nil
+	}
+	defer t.dropStaleDrivers(run)
+	var out []string
+	run.mu.Lock()
+	if len(run.outOfService) > 0 {
+		out = append(out, fmt.Sprintf("S9, S1: out-of-service taint on %s at %s with the volume of %s attached there, whose registration is stale (its sidecar uninstalled, renewed last at %s): that volume detaches unfenced",
+			t.Victim, run.outOfService[0].Format("15:04:05.000"), staleDriverName, run.renewTime.Format("01-02 15:04:05.000")))
+	}
+	run.mu.Unlock()
+	events, err := t.c.AuditEvents()
+	if err != nil {
+		return append(out, err.Error())
+	}
+	for _, e := range events {
+		if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.Env.NS && slices.Contains(run.pods, e.Name) && e.Code < 300 {
+			out = append(out, fmt.Sprintf("S3: pod %s force-deleted by the product at %s: the stale registration of %s counted as a fence", e.Name, e.Time.Format("15:04:05.000"), staleDriverName))
+		}
+	}
+	return out
 }
