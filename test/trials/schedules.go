@@ -128,11 +128,7 @@ func nodeDeletedAndReregistered(ctx context.Context, t *Trial) ([]string, error)
 		return steps, err
 	}
 	steps = append(steps, fmt.Sprintf("Node registered again %.2fs later", d2.Seconds()))
-	t.p.Nodes[t.Victim].PowerOff()
-	if err := t.p.PowerOn(ctx, t.Victim); err != nil {
-		return steps, err
-	}
-	if err := t.c.WaitNodeReady(ctx, t.Victim, true, 60*time.Second); err != nil {
+	if err := t.p.Node(t.Victim).PowerOn(ctx); err != nil {
 		return steps, err
 	}
 	t.recordSurvives(ctx, "once the Node was back")

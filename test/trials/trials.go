@@ -306,14 +306,16 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 	for _, v := range t.victims {
 		v.rec.Mark(timeline.NodeDown, v.node+" "+how)
 		steps = append(steps, how+" of "+v.node)
-		if err := t.c.ShutDown(ctx, v.node); err != nil {
-			return steps, err
-		}
+		node := t.p.Node(v.node)
+		var err error
 		if t.Schedule.Partition {
-			t.p.Nodes[v.node].Partition()
+			err = node.Partition(ctx)
 		} else {
 			v.writer.Stop()
-			t.p.Nodes[v.node].PowerOff()
+			err = node.PowerOff(ctx)
+		}
+		if err != nil {
+			return steps, err
 		}
 	}
 	for _, v := range t.victims {
@@ -829,11 +831,8 @@ func rebootDuringCleanup(ctx context.Context, t *Trial) ([]string, error) {
 	if err := sleep(ctx, d); err != nil {
 		return nil, err
 	}
-	t.p.Nodes[t.Victim].PowerOff()
-	if err := t.p.PowerOn(ctx, t.Victim); err != nil {
-		return nil, err
-	}
-	return []string{fmt.Sprintf("reboot %.2fs after power-on", d.Seconds())}, t.c.WaitNodeReady(ctx, t.Victim, true, 60*time.Second)
+	// A reboot: the node's processes end and start again.
+	return []string{fmt.Sprintf("reboot %.2fs after power-on", d.Seconds())}, t.p.Node(t.Victim).PowerOn(ctx)
 }
 
 // restartAPIServer restarts kube-apiserver at a random moment after
