@@ -323,15 +323,9 @@ func leaderLossStandbyFirst(ctx context.Context, t *Trial) ([]string, error) {
 	if err := sleep(ctx, d); err != nil {
 		return nil, err
 	}
-	held, err := t.leaderLeases(ctx)
+	held, err := t.handedOverLeases(ctx)
 	if err != nil {
 		return nil, err
-	}
-	driver := contract.SanitizeDriverName(framework.DriverName)
-	for name, holder := range held {
-		if strings.HasSuffix(name, "/"+contract.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
-			delete(held, name)
-		}
 	}
 	t.procMu.Lock()
 	t.p.Attacher.Stop(30 * time.Second)
@@ -359,20 +353,7 @@ func leaderLossStandbyFirst(ctx context.Context, t *Trial) ([]string, error) {
 	if acquired.IsZero() {
 		return steps, fmt.Errorf("the schedule cannot reach its path: no acquireTime on the Leases taken over (%v)", held)
 	}
-	var fence time.Time
-	err = framework.WaitFor(ctx, 60*time.Second, "the fence of "+t.Volume+" from "+t.Victim, func(context.Context) (bool, error) {
-		rpcs, err := controllerRPCs(t.p.Driver.Mock.LogPath, run.started.Add(-time.Minute))
-		if err != nil {
-			return false, nil
-		}
-		for _, r := range rpcs {
-			if r.Fence && r.Volume == t.Volume && r.NodeID == t.Victim {
-				fence = r.Received
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	fence, err := t.firstFence(ctx, run.started.Add(-time.Minute))
 	if err != nil {
 		return steps, err
 	}

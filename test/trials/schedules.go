@@ -169,17 +169,9 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	if err := sleep(ctx, d); err != nil {
 		return nil, err
 	}
-	held, err := t.leaderLeases(ctx)
+	held, err := t.handedOverLeases(ctx)
 	if err != nil {
 		return nil, err
-	}
-	// The node-fencing Lease is the leader's to hand over only if it holds
-	// it: a second driver's sidecar may (and may take it over now).
-	driver := contract.SanitizeDriverName(framework.DriverName)
-	for name, holder := range held {
-		if strings.HasSuffix(name, "/"+contract.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
-			delete(held, name)
-		}
 	}
 	t.procMu.Lock()
 	sigterm := time.Now()
@@ -219,6 +211,45 @@ func (t *Trial) waitLeasesTakenOver(ctx context.Context, held map[string]string,
 		}
 		return true, nil
 	})
+}
+
+// handedOverLeases returns the Leases the first driver's leader hands
+// over when it stops (leaderLeases): the node-fencing Lease only if it
+// holds it, since a second driver's sidecar may (and may take it over now).
+func (t *Trial) handedOverLeases(ctx context.Context) (map[string]string, error) {
+	held, err := t.leaderLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	driver := contract.SanitizeDriverName(framework.DriverName)
+	for name, holder := range held {
+		if strings.HasSuffix(name, "/"+contract.NodeFencingLeaseName) && !strings.HasSuffix(holder, "_"+driver) {
+			delete(held, name)
+		}
+	}
+	return held, nil
+}
+
+// firstFence waits for the first fence of the trial's volume from the
+// victim that the mock received after since, and returns when it came.
+// The volume is the trial's own: any fence of it from the victim is this
+// failover's.
+func (t *Trial) firstFence(ctx context.Context, since time.Time) (time.Time, error) {
+	var fence time.Time
+	err := framework.WaitFor(ctx, 60*time.Second, "the fence of "+t.Volume+" from "+t.Victim, func(context.Context) (bool, error) {
+		rpcs, err := controllerRPCs(t.p.Driver.Mock.LogPath, since)
+		if err != nil {
+			return false, nil
+		}
+		for _, r := range rpcs {
+			if r.Fence && r.Volume == t.Volume && r.NodeID == t.Victim {
+				fence = r.Received
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return fence, err
 }
 
 // leaderLeases returns the holders of the Leases the first driver's

@@ -778,22 +778,7 @@ func (t *Trial) handOver(ctx context.Context, held map[string]string, standbySta
 		return nil, err
 	}
 	takeover := time.Now()
-	var fence time.Time
-	err := framework.WaitFor(ctx, 60*time.Second, "the fence of "+t.Volume+" from "+t.Victim, func(context.Context) (bool, error) {
-		// The volume is the trial's own: any fence of it from the
-		// victim is this failover's.
-		rpcs, err := controllerRPCs(t.p.Driver.Mock.LogPath, standbyStarted.Add(-2*time.Minute))
-		if err != nil {
-			return false, nil
-		}
-		for _, r := range rpcs {
-			if r.Fence && r.Volume == t.Volume && r.NodeID == t.Victim {
-				fence = r.Received
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	fence, err := t.firstFence(ctx, standbyStarted.Add(-2*time.Minute))
 	if err != nil {
 		return nil, err
 	}
