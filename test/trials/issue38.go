@@ -327,10 +327,7 @@ func leaderLossStandbyFirst(ctx context.Context, t *Trial) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.procMu.Lock()
-	t.p.Attacher.Stop(30 * time.Second)
-	t.p.Attacher = run.standby
-	t.procMu.Unlock()
+	t.replaceLeader(run.standby)
 	steps := []string{fmt.Sprintf("leader terminated at NotReady+%.2fs, the standby running %.2fs by then", d.Seconds(), time.Since(run.started).Seconds())}
 	if err := t.waitLeasesTakenOver(ctx, held, "the standby holding the leader's Leases"); err != nil {
 		return steps, err

@@ -173,12 +173,8 @@ func rollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.procMu.Lock()
 	sigterm := time.Now()
-	t.p.Attacher.Stop(30 * time.Second)
-	exited := time.Since(sigterm)
-	t.p.Attacher = standby
-	t.procMu.Unlock()
+	exited := t.replaceLeader(standby)
 	steps := []string{fmt.Sprintf("standby started; leader terminated (SIGTERM) %.2fs into a %.2fs fence, exited after %.2fs", d.Seconds(), latency.Seconds(), exited.Seconds())}
 	if err := t.waitLeasesTakenOver(ctx, held, "another replica holding the leader's Leases"); err != nil {
 		return steps, err
@@ -211,6 +207,20 @@ func (t *Trial) waitLeasesTakenOver(ctx context.Context, held map[string]string,
 		}
 		return true, nil
 	})
+}
+
+// replaceLeader stops the leader's process (SIGTERM, as a rolling update
+// does) and makes standby the trial's controller, under procMu so that
+// the supervisor never restarts either meanwhile. It returns how long the
+// leader took to exit.
+func (t *Trial) replaceLeader(standby *framework.Process) time.Duration {
+	t.procMu.Lock()
+	defer t.procMu.Unlock()
+	sigterm := time.Now()
+	t.p.Attacher.Stop(30 * time.Second)
+	exited := time.Since(sigterm)
+	t.p.Attacher = standby
+	return exited
 }
 
 // handedOverLeases returns the Leases the first driver's leader hands

@@ -753,10 +753,7 @@ func leaderLoss(ctx context.Context, t *Trial) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.procMu.Lock()
-	t.p.Attacher.Stop(30 * time.Second)
-	t.p.Attacher = standby
-	t.procMu.Unlock()
+	t.replaceLeader(standby)
 	steps := []string{fmt.Sprintf("second replica started; leader terminated at NotReady+%.2fs", d.Seconds())}
 	more, err := t.handOver(ctx, held, started)
 	return append(steps, more...), err
