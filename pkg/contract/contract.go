@@ -57,6 +57,18 @@ const (
 // that fence storage), adding the taint is the fence.
 const FencesOnOutOfServiceAnnotation = Prefix + "/fences-on-out-of-service"
 
+// UnpublishRevokesAccessAnnotation on a CSIDriver ("true") is its owner's
+// declaration that a successful plain ControllerUnpublishVolume revokes the
+// node's access to the volume (the cloud takes the disk away from the
+// instance, alive or not). For such a driver that does not advertise
+// UNPUBLISH_FENCE, the storage backend fences with a plain unpublish, under
+// every rule a fence keeps (S1, S2, S8, S9). csi-fence-sanity checks the
+// declaration against the driver.
+const (
+	UnpublishRevokesAccessAnnotation = Prefix + "/unpublish-revokes-access"
+	UnpublishRevokesAccessTrue       = "true"
+)
+
 // OutOfServiceProvenanceAnnotation on a Node says this system added the
 // out-of-service taint (value: the driver that added it), so that it removes
 // only taints it added.
