@@ -167,9 +167,28 @@ func (r *Reader) Mode(ctx context.Context, canFence bool) (Mode, error) {
 	return Of(false, declared), nil
 }
 
+// Cached is Mode on d, the driver's CSIDriver from a cache (nil: none),
+// for the steps that may read a cache (see the package's comment). It says
+// a bad value as Mode does, once per change.
+func (r *Reader) Cached(ctx context.Context, d *storagev1.CSIDriver, canFence bool) Mode {
+	if canFence {
+		return FenceField
+	}
+	declared, bad := Declared(d)
+	if bad != nil {
+		r.say(ctx, d, bad.Error(), nil)
+		return None
+	}
+	r.say(ctx, nil, "", nil)
+	return Of(false, declared)
+}
+
 // say logs notice (and records it on d, when given) if it differs from the
 // last one said; "" only forgets the last one.
 func (r *Reader) say(ctx context.Context, d *storagev1.CSIDriver, notice string, err error) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	news := notice != r.said
 	r.said = notice

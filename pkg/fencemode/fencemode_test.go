@@ -138,3 +138,38 @@ func TestOf(t *testing.T) {
 		}
 	}
 }
+
+// Cached reads the declaration from a cached CSIDriver with the same rules,
+// and says a bad value once per change.
+func TestCached(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	recorder := record.NewFakeRecorder(10)
+	r := NewReader(nil, driver, recorder)
+	bad := csiDriver(map[string]string{contract.UnpublishRevokesAccessAnnotation: "1"})
+	for _, tc := range []struct {
+		d        *storagev1.CSIDriver
+		canFence bool
+		want     Mode
+		events   int
+	}{
+		{d: csiDriver(map[string]string{contract.UnpublishRevokesAccessAnnotation: "true"}), want: RevokingUnpublish},
+		{d: nil, want: None},
+		{d: bad, want: None, events: 1},
+		{d: bad, want: None}, // said already
+		{d: bad, canFence: true, want: FenceField},
+	} {
+		if got := r.Cached(ctx, tc.d, tc.canFence); got != tc.want {
+			t.Errorf("Cached(%v, %v) = %q, want %q", tc.d, tc.canFence, got, tc.want)
+		}
+		if got := len(recorder.Events); got != tc.events {
+			t.Errorf("%d Events, want %d", got, tc.events)
+		}
+		for len(recorder.Events) > 0 {
+			<-recorder.Events
+		}
+	}
+	var none *Reader
+	if got := none.Cached(ctx, bad, false); got != None {
+		t.Errorf("a nil Reader's Cached = %q", got)
+	}
+}
