@@ -41,6 +41,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencemode"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/nodestate"
@@ -50,7 +51,11 @@ import (
 // Options configure the controller.
 type Options struct {
 	DriverName string
-	// CanFence: the driver advertises UNPUBLISH_FENCE.
+	// CanFence: the driver advertises UNPUBLISH_FENCE. Without it, the
+	// storage backend fences with a plain unpublish when the driver's
+	// CSIDriver declares that one revokes access
+	// (contract.UnpublishRevokesAccessAnnotation, read live by each fence:
+	// fenceMode).
 	CanFence bool
 	// NonGracefulFailover is the feature gate that enables the failover:
 	// the SafeDetach path, the event-driven out-of-service path and fencing.
@@ -108,6 +113,9 @@ type Controller struct {
 	records  *fencerecord.Recorder
 	csi      csiclient.Attacher
 	recorder record.EventRecorder
+	// declaration reads, live, whether the driver's CSIDriver declares
+	// that its unpublish revokes access (fenceMode).
+	declaration *fencemode.Reader
 
 	nodes    corelisters.NodeLister
 	pvcs     corelisters.PersistentVolumeClaimLister
@@ -225,8 +233,9 @@ func New(opts Options, client kubernetes.Interface, f informers.SharedInformerFa
 		machine:          opts.Machine,
 		liveReadValidity: defaultLiveReadValidity,
 		opts:             opts, client: client, frClient: frClient, records: fencerecord.NewRecorder(frClient), csi: csi, recorder: recorder,
-		nodes: f.Core().V1().Nodes().Lister(),
-		pvcs:  f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
+		declaration: fencemode.NewReader(client.StorageV1(), opts.DriverName, recorder),
+		nodes:       f.Core().V1().Nodes().Lister(),
+		pvcs:        f.Core().V1().PersistentVolumeClaims().Lister(), pvs: f.Core().V1().PersistentVolumes().Lister(),
 		drivers:  f.Storage().V1().CSIDrivers().Lister(),
 		csinodes: f.Storage().V1().CSINodes().Lister(),
 		ns:       f.Core().V1().Namespaces().Lister(),
@@ -396,19 +405,13 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	if !c.startInformers(ctx) {
 		return
 	}
-	logger.Info("Starting failover controller", "driver", c.opts.DriverName, "nonGracefulFailover", c.opts.NonGracefulFailover, "canFence", c.opts.CanFence)
+	logger.Info("Starting failover controller", "driver", c.opts.DriverName, "nonGracefulFailover", c.opts.NonGracefulFailover, "canFence", c.opts.CanFence,
+		"fenceMode", c.cachedFenceMode())
 	// Tell the owner of node-level state, whichever driver's it is, what
 	// this driver can do. Without it (no RBAC) another driver's owner
 	// fails over no pod with a volume of this driver: safe, and said here.
-	register := func(ctx context.Context) {
-		if err := c.registry.register(ctx, registration{driver: c.opts.DriverName, identity: c.opts.Election.Identity, canFence: c.opts.CanFence,
-			limits: guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent}}); err != nil {
-			logger.Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
-				"lease", contract.RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
-		}
-	}
-	register(ctx)
-	go wait.UntilWithContext(ctx, register, registrationRenewal)
+	c.registerDriver(ctx)
+	go wait.UntilWithContext(ctx, c.registerDriver, registrationRenewal)
 	var election sync.WaitGroup
 	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -427,6 +430,25 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 	c.queue.ShutDown()
 	running.Wait()
+}
+
+// registerDriver tells the owner of node-level state, whichever driver's it
+// is, what this driver can do (registry.go); Run renews it. A driver whose
+// owner declared that its unpublish revokes access can fence: its mode
+// comes from the CSIDriver cache (the fences themselves read it live), and
+// a declaration with a value other than "true" is said here, once per
+// change, in the log and in an Event on the CSIDriver.
+func (c *Controller) registerDriver(ctx context.Context) {
+	d, err := c.drivers.Get(c.opts.DriverName)
+	if err != nil {
+		d = nil
+	}
+	mode := c.declaration.Cached(ctx, d, c.opts.CanFence)
+	if err := c.registry.register(ctx, registration{driver: c.opts.DriverName, identity: c.opts.Election.Identity, canFence: mode.Fences(), mode: mode,
+		limits: guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent}}); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
+			"lease", contract.RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
+	}
 }
 
 // ObserveHeartbeats starts timing the kubelets' heartbeat Leases, until ctx

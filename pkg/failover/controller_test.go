@@ -77,11 +77,20 @@ type fakeCSI struct {
 	hook func()
 	// before runs at the start of every call, whatever it answers.
 	before func()
+	// revokes: the driver does not advertise UNPUBLISH_FENCE and its
+	// owner declared that its plain unpublish revokes access (issue 37):
+	// a plain unpublish is its fence, and the fence field must never
+	// reach it (fieldSent counts the calls that carried it).
+	revokes bool
+	// hang: every call waits for its context to end (an unpublish that
+	// outlasts --timeout) and returns its error.
+	hang bool
 
-	mu      sync.Mutex
-	calls   int
-	fences  map[string]int
-	nodeIDs map[string]string // volume -> CSI node ID of its last fence
+	mu        sync.Mutex
+	calls     int
+	fieldSent int
+	fences    map[string]int
+	nodeIDs   map[string]string // volume -> CSI node ID of its last fence
 	// fencedIDs are the "volume nodeID" of the fences that succeeded, in
 	// order.
 	fencedIDs []string
@@ -98,12 +107,24 @@ func (f *fakeCSI) Attach(context.Context, csiclient.AttachRequest) (map[string]s
 	return nil, errors.New("not used")
 }
 
-func (f *fakeCSI) Detach(_ context.Context, volumeID, nodeID string, _ map[string]string, fence bool) error {
+func (f *fakeCSI) Detach(ctx context.Context, volumeID, nodeID string, _ map[string]string, fence bool) error {
 	if f.before != nil {
 		f.before()
 	}
 	f.mu.Lock()
 	f.calls++
+	if f.revokes && fence {
+		f.fieldSent++
+		f.mu.Unlock()
+		return errors.New("the fence field was sent to a driver that does not advertise UNPUBLISH_FENCE")
+	}
+	if f.hang {
+		f.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	// The fence of a driver whose unpublish revokes access is a plain one.
+	fence = fence || f.revokes
 	err := f.err
 	if err == nil && fence {
 		if f.fences == nil {

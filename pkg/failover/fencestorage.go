@@ -34,6 +34,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencemode"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
@@ -50,11 +51,48 @@ func (c *Controller) fenceStorage(ctx context.Context, node *v1.Node, fr *fencin
 	if !quarantined || !(ours || manual || unsettled(fr, c.opts.DriverName)) || !c.backendEnabled(fencingv1alpha1.BackendStorage) || fencerecord.NodeFenced(fr, node) {
 		return fr, nil
 	}
-	if !c.opts.CanFence {
-		klog.FromContext(ctx).V(2).Info("Not fencing: the driver does not advertise UNPUBLISH_FENCE")
+	mode, err := c.fenceMode(ctx)
+	if err != nil {
+		return fr, err
+	}
+	if !mode.Fences() {
+		klog.FromContext(ctx).V(2).Info("Not fencing: the driver does not advertise UNPUBLISH_FENCE and its CSIDriver does not declare that its unpublish revokes access",
+			"annotation", contract.UnpublishRevokesAccessAnnotation)
 		return fr, nil
 	}
-	return c.fenceNode(ctx, node, fr, t.staying, manual, aliveChecked)
+	return c.fenceNode(ctx, node, fr, t.staying, manual, aliveChecked, mode)
+}
+
+// fenceMode is how this driver's attachments are fenced now, for a step
+// that fences (fencemode): the fence field when the driver advertises
+// UNPUBLISH_FENCE, else a plain unpublish when its CSIDriver, read live,
+// declares that one revokes access. The live read is what lets a volume
+// move on a plain unpublish: a cache could still show a declaration its
+// owner withdrew. An error (a read that may pass) fences nothing now: the
+// node's sync is retried with its backoff.
+func (c *Controller) fenceMode(ctx context.Context) (fencemode.Mode, error) {
+	mode, err := c.declaration.Mode(ctx, c.opts.CanFence)
+	if err != nil {
+		return fencemode.None, fmt.Errorf("not fencing: %w", err)
+	}
+	return mode, nil
+}
+
+// cachedFenceMode is fenceMode from the CSIDriver cache, for the steps that
+// only decide whether to wait for this driver's storage fence or to try
+// another backend, and for the driver's registration: a stale answer there
+// delays a failover (the fence itself reads live and sends nothing unless
+// the declaration holds), it moves nothing.
+func (c *Controller) cachedFenceMode() fencemode.Mode {
+	if c.opts.CanFence {
+		return fencemode.FenceField
+	}
+	d, err := c.drivers.Get(c.opts.DriverName)
+	if err != nil {
+		return fencemode.None
+	}
+	declared, _ := fencemode.Declared(d) // a bad value is said where it is read live
+	return fencemode.Of(false, declared)
 }
 
 // unsettled reports whether the record holds an entry of driver (any driver
@@ -81,8 +119,13 @@ const defaultLiveReadValidity = time.Second
 // through the record, except those of volumes a pod that stays on the node
 // uses (unless an admin asked for the node). Unless the node was asked for,
 // each RPC follows a live read finding it down (aliveChecked: the last one).
-// It returns the record read back.
-func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, staying map[string]bool, manual bool, aliveChecked time.Time) (*fencingv1alpha1.FencingRequest, error) {
+// mode says how (fenceMode): with fence=true, or with the plain unpublish
+// the driver's owner declared revokes access, recorded all the same, so
+// that it is sticky, refuses publishes there until cleaned and counts for
+// FencingComplete as a fence does (S2, S8, S9). An unpublish that fails or
+// outlasts --timeout is no fence either way: its error is recorded and
+// nothing moves on it. It returns the record read back.
+func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, staying map[string]bool, manual bool, aliveChecked time.Time, mode fencemode.Mode) (*fencingv1alpha1.FencingRequest, error) {
 	logger := klog.FromContext(ctx)
 	vas, err := c.vasOn(node.Name)
 	if err != nil {
@@ -150,7 +193,7 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 			defer cancel()
 			backendAttempts.WithLabelValues(fencingv1alpha1.BackendStorage).Inc()
 			start := time.Now()
-			err = c.fenceVolume(cctx, v, vaOf[v.VolumeHandle], secrets)
+			err = c.fenceVolume(cctx, v, vaOf[v.VolumeHandle], secrets, mode)
 			backendDuration.WithLabelValues(fencingv1alpha1.BackendStorage).Observe(time.Since(start).Seconds())
 			if err != nil {
 				backendFailures.WithLabelValues(fencingv1alpha1.BackendStorage).Inc()
@@ -172,8 +215,13 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 				}
 				continue
 			}
-			logger.V(2).Info("Fenced volume", "volume", v.VolumeHandle, "VolumeAttachment", va.Name, "nodeID", v.NodeID)
-			c.recorder.Eventf(va, v1.EventTypeNormal, "FencedUnpublish", "Volume %s fenced from node %s before failover", v.VolumeHandle, node.Name)
+			logger.V(2).Info("Fenced volume", "volume", v.VolumeHandle, "VolumeAttachment", va.Name, "nodeID", v.NodeID, "fenceMode", mode)
+			if mode.SendsFenceField() {
+				c.recorder.Eventf(va, v1.EventTypeNormal, "FencedUnpublish", "Volume %s fenced from node %s before failover", v.VolumeHandle, node.Name)
+			} else {
+				c.recorder.Eventf(va, v1.EventTypeNormal, "FencedUnpublish", "Volume %s fenced from node %s before failover: unpublished, which its CSIDriver declares revokes access (%s)",
+					v.VolumeHandle, node.Name, contract.UnpublishRevokesAccessAnnotation)
+			}
 		}
 	}
 	got, err := c.frClient.Get(ctx, node.Name)
@@ -191,9 +239,11 @@ func (c *Controller) fenceNode(ctx context.Context, node *v1.Node, fr *fencingv1
 // the attacher's unpublish of that one failed or never came (a crash), and
 // the volume may still be published under it, out of reach of a fence of
 // any other ID (S1). The record names v.NodeID, as the attacher's does.
-func (c *Controller) fenceVolume(ctx context.Context, v fencingv1alpha1.FencedVolume, va *storagev1.VolumeAttachment, secrets map[string]string) error {
+// The fence field is sent only in mode FenceField (UNPUBLISH_FENCE); a
+// driver that does not advertise it gets the stock request.
+func (c *Controller) fenceVolume(ctx context.Context, v fencingv1alpha1.FencedVolume, va *storagev1.VolumeAttachment, secrets map[string]string, mode fencemode.Mode) error {
 	return csiclient.EachNodeID(va.Annotations[contract.PreviousNodeIDAnnotation], v.NodeID, func(nodeID string) error {
-		return c.csi.Detach(ctx, v.VolumeHandle, nodeID, secrets, true)
+		return c.csi.Detach(ctx, v.VolumeHandle, nodeID, secrets, mode.SendsFenceField())
 	})
 }
 

@@ -56,13 +56,18 @@ func (c *Controller) powerFirst() bool {
 }
 
 // storageFences reports whether driver's volumes are fenced by storage
-// fencing: the backend is on and the driver can fence.
+// fencing: the backend is on and the driver can fence, with the fence
+// field or with an unpublish its owner declared revokes access (this
+// driver by its capabilities and its CSIDriver as cached, another one by
+// its registration). It decides whether to wait for the storage fence or
+// to try another backend, never whether anything moves: only a fence
+// recorded done does that.
 func (c *Controller) storageFences(driver string) bool {
 	if !c.backendEnabled(fencingv1alpha1.BackendStorage) {
 		return false
 	}
 	if driver == c.opts.DriverName {
-		return c.opts.CanFence
+		return c.cachedFenceMode().Fences()
 	}
 	return c.registry.canFence(driver)
 }

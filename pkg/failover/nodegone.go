@@ -64,8 +64,12 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 	for _, va := range vas {
 		ours = ours || va.Spec.Attacher == c.opts.DriverName
 	}
-	if !ours || !c.opts.CanFence || !c.backendEnabled(fencingv1alpha1.BackendStorage) {
+	if !ours || !c.backendEnabled(fencingv1alpha1.BackendStorage) {
 		return fr, nil
+	}
+	mode, err := c.fenceMode(ctx)
+	if err != nil || !mode.Fences() {
+		return fr, err
 	}
 	if err := c.down(ctx, nodeName); err != nil {
 		logger.V(2).Info("Node deleted, but not fencing its attachments: its kubelet is alive", "why", err)
@@ -87,7 +91,7 @@ func (c *Controller) releaseAttachmentsOfGoneNode(ctx context.Context, nodeName 
 	// The Node is gone: Events name it all the same. No quarantine taint
 	// (no Node to carry it): the record keeps publishes off it (S2).
 	gone := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
-	fr, fenceErr := c.fenceNode(ctx, gone, fr, nil, false, time.Now())
+	fr, fenceErr := c.fenceNode(ctx, gone, fr, nil, false, time.Now(), mode)
 	pods, err := c.podsOn(nodeName)
 	if err != nil {
 		return fr, errors.Join(fenceErr, err)

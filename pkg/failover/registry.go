@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/fencemode"
 )
 
 // The driver registry tells the owner of node-level state what each driver
@@ -46,8 +47,14 @@ const (
 	// registrationLabel carries the driver's name; its presence selects the
 	// registrations among the namespace's Leases.
 	registrationLabel = contract.Prefix + "/driver"
-	// canFenceAnnotation is "true" when the driver advertises UNPUBLISH_FENCE.
+	// canFenceAnnotation is "true" when the storage backend fences the
+	// driver's attachments: it advertises UNPUBLISH_FENCE, or its
+	// CSIDriver declares that its unpublish revokes access.
 	canFenceAnnotation = contract.Prefix + "/unpublish-fence"
+	// fenceModeAnnotation says how (fencemode.Mode), for people: the
+	// owner reads canFenceAnnotation alone, which a registration by an
+	// older version also carries.
+	fenceModeAnnotation = contract.Prefix + "/fence-mode"
 	// maxFencedNodesAnnotation and maxFencedPercentAnnotation are the
 	// driver's --max-fenced-nodes and --max-fenced-node-percent.
 	maxFencedNodesAnnotation   = contract.Prefix + "/max-fenced-nodes"
@@ -156,6 +163,9 @@ func newRegistryInformers(client kubernetes.Interface, namespace string, resync 
 type registration struct {
 	driver, identity string
 	canFence         bool
+	// mode is how the driver is fenced ("" for a registration that does
+	// not say).
+	mode fencemode.Mode
 	// limits are its storm guard flags: the owner of node-level state
 	// admits nodes within the strictest of every driver's.
 	limits guardLimits
@@ -163,12 +173,16 @@ type registration struct {
 
 // annotations are the registration's annotations on its Lease.
 func (g registration) annotations() map[string]string {
-	return map[string]string{
+	a := map[string]string{
 		registrationLabel:          g.driver,
 		canFenceAnnotation:         strconv.FormatBool(g.canFence),
 		maxFencedNodesAnnotation:   strconv.Itoa(g.limits.maxNodes),
 		maxFencedPercentAnnotation: strconv.Itoa(g.limits.maxPercent),
 	}
+	if g.mode != "" {
+		a[fenceModeAnnotation] = string(g.mode)
+	}
+	return a
 }
 
 // register records what the driver can do, created or updated as needed.
@@ -270,7 +284,8 @@ func (a guardLimits) strictest(b guardLimits) guardLimits {
 	return guardLimits{maxNodes: pick(a.maxNodes, b.maxNodes), maxPercent: pick(a.maxPercent, b.maxPercent)}
 }
 
-// canFence reports whether driver registered UNPUBLISH_FENCE, and this
+// canFence reports whether driver registered that it can fence (with
+// UNPUBLISH_FENCE or by an unpublish that revokes access), and this
 // process saw it renew its registration within registrationTTL (on its
 // own clock).
 func (r *registry) canFence(driver string) bool {
