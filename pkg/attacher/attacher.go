@@ -69,6 +69,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencemode"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/liveread"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
@@ -85,6 +86,13 @@ type Config struct {
 	// from a node with the out-of-service taint is a fence (ceph-csi's
 	// --enable-fencing). Such a detach is recorded as a fence.
 	FencesOnOutOfService bool
+	// Declaration reads, live, whether the driver's CSIDriver declares
+	// that a successful plain unpublish revokes the node's access
+	// (contract.UnpublishRevokesAccessAnnotation). For such a driver
+	// without UNPUBLISH_FENCE, a detach that must be fenced is fenced with
+	// that plain unpublish, recorded as a fence. Nil: never declared (the
+	// sidecar may not read CSIDrivers).
+	Declaration *fencemode.Reader
 
 	// CSI publishes and plainly unpublishes: external-attacher's own
 	// attacher, so that those requests are byte for byte its requests.
@@ -426,10 +434,11 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 	if err != nil {
 		return err
 	}
-	fence, reason, fr, err := a.decide(ctx, va, nodeName, volumeID)
+	mode, reason, fr, err := a.decide(ctx, va, nodeName, volumeID)
 	if err != nil {
 		return err
 	}
+	fence := mode.Fences()
 	switch {
 	case reason == "":
 		return unpublish()
@@ -456,8 +465,8 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 		return fmt.Errorf("volume %s is still in use on node %s (status.volumesInUse) and %s: the detach waits until the kubelet unmounts it",
 			volumeID, nodeName, why)
 	case !fence:
-		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE: unpublishing without fence",
-			"volume", volumeID, "node", nodeName, "reason", reason)
+		logger.V(2).Info("Non-graceful detach, but the driver does not advertise UNPUBLISH_FENCE and its CSIDriver does not declare that its unpublish revokes access: unpublishing without fence",
+			"volume", volumeID, "node", nodeName, "reason", reason, "annotation", contract.UnpublishRevokesAccessAnnotation)
 		return unpublish()
 	default:
 		// A fence that cannot be recorded would quarantine the volume with
@@ -472,11 +481,13 @@ func (a *Attacher) Detach(ctx context.Context, volumeID, nodeID string, secrets 
 }
 
 // recordedFence says whether a non-graceful detach (reason, not "") is a
-// fence recorded write-ahead: the fenced unpublish of a driver that can
-// fence, or the plain unpublish of one that fences by itself on the
-// out-of-service taint (read live by decide), which is the fence, so that
-// the volume is not published there again until the node agent cleaned it
-// (S2, S8). Neither is possible without the FencingRequest record.
+// fence recorded write-ahead: the fencing unpublish of a driver that can
+// fence (fence: decide's mode fences, with fence=true or, for a driver
+// whose CSIDriver declares that its unpublish revokes access, plainly), or
+// the plain unpublish of one that fences by itself on the out-of-service
+// taint (read live by decide), which is the fence, so that the volume is
+// not published there again until the node agent cleaned it (S2, S8).
+// Neither is possible without the FencingRequest record.
 func (a *Attacher) recordedFence(fence bool, reason string) bool {
 	if a.FenceRecord == nil || reason == "" {
 		return false
@@ -540,8 +551,8 @@ func (a *Attacher) detachAhead(ctx context.Context, va *storagev1.VolumeAttachme
 	if _, reason := DecideFence(a.CanFence, node, cachedFR, a.DriverName, volumeID, false); reason == "" {
 		return aheadNone
 	}
-	fence, reason, fr, err := a.decide(ctx, va, nodeName, volumeID)
-	if err != nil || !a.recordedFence(fence, reason) {
+	mode, reason, fr, err := a.decide(ctx, va, nodeName, volumeID)
+	if err != nil || !a.recordedFence(mode.Fences(), reason) {
 		return aheadNone
 	}
 	if !fencerecord.IsFenced(fr, a.DriverName, volumeID) {
@@ -671,26 +682,42 @@ func (a *Attacher) OnFenceDone(fn func(vaName string)) {
 // depends on the kubelet no longer using the volume (volumesInUse), which a
 // cache behind the kubelet would get wrong. When the kubelet reports the
 // volume in use, the node's pods are listed live (wantedOnNode).
-func (a *Attacher) decide(ctx context.Context, va *storagev1.VolumeAttachment, nodeName, volumeID string) (bool, string, *fencingv1alpha1.FencingRequest, error) {
+//
+// It returns how the detach is fenced (fencemode.None: not fenced; always
+// None for a graceful one) and why it is not graceful. A driver without
+// UNPUBLISH_FENCE has its CSIDriver read live, once the detach is found
+// not graceful, for the declaration that its unpublish revokes access: a
+// plain unpublish recorded as a fence lets the volume move (the next
+// Detach lets the attachment go), which a cached declaration its owner
+// withdrew must not. A read that fails and may pass is an error: nothing
+// is sent, and external-attacher retries with its backoff.
+func (a *Attacher) decide(ctx context.Context, va *storagev1.VolumeAttachment, nodeName, volumeID string) (fencemode.Mode, string, *fencingv1alpha1.FencingRequest, error) {
 	node, err := a.liveNode(ctx, nodeName)
 	if err != nil {
-		return false, "", nil, err
+		return fencemode.None, "", nil, err
 	}
 	fr, err := a.cachedFencingRequest(nodeName)
 	if err != nil {
-		return false, "", nil, err
+		return fencemode.None, "", nil, err
 	}
-	if _, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, false); reason == "" {
-		return false, "", fr, nil
+	if _, reason := DecideFence(true, node, fr, a.DriverName, volumeID, false); reason == "" {
+		return fencemode.None, "", fr, nil
 	}
 	if fr, err = a.liveFencingRequest(ctx, nodeName); err != nil {
-		return false, "", nil, err
+		return fencemode.None, "", nil, err
 	}
-	fence, reason := DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, false)
+	_, reason := DecideFence(true, node, fr, a.DriverName, volumeID, false)
 	if reason == FenceReasonVolumeInUse && a.wantedOnNode(ctx, va, nodeName) {
-		fence, reason = DecideFence(a.CanFence, node, fr, a.DriverName, volumeID, true)
+		_, reason = DecideFence(true, node, fr, a.DriverName, volumeID, true)
 	}
-	return fence, reason, fr, nil
+	if reason == "" {
+		return fencemode.None, "", fr, nil
+	}
+	mode, err := a.Declaration.Mode(ctx, a.CanFence)
+	if err != nil {
+		return fencemode.None, "", nil, err
+	}
+	return mode, reason, fr, nil
 }
 
 // wantedOnNode reports whether a pod on the node that is not terminating
@@ -732,19 +759,30 @@ func (a *Attacher) wantedOnNode(ctx context.Context, va *storagev1.VolumeAttachm
 // requeued Detach then decides on its own, and detaches plainly or without
 // a call.
 func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
-	fence, reason, fr, err := a.decide(ctx, j.va, j.nodeName, j.key.volumeID)
+	mode, reason, fr, err := a.decide(ctx, j.va, j.nodeName, j.key.volumeID)
 	switch {
 	case err != nil:
 		return err
 	case fencerecord.IsFenced(fr, a.DriverName, j.key.volumeID):
-	case fence:
-		return a.fence(ctx, j, reason, func(ctx context.Context) error {
+	case mode.SendsFenceField():
+		return a.fence(ctx, j, reason, "", func(ctx context.Context) error {
 			return j.eachNodeID(func(nodeID string) error {
 				return a.FenceCSI.Detach(ctx, j.key.volumeID, nodeID, j.secrets, true)
 			})
 		})
+	case mode.Fences():
+		// The driver's owner declared that its unpublish revokes access:
+		// the stock request, byte for byte external-attacher's, is the
+		// fence (the field must never reach a driver that does not
+		// advertise it).
+		return a.fence(ctx, j, reason, fmt.Sprintf(" by an unpublish, which its CSIDriver declares revokes access (%s)", contract.UnpublishRevokesAccessAnnotation),
+			func(ctx context.Context) error {
+				return j.eachNodeID(func(nodeID string) error {
+					return a.CSI.Detach(ctx, j.key.volumeID, nodeID, j.secrets)
+				})
+			})
 	case reason == FenceReasonOutOfService && a.FencesOnOutOfService:
-		return a.fence(ctx, j, reason, func(ctx context.Context) error {
+		return a.fence(ctx, j, reason, "", func(ctx context.Context) error {
 			return j.eachNodeID(func(nodeID string) error {
 				return a.CSI.Detach(ctx, j.key.volumeID, nodeID, j.secrets)
 			})
@@ -759,8 +797,11 @@ func (a *Attacher) fenceIfStillNeeded(ctx context.Context, j *fenceJob) error {
 // recorded success returns nil. It runs in a fence worker. The record names
 // the node ID on the VolumeAttachment, not a previous one send fences too:
 // the node agent cleans only a volume fenced from the ID its node plugin
-// registers, and that one is what external-attacher wrote last.
-func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send func(context.Context) error) error {
+// registers, and that one is what external-attacher wrote last. An
+// unpublish that fails or outlasts --timeout (the pool's deadline) is no
+// fence: its error is recorded, counted and said, and the detach retried.
+// how, when not "", says how the volume was fenced, in the Event.
+func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason, how string, send func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	va, volumeID, nodeID, nodeName := j.va, j.key.volumeID, j.key.nodeID, j.nodeName
 	vol := fencingv1alpha1.FencedVolume{Driver: a.DriverName, VolumeHandle: volumeID, NodeID: nodeID}
@@ -789,7 +830,7 @@ func (a *Attacher) fence(ctx context.Context, j *fenceJob, reason string, send f
 	logger.V(2).Info("Fenced unpublish: the node can no longer access the volume",
 		"volume", volumeID, "node", nodeName, "nodeID", nodeID, "previousNodeID", j.previousNodeID, "reason", reason)
 	a.event(va, v1.EventTypeNormal, EventReasonFencedUnpublish,
-		"Volume %s was fenced from node %s (%s): the node can no longer access it until it is cleaned up", volumeID, nodeName, reason)
+		"Volume %s was fenced from node %s (%s)%s: the node can no longer access it until it is cleaned up", volumeID, nodeName, reason, how)
 	return nil
 }
 

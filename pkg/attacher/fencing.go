@@ -95,10 +95,13 @@ const (
 // no second node at it (S1), and a fence would fence a Ready node's volume
 // nothing may have mounted (S4; trial seeds 11032, 13100).
 //
-// canFence is whether the driver advertises UNPUBLISH_FENCE: without it the
-// answer is never fence (the field must not be sent to a driver that does not
-// know it), but the reason is still returned so that the caller can say that
-// a non-graceful detach went unfenced.
+// canFence is whether the driver's attachments can be fenced
+// (fencemode.Mode.Fences): it advertises UNPUBLISH_FENCE, or its CSIDriver
+// declares that its plain unpublish revokes access. Without it the answer
+// is never fence, but the reason is still returned so that the caller can
+// say that a non-graceful detach went unfenced. Whether the fence carries
+// the fence field is the mode's business, not this function's: the field
+// is never sent to a driver that does not advertise it.
 func DecideFence(canFence bool, node *v1.Node, fr *fencingv1alpha1.FencingRequest, driver, handle string, wantedOnNode bool) (fence bool, reason string) {
 	switch {
 	case node == nil:

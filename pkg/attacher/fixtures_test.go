@@ -55,6 +55,7 @@ import (
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
+	"github.com/csi-fence/fence-attacher/pkg/fencemode"
 )
 
 const drv = "fence.csi.example.com"
@@ -245,6 +246,10 @@ type envConfig struct {
 	cannotFence bool
 	// fencesOnOutOfService: the driver fences on the out-of-service taint.
 	fencesOnOutOfService bool
+	// declaration, when not "", is the value of the driver's declaration
+	// that its unpublish revokes access on its CSIDriver in the API ("-":
+	// a CSIDriver without it), which the Attacher reads (Declaration).
+	declaration string
 	// noNodes: the sidecar may not read Nodes; noRecord: FencingRequests
 	// are not served or not granted.
 	noNodes, noRecord bool
@@ -277,7 +282,15 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		e.client, e.dyn, e.conn, e.driverLog = old.client, old.dyn, old.conn, old.driverLog
 		cfg.objects, cfg.cache, cfg.frs, cfg.frCache = e.apiObjects(), nil, e.apiFencingRequests(), nil
 	} else {
-		e.client = fake.NewSimpleClientset(cfg.objects...)
+		objects := cfg.objects
+		if cfg.declaration != "" {
+			d := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: drv}}
+			if cfg.declaration != "-" {
+				d.Annotations = map[string]string{contract.UnpublishRevokesAccessAnnotation: cfg.declaration}
+			}
+			objects = append(slices.Clone(objects), d)
+		}
+		e.client = fake.NewSimpleClientset(objects...)
 		e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 			map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, unstructured(t, cfg.frs)...)
 		for _, r := range cfg.frReactors {
@@ -315,6 +328,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	if !cfg.noNodes {
 		c.Nodes, c.Client = e.factory.Core().V1().Nodes().Lister(), e.client
+	}
+	if cfg.declaration != "" || (cfg.restart != nil && cfg.restart.a.Declaration != nil) {
+		c.Declaration = fencemode.NewReader(e.client.StorageV1(), drv, e.recorder)
 	}
 	if !cfg.noRecord {
 		frCache := cfg.frs

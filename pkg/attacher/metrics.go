@@ -29,12 +29,12 @@ import (
 var (
 	fencedUnpublishes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "csi_fence_fenced_unpublishes_total",
-		Help:           "Number of ControllerUnpublishVolume calls with fence=true that succeeded, by driver and reason.",
+		Help:           "Number of fencing ControllerUnpublishVolume calls that succeeded (fence=true, or a plain unpublish of a driver whose CSIDriver declares that it revokes access or that fences on the out-of-service taint), by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 	fencedUnpublishErrors = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "csi_fence_fenced_unpublish_errors_total",
-		Help:           "Number of ControllerUnpublishVolume calls with fence=true that failed or were refused by the driver, by driver and reason.",
+		Help:           "Number of fencing ControllerUnpublishVolume calls (as csi_fence_fenced_unpublishes_total) that failed, timed out or were refused by the driver, by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 	unfencedDetaches = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -44,7 +44,7 @@ var (
 	}, []string{"driver_name", "reason"})
 	forcedDetaches = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "csi_fence_forced_detaches_total",
-		Help:           "Number of VolumeAttachments detached with fence=true (a non-graceful detach, KEP-2268's forced detach), by driver and reason.",
+		Help:           "Number of VolumeAttachments detached by a fence (a non-graceful detach, KEP-2268's forced detach), by driver and reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver_name", "reason"})
 
