@@ -47,6 +47,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/csiclient"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
+	"github.com/csi-fence/fence-attacher/pkg/fencemode"
 )
 
 // EventComponent is the source component of the Events the attacher emits.
@@ -152,6 +153,7 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 
 	var handler controller.Handler
 	var fencing *attacher.Attacher
+	var declaration *fencemode.Reader
 	switch {
 	case !d.Mode.CSIHandler:
 		logger.Info("The driver does not publish volumes: VolumeAttachments are marked attached without calling it")
@@ -197,6 +199,12 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		}
 		if d.Access.Failover {
 			cfg.FencesOnOutOfService = FencesOnOutOfService(ctx, d.Client, d.DriverName)
+			// The declaration that the driver's unpublish revokes access
+			// is read live by each detach that must be fenced, never
+			// from a cache nor once at start: a withdrawn declaration
+			// must not turn a plain unpublish into a recorded fence.
+			// Reading CSIDrivers is granted with the failover's rules.
+			cfg.Declaration = fencemode.NewReader(d.Client.StorageV1(), d.DriverName, cfg.Recorder)
 		}
 		if d.Access.Nodes {
 			cfg.Nodes = factory.Core().V1().Nodes().Lister()
@@ -233,9 +241,16 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		handler = h
 		logger.Info("The driver publishes volumes", "reconcile", d.Mode.Reconcile, "fence", d.Mode.Fence,
 			"publishReadOnly", d.Mode.PublishReadOnly, "singleNodeMultiWriter", d.Mode.SingleNodeMultiWriter)
-		if !d.Mode.Fence {
-			logger.Info("The driver does not advertise UNPUBLISH_FENCE: detaches are never fenced")
+		switch {
+		case d.Mode.Fence:
+		case cfg.Declaration != nil:
+			logger.Info("The driver does not advertise UNPUBLISH_FENCE: a detach that must be fenced is fenced by its plain unpublish only while its CSIDriver declares that one revokes access",
+				"annotation", contract.UnpublishRevokesAccessAnnotation)
+		default:
+			logger.Info("The driver does not advertise UNPUBLISH_FENCE and the sidecar may not read CSIDrivers (the failover's role): detaches are never fenced",
+				"annotation", contract.UnpublishRevokesAccessAnnotation)
 		}
+		declaration = cfg.Declaration
 	}
 	ctrl := controller.NewCSIAttachController(logger, d.Client, d.DriverName, handler, vaInformer, pvInformer,
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryIntervalStart, o.RetryIntervalMax),
@@ -249,6 +264,9 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 		if d.Health != nil {
 			d.Health.Leading(factorySynced(factory), dynamicFactorySynced(dynFactory))
 			defer d.Health.Standby()
+		}
+		if fencing != nil {
+			logFenceMode(ctx, declaration, d.Mode.Fence)
 		}
 		// external-attacher's Run waits for its workers through wg only
 		// with its ReleaseLeaderElectionOnExit gate; without it, they stop
@@ -267,6 +285,19 @@ func NewAttacher(ctx context.Context, d AttacherDeps) (func(context.Context), er
 			broadcaster.Shutdown()
 		}
 	}, nil
+}
+
+// logFenceMode says, as the attacher starts leading, how a detach that
+// must be fenced is fenced now (fencemode.Mode), on a live read of the
+// CSIDriver: the mode each such detach reads again.
+func logFenceMode(ctx context.Context, declaration *fencemode.Reader, canFence bool) {
+	logger := klog.FromContext(ctx)
+	mode, err := declaration.Mode(ctx, canFence)
+	if err != nil {
+		logger.Error(err, "Cannot tell how detaches are fenced now: each one that must be reads the CSIDriver again")
+		return
+	}
+	logger.Info("Fencing detaches", "fenceMode", mode, "unpublishFence", canFence)
 }
 
 // FencingRequestsServed reports whether the FencingRequest CRD is

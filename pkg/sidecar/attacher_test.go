@@ -362,6 +362,57 @@ func testNewAttacherFences(t *testing.T, disabled bool) {
 	}
 }
 
+// Fence by detach (issue 37), wired: a driver without UNPUBLISH_FENCE whose
+// CSIDriver declares that its unpublish revokes access has the same detach
+// from a NotReady node sent as a plain unpublish and recorded as a fence;
+// undeclared, it is a plain unpublish and nothing is recorded.
+func TestNewAttacherFencesByDetach(t *testing.T) {
+	for _, declared := range []bool{true, false} {
+		t.Run(map[bool]string{true: "declared", false: "not declared"}[declared], func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			objects := testObjects("node-1-id")
+			objects[0].(*v1.Node).Status.Conditions[0].Status = v1.ConditionUnknown
+			csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: drv}}
+			if declared {
+				csiDriver.Annotations = map[string]string{contract.UnpublishRevokesAccessAnnotation: contract.UnpublishRevokesAccessTrue}
+			}
+			client := fake.NewSimpleClientset(append(objects, csiDriver)...)
+			client.Resources = frAPI()
+			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
+			d := &fakeDriver{}
+			opts, _ := parse(t, "--retry-interval-start=10ms", "--retry-interval-max=100ms", "--worker-threads=2")
+			run, err := NewAttacher(ctx, AttacherDeps{
+				DriverName: drv, Options: opts, Client: client, Dynamic: dyn, CSI: d.clients(), Access: FullAccess,
+				Mode: AttacherMode{CSIHandler: true, Reconcile: true},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := start(ctx, run)
+			attachThenDelete(t, ctx, client)
+			if want := []string{"attach vol-1 node-1-id", "detach vol-1 node-1-id"}; !slices.Equal(d.seen(), want) {
+				t.Errorf("driver calls %q, want %q", d.seen(), want)
+			}
+			fr, err := fencingv1alpha1.NewClient(dyn).Get(ctx, "node-1")
+			if declared && (err != nil || !fencerecord.IsFenced(fr, drv, "vol-1")) {
+				t.Errorf("the plain unpublish of a declared driver was not recorded as a fence: %+v, %v", fr, err)
+			}
+			if !declared && !apierrors.IsNotFound(err) {
+				t.Errorf("an undeclared driver's plain unpublish was recorded: %+v, %v", fr, err)
+			}
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the attacher did not stop")
+			}
+		})
+	}
+}
+
 func TestNewAttacherTrivial(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
