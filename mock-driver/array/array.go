@@ -56,6 +56,15 @@ const (
 	// open until the node cleans up or goes quiet. This is the danger fencing
 	// exists for; Options.PlainUnpublish chooses it.
 	AccessUnpublished = "unpublished"
+	// AccessDetached: a plain ControllerUnpublishVolume took the volume away
+	// from a node that still held it staged or published, as a cloud detach
+	// takes the disk away from the machine (PlainUnpublishDetach): the node's
+	// data path is closed, reads and writes alike, and its stale mounts stay
+	// until its node plugin cleans them up with plain NodeUnpublishVolume and
+	// NodeUnstageVolume (there is nothing left to revoke, so no force is
+	// needed). Until then a publish to that node counts as S2, as one to a
+	// fenced node does: a fence by detach quarantines the volume there.
+	AccessDetached = "detached"
 )
 
 // Invariants recorded by the array.
@@ -113,6 +122,8 @@ func (p *Publication) Open(now time.Time) bool {
 		return p.Leaky
 	case AccessUnpublished:
 		return p.holds() || now.Before(p.LingerUntil)
+	case AccessDetached:
+		return false
 	}
 	return false
 }

@@ -79,6 +79,15 @@ const (
 	// (the spec allows it: the SP MAY make the volume inaccessible even when
 	// fence is false), without quarantine.
 	PlainUnpublishRevoke PlainUnpublishMode = "revoke"
+	// PlainUnpublishDetach takes the volume away from the node at once, as
+	// a cloud detach takes the disk away from the machine: a node that
+	// still holds it (staged or published) is left with a closed data path
+	// for reads and writes and with stale mounts (AccessDetached) until its
+	// plain node-side cleanup; a node that holds nothing simply loses the
+	// publication. A driver whose owner declares that an unpublish revokes
+	// access (csi-fence.io/unpublish-revokes-access) is telling the truth
+	// in this mode.
+	PlainUnpublishDetach PlainUnpublishMode = "detach"
 )
 
 // DefaultRecentIO is csi-fence-mock's default --recent-io window.
@@ -115,9 +124,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("unknown fence policy %q: want revoke, refuse or unknown", o.FencePolicy)
 	}
 	switch o.PlainUnpublish {
-	case "", PlainUnpublishLinger, PlainUnpublishRevoke:
+	case "", PlainUnpublishLinger, PlainUnpublishRevoke, PlainUnpublishDetach:
 	default:
-		return fmt.Errorf("unknown plain unpublish mode %q: want linger or revoke", o.PlainUnpublish)
+		return fmt.Errorf("unknown plain unpublish mode %q: want linger, revoke or detach", o.PlainUnpublish)
 	}
 	if o.RecentIO < 0 {
 		return fmt.Errorf("recent I/O window %v < 0", o.RecentIO)
@@ -329,10 +338,15 @@ func (a *Array) PublishVolume(args PublishArgs, opts Options) error {
 			v.Publications = map[string]*Publication{}
 		}
 		p := v.Publications[node]
-		quarantined := p != nil && p.Access == AccessFenced
+		// A detached volume the node still holds is quarantined there as a
+		// fenced one is: the fence by detach, until the node cleans up.
+		quarantined := p != nil && (p.Access == AccessFenced || p.Access == AccessDetached)
 		switch {
 		case quarantined && o.RefuseUnsafe && !o.BrokenQuarantine:
 			s.refuse(RefusedPublishQuarantined)
+			if p.Access == AccessDetached {
+				return errf(CodeFailedPrecondition, "volume %s was detached from node %s, which still holds it: NodeUnpublishVolume/NodeUnstageVolume on that node must clean it up first", id, node)
+			}
 			return errf(CodeFailedPrecondition, "volume %s is quarantined on node %s: a forced NodeUnpublishVolume/NodeUnstageVolume on that node must clean it up first", id, node)
 		case p != nil && p.Access == AccessGranted:
 			if p.ReadOnly != args.ReadOnly {
@@ -407,7 +421,11 @@ func (a *Array) Unpublish(id, node string, fence bool, opts Options) error {
 			// In use: the node holds it, or does I/O without having gone
 			// through its node plugin (a workload the CO cannot see).
 			inUse := p.holds() || (recent && !p.NodeSide)
-			if o.PlainUnpublish == PlainUnpublishRevoke || !inUse {
+			if o.PlainUnpublish == PlainUnpublishDetach && p.holds() {
+				p.Access, p.Since, p.Leaky, p.LingerUntil, p.Linger = AccessDetached, now, false, time.Time{}, 0
+				return nil
+			}
+			if o.PlainUnpublish == PlainUnpublishRevoke || o.PlainUnpublish == PlainUnpublishDetach || !inUse {
 				delete(v.Publications, node)
 				return nil
 			}
@@ -654,12 +672,42 @@ func (a *Array) access(s *State, now time.Time, id, node, op string) (*Volume, e
 		}
 		return v, nil
 	}
-	kind, why := op+"-unpublished", "it is not published there"
-	if p != nil && p.Access == AccessFenced {
-		kind, why = op+"-fenced", "its access was fenced"
-	}
+	kind, why := refusal(p, op)
 	s.refuse(kind)
 	return nil, errf(CodePermissionDenied, "%s refused: node %s has no access to volume %s: %s", op, node, id, why)
+}
+
+// refusal names the refusal of op on a closed data path p (nil: none), and
+// says why it is closed.
+func refusal(p *Publication, op string) (kind, why string) {
+	switch {
+	case p != nil && p.Access == AccessFenced:
+		return op + "-fenced", "its access was fenced"
+	case p != nil && p.Access == AccessDetached:
+		return op + "-detached", "the volume was detached from it"
+	}
+	return op + "-unpublished", "it is not published there"
+}
+
+// CheckRead tells, as Read would, whether node may read the volume now:
+// nil, or the PermissionDenied (NotFound) error Read would return. Unlike
+// Read it counts neither the read nor a refusal, and it takes the shared
+// lock only: a data path that asks before every read (fusefs with
+// GateReads) must not rewrite the state each time. It does not extend a
+// lingering session either.
+func (a *Array) CheckRead(id, node string) error {
+	return a.View(func(s *State) error {
+		v, ok := s.Volumes[id]
+		if !ok {
+			return errf(CodeNotFound, "volume %s not found", id)
+		}
+		p := v.Publications[node]
+		if p != nil && p.Open(a.now()) {
+			return nil
+		}
+		_, why := refusal(p, "read")
+		return errf(CodePermissionDenied, "read refused: node %s has no access to volume %s: %s", node, id, why)
+	})
 }
 
 func count(v *Volume, node string, now time.Time, write bool) {
@@ -695,6 +743,8 @@ func granted(s *State, id, node string) (*Publication, error) {
 		return nil, errf(CodeFailedPrecondition, "volume %s is not published to node %s", id, node)
 	case p.Access == AccessFenced:
 		return nil, errf(CodeFailedPrecondition, "volume %s is fenced (quarantined) on node %s", id, node)
+	case p.Access == AccessDetached:
+		return nil, errf(CodeFailedPrecondition, "volume %s was detached from node %s", id, node)
 	}
 	return p, nil
 }

@@ -130,6 +130,8 @@ func TestScenarios(t *testing.T) {
 	refuse := Options{RecentIO: 2 * time.Second, FencePolicy: FenceRefuse}
 	unknown := Options{RecentIO: 2 * time.Second, FencePolicy: FenceUnknown}
 	revoke := Options{RecentIO: 2 * time.Second, PlainUnpublish: PlainUnpublishRevoke}
+	detach := Options{RecentIO: 2 * time.Second, PlainUnpublish: PlainUnpublishDetach}
+	strictDetach := Options{RecentIO: 2 * time.Second, PlainUnpublish: PlainUnpublishDetach, RefuseUnsafe: true}
 	cases := []scenario{
 		{
 			name: "graceful detach and attach elsewhere",
@@ -300,6 +302,47 @@ func TestScenarios(t *testing.T) {
 			opts:   revoke,
 			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("write", "v", "a"), ok("unpublish", "v", "a"), fails("write", "v", "a", CodePermissionDenied), ok("publish", "v", "b")},
 			access: map[string]string{"a": "", "b": AccessGranted},
+		},
+		{
+			name: "detach mode: a plain unpublish closes the data path of a node still holding the volume, reads too, and the volume moves",
+			opts: detach,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("write", "v", "a"),
+				ok("unpublish", "v", "a"), fails("write", "v", "a", CodePermissionDenied), fails("read", "v", "a", CodePermissionDenied),
+				fails("change", "v", "a", CodePermissionDenied), ok("unpublish", "v", "a"), ok("publish", "v", "b"), ok("write", "v", "b"),
+				fails("write", "v", "a", CodePermissionDenied)},
+			refused: map[string]int64{"write-detached": 2, "read-detached": 1, "change-detached": 1},
+			access:  map[string]string{"a": AccessDetached, "b": AccessGranted},
+		},
+		{
+			name: "detach mode: the stale node cleans up with plain calls, which lift the quarantine",
+			opts: strictDetach,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("nodepublish", "v", "a"), ok("unpublish", "v", "a"),
+				fails("publish", "v", "a", CodeFailedPrecondition), fails("stage", "v", "a", CodeFailedPrecondition), fails("unstage", "v", "a", CodeFailedPrecondition),
+				ok("nodeunpublish", "v", "a"), fails("publish", "v", "a", CodeFailedPrecondition), ok("unstage", "v", "a"), ok("unstage", "v", "a"),
+				ok("publish", "v", "a"), ok("write", "v", "a")},
+			refused: map[string]int64{"publish-quarantined": 2},
+			access:  map[string]string{"a": AccessGranted},
+		},
+		{
+			name:       "detach mode, witness: a publish to the node before its cleanup is S2",
+			opts:       detach,
+			steps:      []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("unpublish", "v", "a"), ok("publish", "v", "a")},
+			violations: map[string]int{S2: 1},
+			access:     map[string]string{"a": AccessGranted},
+		},
+		{
+			name: "detach mode: a node holding nothing just loses the publication, recent I/O or not",
+			opts: strictDetach,
+			steps: []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("write", "v", "a"), ok("unpublish", "v", "a"), fails("write", "v", "a", CodePermissionDenied),
+				ok("publish", "v", "a")},
+			refused: map[string]int64{"write-unpublished": 1, "publish-quarantined": 0},
+			access:  map[string]string{"a": AccessGranted},
+		},
+		{
+			name:   "detach mode: a detached volume can be deleted",
+			opts:   detach,
+			steps:  []step{ok("add", "v", ""), ok("publish", "v", "a"), ok("stage", "v", "a"), ok("unpublish", "v", "a"), ok("delete", "v", "")},
+			access: map[string]string{"a": ""},
 		},
 		{
 			name:   "a fence ends a lingering session",
@@ -740,4 +783,47 @@ func TestBulkRegistration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckRead: CheckRead decides a read as Read does, open or not, and
+// why not, without counting the read or its refusal.
+func TestCheckRead(t *testing.T) {
+	a, _ := newTestArray(t)
+	opts := Options{PlainUnpublish: PlainUnpublishDetach}
+	if err := a.AddVolume("v", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckRead("nope", "a"); !isCode(err, CodeNotFound) {
+		t.Fatalf("CheckRead of an unknown volume: %v, want NotFound", err)
+	}
+	if err := a.CheckRead("v", "a"); !isCode(err, CodePermissionDenied) || !strings.Contains(err.Error(), "not published") {
+		t.Fatalf("CheckRead before the publish: %v, want PermissionDenied (not published)", err)
+	}
+	if err := a.Publish("v", "a", true, false, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.NodeStage("v", "a", "/staging/v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckRead("v", "a"); err != nil {
+		t.Fatalf("CheckRead while published: %v", err)
+	}
+	if err := a.Unpublish("v", "a", false, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckRead("v", "a"); !isCode(err, CodePermissionDenied) || !strings.Contains(err.Error(), "detached") {
+		t.Fatalf("CheckRead after the detach: %v, want PermissionDenied (detached)", err)
+	}
+	s, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Volumes["v"].Reads["a"]; n != 0 || len(s.Refused) != 0 {
+		t.Errorf("CheckRead counted: reads %d, refused %v", n, s.Refused)
+	}
+}
+
+func isCode(err error, c Code) bool {
+	var ae *Error
+	return errors.As(err, &ae) && ae.Code == c
 }
