@@ -31,12 +31,16 @@ limitations under the License.
 // crosses into a page the kernel does not hold is sent as one request per
 // page), and every node reads the shared directory as it is now.
 //
-// Reads are always served: a read changes nothing another node could lose,
-// so S1 does not need it cut, and asking the array for each one would make
-// every read a locked rewrite of the array's state (Array.Read counts). A
-// fenced node reading stale data is its application's problem, which
-// fencing does not claim to solve; its writes are what could corrupt the
-// volume.
+// Reads are served by default: a read changes nothing another node could
+// lose, so S1 does not need it cut, and asking the array for each one would
+// make every read a locked rewrite of the array's state (Array.Read
+// counts). A fenced node reading stale data is its application's problem,
+// which fencing does not claim to solve; its writes are what could corrupt
+// the volume. Options.GateReads cuts reads too, for a driver whose detach
+// takes the disk away from the node (array.PlainUnpublishDetach): there no
+// read reaches the volume once it is gone, and csi-fence-sanity checks
+// that it does not. The array is then asked before each read, under its
+// shared lock, and counts nothing (Array.CheckRead).
 //
 // The server lives in the process that mounted it (the node plugin): when
 // that process dies the kernel aborts the connection and the mount answers
@@ -75,6 +79,8 @@ type gate struct {
 	closed atomic.Bool
 	// refused counts the changes refused, for the log.
 	refused atomic.Int64
+	// gateReads: reads ask the array too (Options.GateReads).
+	gateReads bool
 }
 
 // allow asks the array whether the node may make the change what ("write"
@@ -110,6 +116,41 @@ func (g *gate) allow(what string) syscall.Errno {
 	return syscall.EIO
 }
 
+// allowRead asks the array whether the node may read now, when reads are
+// gated, and returns EIO when it may not, as allow does for a change. The
+// read itself is not counted: the array is asked under its shared lock.
+func (g *gate) allowRead() syscall.Errno {
+	if !g.gateReads {
+		return 0
+	}
+	if g.closed.Load() {
+		return syscall.EIO
+	}
+	err := g.arr.CheckRead(g.volume, g.node)
+	if err == nil {
+		return 0
+	}
+	var ae *array.Error
+	if !errors.As(err, &ae) {
+		klog.ErrorS(err, "The array cannot decide a read; refused", "volume", g.volume, "node", g.node)
+		return syscall.EIO
+	}
+	if n := g.refused.Add(1); n == 1 {
+		klog.InfoS("The array refused a read: EIO from now on while it refuses", "volume", g.volume, "node", g.node, "reason", ae.Msg)
+	} else {
+		klog.V(4).InfoS("The array refused a read", "volume", g.volume, "node", g.node, "refused", n, "reason", ae.Msg)
+	}
+	return syscall.EIO
+}
+
+// Options tune a Mount.
+type Options struct {
+	// GateReads makes every read ask the array first (Array.CheckRead) and
+	// fail with EIO once the node's data path is closed, as writes do.
+	// Default: reads are served (see the package comment).
+	GateReads bool
+}
+
 // Mount is one volume served at one directory.
 type Mount struct {
 	dir    string
@@ -124,8 +165,8 @@ var noCache = time.Duration(0)
 // New mounts a FUSE file system at dir serving dataDir, the files of volume
 // as node sees them, gated by arr. It needs CAP_SYS_ADMIN and /dev/fuse: it
 // mounts with mount(2) itself, as a node plugin's image has no fusermount.
-func New(dir, dataDir string, arr *array.Array, volume, node string) (*Mount, error) {
-	g := &gate{arr: arr, volume: volume, node: node}
+func New(dir, dataDir string, arr *array.Array, volume, node string, o Options) (*Mount, error) {
+	g := &gate{arr: arr, volume: volume, node: node, gateReads: o.GateReads}
 	var st syscall.Stat_t
 	if err := syscall.Stat(dataDir, &st); err != nil {
 		return nil, fmt.Errorf("the data directory of volume %s: %w", volume, err)
@@ -157,7 +198,7 @@ func New(dir, dataDir string, arr *array.Array, volume, node string) (*Mount, er
 	if err != nil {
 		return nil, fmt.Errorf("mounting volume %s with FUSE on %s: %w", volume, dir, err)
 	}
-	klog.InfoS("Serving the volume with FUSE", "volume", volume, "node", node, "path", dir, "data", dataDir)
+	klog.InfoS("Serving the volume with FUSE", "volume", volume, "node", node, "path", dir, "data", dataDir, "gateReads", o.GateReads)
 	return &Mount{dir: dir, server: server, gate: g}, nil
 }
 

@@ -45,6 +45,12 @@ type fixture struct {
 // skipping the test when this host cannot serve FUSE.
 func mount(t *testing.T) *fixture {
 	t.Helper()
+	return mountWith(t, Options{})
+}
+
+// mountWith is mount with options.
+func mountWith(t *testing.T, o Options) *fixture {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: mounting a FUSE file system needs root (CAP_SYS_ADMIN)")
 	}
@@ -77,7 +83,7 @@ func mount(t *testing.T) *fixture {
 	if err := os.Mkdir(filepath.Join(f.data, "emptydir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f.mnt, err = New(f.dir, f.data, arr, vol, "a")
+	f.mnt, err = New(f.dir, f.data, arr, vol, "a", o)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENODEV) {
 		t.Skipf("skipped: FUSE cannot be mounted here: %v", err)
 	}
@@ -302,6 +308,39 @@ func TestReadsServedWhenFenced(t *testing.T) {
 	}
 	if w1, c1, _, _ := f.counts(t); w1 != w0 || c1 != c0 {
 		t.Errorf("reads counted as writes (%d) or changes (%d)", w1-w0, c1-c0)
+	}
+}
+
+// TestGatedReads: with GateReads, a read through the mount is served while
+// the node's data path is open and fails with EIO once a detach
+// (array.PlainUnpublishDetach) took the volume away from the node that
+// still holds it, as a write does; the refused read is counted nowhere.
+func TestGatedReads(t *testing.T) {
+	f := mountWith(t, Options{GateReads: true})
+	file := filepath.Join(f.dir, "file")
+	if got, err := os.ReadFile(file); err != nil || string(got) != "old\n" {
+		t.Fatalf("read while published: %q, %v; want the data", got, err)
+	}
+	detach := array.Options{PlainUnpublish: array.PlainUnpublishDetach}
+	if err := f.arr.NodeStage(vol, "a", f.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.arr.Unpublish(vol, "a", false, detach); err != nil {
+		t.Fatal(err)
+	}
+	w0, c0, r0, _ := f.counts(t)
+	if got, err := os.ReadFile(file); !errors.Is(err, syscall.EIO) {
+		t.Errorf("read after the detach: %q, %v; want EIO", got, err)
+	}
+	if err := os.WriteFile(file, []byte("new\n"), 0o644); !errors.Is(err, syscall.EIO) {
+		t.Errorf("write after the detach: %v; want EIO", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.data, "file")); string(b) != "old\n" {
+		t.Errorf("the data changed after the detach: %q", b)
+	}
+	w1, c1, r1, _ := f.counts(t)
+	if w1 != w0 || c1 != c0 || r1["read-detached"] != r0["read-detached"] {
+		t.Errorf("the refused read was counted: writes %d, changes %d, read-detached %d", w1-w0, c1-c0, r1["read-detached"]-r0["read-detached"])
 	}
 }
 

@@ -229,11 +229,16 @@ func (f *file) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOu
 	return f.lf.Setattr(ctx, in, out)
 }
 
-// What changes nothing is forwarded as it is.
-
+// Read is served, unless reads are gated (Options.GateReads) and the
+// array says the node's data path is closed.
 func (f *file) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if errno := f.gate.allowRead(); errno != 0 {
+		return nil, errno
+	}
 	return f.lf.Read(ctx, buf, off)
 }
+
+// What changes nothing is forwarded as it is.
 
 func (f *file) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	return f.lf.Getattr(ctx, out)
