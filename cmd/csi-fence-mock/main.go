@@ -193,7 +193,9 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.BoolVar(&cfg.AnyNode, "any-node", false, "Publish to node IDs that no node instance registered (default: NotFound)")
 	policy := fs.String("fence-policy", string(array.FenceRevoke), "What a fence does while the node shows recent I/O: revoke (succeed), refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
 	fs.DurationVar(&arr.RecentIO, "recent-io", array.DefaultRecentIO, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
-	plain := fs.String("plain-unpublish", string(array.PlainUnpublishLinger), "What ControllerUnpublishVolume without fence does to a node still using the volume (staged, published, or recent I/O): linger (its data path stays open until it cleans up or goes quiet, as storage without fencing) or revoke (cut off at once, no quarantine)")
+	plain := fs.String("plain-unpublish", string(array.PlainUnpublishLinger), "What ControllerUnpublishVolume without fence does to a node still using the volume (staged, published, or recent I/O): linger (its data path stays open until it cleans up or goes quiet, as storage without fencing), revoke (cut off at once, no quarantine) or detach (the volume is taken away as a cloud detach takes a disk: reads and writes through the node's stale mounts fail, and a publish there before the node's plain cleanup counts as S2)")
+	detach := fs.String("detach", "", "Play a driver whose owner declares that a plain ControllerUnpublishVolume revokes the node's access (CSIDriver annotation csi-fence.io/unpublish-revokes-access), as a cloud disk driver: "+
+		"revokes (true: --plain-unpublish=detach, and with --data-path=fuse reads fail too) or lies (false: --plain-unpublish=linger, the node keeps writing). Either implies --disable-fence and --disable-force. Empty: off")
 	fs.BoolVar(&arr.RefuseUnsafe, "refuse-unsafe", false, refuseUnsafeUsage)
 	fs.BoolVar(&arr.BrokenFence, "broken-fence", false, "NEGATIVE CONTROL: report fences as done without cutting the node's data path")
 	fs.BoolVar(&arr.BrokenQuarantine, "broken-quarantine", false, "NEGATIVE CONTROL: with --refuse-unsafe, let publishes through on nodes where the volume is quarantined (recorded as S2); without it they go through anyway")
@@ -224,6 +226,13 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	arr.FencePolicy = array.FencePolicy(*policy)
 	arr.PlainUnpublish = array.PlainUnpublishMode(*plain)
+	cfg.Detach = driver.DetachMode(*detach)
+	if err := cfg.Detach.Validate(); err != nil {
+		return usageErr("--detach: %v", err)
+	}
+	if cfg.Detach != "" && explicit(fs, "plain-unpublish") {
+		return usageErr("--detach=%s sets the plain unpublish itself: drop --plain-unpublish", cfg.Detach)
+	}
 	cfg.Version = version.Version()
 	if opts.Role != server.RoleController && opts.Role != server.RoleNode {
 		return usageErr("--role must be controller or node, not %q", *role)
@@ -415,7 +424,7 @@ func configureCmd(_ context.Context, args []string, stdout, stderr io.Writer) er
 	reset := fs.Bool("reset", false, "Drop every override first: instances go back to their own flags")
 	policy := fs.String("fence-policy", "", "Override --fence-policy of every instance: revoke, refuse or unknown")
 	recent := fs.Duration("recent-io", 0, "Override --recent-io")
-	plain := fs.String("plain-unpublish", "", "Override --plain-unpublish: linger or revoke")
+	plain := fs.String("plain-unpublish", "", "Override --plain-unpublish: linger, revoke or detach (reads through a FUSE data path are cut only on instances started with --plain-unpublish=detach or --detach=revokes)")
 	refuseUnsafe := fs.Bool("refuse-unsafe", false, "Override --refuse-unsafe (true: strict mode, false: witness mode)")
 	brokenFence := fs.Bool("broken-fence", false, "Override --broken-fence")
 	brokenQuarantine := fs.Bool("broken-quarantine", false, "Override --broken-quarantine")

@@ -49,6 +49,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--role=node", d}, exitUsage, "--node-id is required"},
 		{[]string{"serve", d, "--fence-policy=maybe"}, exitUsage, "unknown fence policy"},
 		{[]string{"serve", d, "--plain-unpublish=never"}, exitUsage, "unknown plain unpublish mode"},
+		{[]string{"serve", d, "--detach=sometimes"}, exitUsage, "unknown detach mode"},
+		{[]string{"serve", d, "--detach=revokes", "--plain-unpublish=linger"}, exitUsage, "drop --plain-unpublish"},
 		{[]string{"serve", d, "--fault=Probe:colour=red"}, exitUsage, "unknown key"},
 		{[]string{"serve", d, "extra"}, exitUsage, "no arguments"},
 		{[]string{"serve", d, "--data-path=loop"}, exitUsage, "--data-path must be none, bind or fuse"},

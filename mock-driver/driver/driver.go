@@ -23,6 +23,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -82,6 +83,15 @@ type Config struct {
 	// ENOTCONN until the kubelet unstages them.
 	FUSE bool
 
+	// Detach, if set, plays a driver whose owner declares that a plain
+	// ControllerUnpublishVolume revokes the node's access (the CSIDriver
+	// annotation csi-fence.io/unpublish-revokes-access), as a cloud block
+	// storage driver whose detach takes the disk away from the machine:
+	// without the extension (NoFence and NoForce are set), and with its
+	// detach telling the truth (DetachRevokes) or not (DetachLies). See
+	// DetachMode.
+	Detach DetachMode
+
 	// AnyNode lets ControllerPublishVolume publish to nodes the array never
 	// saw register; by default they are NotFound, as the spec asks.
 	AnyNode bool
@@ -93,6 +103,44 @@ type Config struct {
 	OutOfService func(ctx context.Context, nodeID string) (bool, error)
 
 	Array array.Options
+}
+
+// DetachMode is what a plain ControllerUnpublishVolume of a driver declared
+// to revoke access on unpublish really does (Config.Detach).
+type DetachMode string
+
+const (
+	// DetachRevokes keeps the declaration: the unpublish closes the node's
+	// data path at once, reads and writes through its old mounts fail (with
+	// FUSE: EIO), as through a fenced publication's, and its plain node-side
+	// cleanup then succeeds (array.PlainUnpublishDetach).
+	DetachRevokes DetachMode = "revokes"
+	// DetachLies breaks it: the unpublish succeeds and leaves the node's data
+	// path open while the node holds the volume (array.PlainUnpublishLinger):
+	// the node keeps writing. The negative control of csi-fence-sanity's
+	// check of the declaration.
+	DetachLies DetachMode = "lies"
+)
+
+// Validate rejects unknown modes.
+func (m DetachMode) Validate() error {
+	switch m {
+	case "", DetachRevokes, DetachLies:
+		return nil
+	}
+	return fmt.Errorf("unknown detach mode %q: want revokes or lies", m)
+}
+
+// apply sets what the mode implies in cfg: no UNPUBLISH_FENCE, no
+// FORCE_UNPUBLISH (a cloud disk driver has neither), and the plain
+// unpublish of the mode.
+func (m DetachMode) apply(cfg *Config) {
+	switch m {
+	case DetachRevokes:
+		cfg.NoFence, cfg.NoForce, cfg.Array.PlainUnpublish = true, true, array.PlainUnpublishDetach
+	case DetachLies:
+		cfg.NoFence, cfg.NoForce, cfg.Array.PlainUnpublish = true, true, array.PlainUnpublishLinger
+	}
 }
 
 // Driver implements the three CSI services.
@@ -118,6 +166,7 @@ func New(cfg Config, arr *array.Array) *Driver {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
 	}
+	cfg.Detach.apply(&cfg)
 	return &Driver{cfg: cfg, array: arr, fuse: map[string]*fusefs.Mount{}}
 }
 

@@ -41,6 +41,12 @@ import (
 // skipping the test where FUSE cannot be mounted.
 func fusePair(t *testing.T) (*pair, string) {
 	t.Helper()
+	return fusePairWith(t, Config{})
+}
+
+// fusePairWith is fusePair with cfg (its data path set here).
+func fusePairWith(t *testing.T, cfg Config) (*pair, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: FUSE mounts need root (CAP_SYS_ADMIN)")
 	}
@@ -48,7 +54,8 @@ func fusePair(t *testing.T) (*pair, string) {
 		t.Skipf("skipped: %v", err)
 	}
 	data := filepath.Join(t.TempDir(), "data")
-	p := newPair(t, Config{MountDataDir: data, FUSE: true})
+	cfg.MountDataDir, cfg.FUSE = data, true
+	p := newPair(t, cfg)
 	t.Cleanup(func() {
 		for _, m := range []string{p.target, p.staging} {
 			_ = unix.Unmount(m, unix.MNT_DETACH)
@@ -135,6 +142,71 @@ func TestFUSEDataPath(t *testing.T) {
 	}
 	if got := p.access(t, id); got != "" {
 		t.Fatalf("access after the forced cleanup: %q, want none (quarantine lifted)", got)
+	}
+}
+
+// TestFUSEDetach: a driver declared to revoke access on unpublish, on the
+// real data path. Revokes: after a plain ControllerUnpublishVolume a write
+// and a read through the old target fail with EIO and change nothing, the
+// plain NodeUnpublishVolume/NodeUnstageVolume (the driver has no
+// FORCE_UNPUBLISH) succeed, leave no mount and lift the quarantine, and
+// the volume, published again, holds what was written before. Lies: the
+// same unpublish succeeds and the node keeps writing.
+func TestFUSEDetach(t *testing.T) {
+	for _, mode := range []DetachMode{DetachRevokes, DetachLies} {
+		t.Run(string(mode), func(t *testing.T) {
+			p, data := fusePairWith(t, Config{Detach: mode})
+			id := p.create(t, mountCap)
+			p.publish(t, id, mountCap, true)
+			file := filepath.Join(p.target, "log")
+			if err := appendTo(file, "1\n"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.ctl.ControllerUnpublishVolume(p.ctx, unpublishReq(id, "n1", false)); err != nil {
+				t.Fatal(err)
+			}
+			werr := appendTo(file, "2\n")
+			b, rerr := os.ReadFile(file)
+			if mode == DetachLies {
+				if werr != nil || rerr != nil {
+					t.Fatalf("the liar's node lost its data path: write %v, read %v", werr, rerr)
+				}
+				if got := p.access(t, id); got != array.AccessUnpublished {
+					t.Fatalf("access after the unpublish: %q, want %q", got, array.AccessUnpublished)
+				}
+				return
+			}
+			if !errors.Is(werr, syscall.EIO) {
+				t.Errorf("write after the detach: %v, want EIO", werr)
+			}
+			if !errors.Is(rerr, syscall.EIO) {
+				t.Errorf("read after the detach: %q, %v, want EIO", b, rerr)
+			}
+			if b, _ := os.ReadFile(filepath.Join(data, id, "log")); string(b) != "1\n" {
+				t.Fatalf("the data changed after the detach: %q", b)
+			}
+			if got := p.access(t, id); got != array.AccessDetached {
+				t.Fatalf("access after the detach: %q, want %q", got, array.AccessDetached)
+			}
+			if _, err := p.node.NodeUnpublishVolume(p.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: p.target}); err != nil {
+				t.Fatalf("plain NodeUnpublishVolume after the detach: %v", err)
+			}
+			if _, err := p.node.NodeUnstageVolume(p.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: p.staging}); err != nil {
+				t.Fatalf("plain NodeUnstageVolume after the detach: %v", err)
+			}
+			for _, m := range []string{p.staging, p.target} {
+				if n := mountsAt(t, m); n != 0 {
+					t.Fatalf("%d mounts left at %s", n, m)
+				}
+			}
+			if got := p.access(t, id); got != "" {
+				t.Fatalf("access after the cleanup: %q, want none (quarantine lifted)", got)
+			}
+			p.publish(t, id, mountCap, true)
+			if b, err := os.ReadFile(file); err != nil || string(b) != "1\n" {
+				t.Fatalf("published again, the volume holds %q (%v), want what was written before the detach", b, err)
+			}
+		})
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/mock-driver/fusefs"
 )
 
@@ -111,6 +112,15 @@ func (d *Driver) unmountIfMounted(path string, force bool) error {
 	return nil
 }
 
+// gateReads says whether the FUSE data path cuts reads too: when a plain
+// unpublish takes the volume away from the node (array.PlainUnpublishDetach,
+// DetachRevokes), no read may reach it any more, as on a disk gone from the
+// machine. The instance's own setting decides, when the volume is staged:
+// a run-time override of the plain unpublish does not change it.
+func (d *Driver) gateReads() bool {
+	return d.cfg.Array.PlainUnpublish == array.PlainUnpublishDetach
+}
+
 // mountFUSE serves volume id's data directory with FUSE at staging, unless
 // this process serves it there already (the call is repeated: CSI
 // operations are idempotent). A mount point at staging that this process
@@ -141,7 +151,7 @@ func (d *Driver) mountFUSE(id, data, staging string) error {
 			return err
 		}
 	}
-	m, err := fusefs.New(staging, data, d.array, id, d.cfg.NodeID)
+	m, err := fusefs.New(staging, data, d.array, id, d.cfg.NodeID, fusefs.Options{GateReads: d.gateReads()})
 	if err != nil {
 		return err
 	}

@@ -96,6 +96,9 @@ func Start(opts Options) (*Instance, error) {
 	if err := opts.Driver.Array.Validate(); err != nil {
 		return nil, err
 	}
+	if err := opts.Driver.Detach.Validate(); err != nil {
+		return nil, err
+	}
 	arr, err := array.Open(opts.StateDir)
 	if err != nil {
 		return nil, err
