@@ -532,8 +532,9 @@ func (a *Array) NodeUnpublish(id, node, target string, force bool) error {
 }
 
 // NodeUnstage clears the staging of the volume on node, with the same rules
-// as NodeUnpublish. A forced unstage of a fenced volume drops its
-// publications on the node too: nothing may be left behind.
+// as NodeUnpublish. A forced unstage of a fenced volume, or any unstage of a
+// detached one, drops its publications on the node too: nothing may be left
+// behind.
 func (a *Array) NodeUnstage(id, node string, force bool) error {
 	return a.update(func(s *State, _ time.Time) error {
 		v, p := lookup(s, id, node)
@@ -544,7 +545,9 @@ func (a *Array) NodeUnstage(id, node string, force bool) error {
 		if fenced && !force && p.holds() {
 			return errf(CodeFailedPrecondition, "volume %s is fenced on node %s: only a forced NodeUnstageVolume can clean it up", id, node)
 		}
-		if len(p.Published) > 0 && !fenced {
+		// A detached volume is gone from the node: its unstage, like a
+		// forced one, leaves nothing, whatever order the node cleans in.
+		if len(p.Published) > 0 && !fenced && p.Access != AccessDetached {
 			return errf(CodeFailedPrecondition, "volume %s is still published on node %s at %v", id, node, p.Published)
 		}
 		p.Staged, p.Published = "", nil
