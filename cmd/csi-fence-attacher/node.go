@@ -118,6 +118,7 @@ func runNode(ctx context.Context, opts *sidecar.Options, nodeOpts *sidecar.NodeO
 		Conn:               conn,
 		Dynamic:            dyn,
 		CSINodes:           client.StorageV1().CSINodes(),
+		CSIDrivers:         client.StorageV1().CSIDrivers(),
 		Recorder:           recorder,
 		Timeout:            opts.Timeout,
 		RetryIntervalStart: opts.RetryIntervalStart,

@@ -32,9 +32,9 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/fence"
 )
 
-// markerName is the file a mount publication holds in place of a
+// MarkerName is the file a mount publication holds in place of a
 // filesystem; a block publication is a file holding the volume ID.
-const markerName = ".mock-volume"
+const MarkerName = ".mock-volume"
 
 // NodeCapabilities lists what the node plugin advertises under cfg.
 func NodeCapabilities(cfg Config) []csi.NodeServiceCapability_RPC_Type {
@@ -202,7 +202,7 @@ func layOut(target, id string, block bool) error {
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(target, markerName), []byte(id), 0o640)
+	return os.WriteFile(filepath.Join(target, MarkerName), []byte(id), 0o640)
 }
 
 // removeTarget undoes layOut; a missing target is fine (idempotence).
@@ -215,7 +215,7 @@ func removeTarget(target string) error {
 		return err
 	}
 	if fi.IsDir() {
-		if err := os.Remove(filepath.Join(target, markerName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(filepath.Join(target, MarkerName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}

@@ -23,8 +23,11 @@ limitations under the License.
 // FencingRequest named after its node; pkg/fencerecord), finds the kubelet's
 // leftovers of each volume (pkg/kubeletlayout), calls NodeUnpublishVolume and
 // NodeUnstageVolume with force=true when the plugin advertises
-// FORCE_UNPUBLISH, removes the leftover directories as the kubelet would, and
-// records per volume that cleanup succeeded, or why it failed. It never
+// FORCE_UNPUBLISH (plainly otherwise: for a driver whose CSIDriver declares
+// that its unpublish revokes access, the volume was fenced by detach, and
+// detach.go says how its stale mounts are cleaned), removes the leftover
+// directories as the kubelet would, and records per volume that cleanup
+// succeeded, or why it failed. It never
 // removes a quarantine itself: the controller role lifts it once every fenced
 // volume of the node is recorded clean.
 //
@@ -79,6 +82,7 @@ import (
 	"k8s.io/mount-utils"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fence"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
@@ -113,10 +117,21 @@ type Options struct {
 	// from a node ID the node plugin no longer reports was fenced from
 	// this node (movedNodeID). Without it such a volume is never cleaned.
 	CSINodes storagev1client.CSINodeInterface
+	// CSIDrivers reads the driver's CSIDriver, live, to learn whether its
+	// owner declares that a plain ControllerUnpublishVolume revokes the
+	// node's access (contract.UnpublishRevokesAccessAnnotation). Without
+	// it, or when the CSIDriver is missing or cannot be read, the driver
+	// is taken as undeclared.
+	CSIDrivers storagev1client.CSIDriverInterface
 	// Recorder records Events on the Node. Required.
 	Recorder record.EventRecorder
 	// Mounts tells mount points apart; default mount.New("").
 	Mounts kubeletlayout.MountChecker
+	// Unmounter unmounts the stale mounts a volume fenced by detach left
+	// behind (detach.go); default: a lazy unmount(2) (MNT_DETACH), which
+	// needs the privileges and the Bidirectional mount propagation the
+	// node plugin has.
+	Unmounter Unmounter
 	// Timeout of each CSI call; default 30s.
 	Timeout time.Duration
 	// RetryIntervalStart and RetryIntervalMax bound the per-volume
@@ -155,6 +170,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Mounts == nil {
 		o.Mounts = mount.New("")
+	}
+	if o.Unmounter == nil {
+		o.Unmounter = lazyUnmounter{}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
@@ -484,12 +502,22 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 		logger.Info("The volume was fenced from a node ID this node had before: cleaning it up under the new one", "fencedNodeID", entry.NodeID, "nodeID", ps.nodeID)
 		movedFrom = entry.NodeID
 	}
-	force := ps.caps.CanForceUnpublish()
-	if !force {
-		logger.Info("Warning: the node plugin does not advertise FORCE_UNPUBLISH: cleaning up with plain NodeUnpublishVolume/NodeUnstageVolume, which a driver may refuse for a fenced volume")
+	mode := modePlain
+	if ps.caps.CanForceUnpublish() {
+		mode = modeForce
+	} else if declared, why := a.unpublishRevokesAccess(ctx); declared {
+		// The expected path of a driver fenced by its own detach
+		// (detach.go): no warning.
+		mode = modeDetached
+		logger.V(2).Info("The driver's CSIDriver declares that its unpublish revokes access: cleaning up the stale paths with plain calls")
+	} else {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		logger.Info("Warning: the node plugin does not advertise FORCE_UNPUBLISH: cleaning up with plain NodeUnpublishVolume/NodeUnstageVolume, which a driver may refuse for a fenced volume", "csiDriver", why)
 		a.opts.Recorder.Eventf(a.nodeRef, v1.EventTypeWarning, ReasonForceUnpublishUnsupported,
-			"%s: the node plugin does not advertise FORCE_UNPUBLISH; volume %s fenced on this node is cleaned up with plain NodeUnpublishVolume/NodeUnstageVolume calls",
-			a.opts.DriverName, entry.VolumeHandle)
+			"%s: the node plugin does not advertise FORCE_UNPUBLISH and the driver does not declare that its unpublish revokes access (%s)%s; volume %s fenced on this node is cleaned up with plain NodeUnpublishVolume/NodeUnstageVolume calls",
+			a.opts.DriverName, contract.UnpublishRevokesAccessAnnotation, why, entry.VolumeHandle)
 	}
 
 	inv, err := a.layout.Scan()
@@ -499,9 +527,12 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	a.reportUnattributed(ctx, inv, fr)
 	vol := kubeletlayout.Volume{Driver: a.opts.DriverName, VolumeHandle: entry.VolumeHandle, PVName: entry.PersistentVolumeName}
 	steps := planCleanup(a.layout, vol, inv.Match(vol), ps.caps.CanStage())
-	if err := a.execute(ctx, vol.VolumeHandle, steps, force); err != nil {
-		if !force {
+	if err := a.execute(ctx, vol.VolumeHandle, steps, mode); err != nil {
+		switch mode {
+		case modePlain:
 			err = fmt.Errorf("%w (the node plugin does not advertise FORCE_UNPUBLISH, so only plain calls were made)", err)
+		case modeDetached:
+			err = fmt.Errorf("%w (the driver declares that its unpublish revokes access: plain calls, NotFound tolerated, stale mounts unmounted)", err)
 		}
 		return "", err
 	}
@@ -513,7 +544,7 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	if m := inv.Match(vol); !m.Empty() {
 		return "", fmt.Errorf("leftovers remain after the cleanup: %s", strings.Join(m.Paths(a.layout), ", "))
 	}
-	summary := summarize(steps, force)
+	summary := summarize(steps, mode)
 	if movedFrom != "" {
 		summary += fmt.Sprintf("; fenced from node ID %q, which this node's plugin no longer uses (its fence at the storage is the driver's to lift)", movedFrom)
 	}
@@ -522,16 +553,25 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 
 // execute runs the steps in order and stops at the first failure: the
 // volume is not unstaged while a publish path failed, as the kubelet does.
-func (a *Agent) execute(ctx context.Context, handle string, steps []step, force bool) error {
+// For a volume fenced by detach, each call is finished by afterDetachedCall
+// (detach.go).
+func (a *Agent) execute(ctx context.Context, handle string, steps []step, mode cleanupMode) error {
 	logger := klog.FromContext(ctx)
+	force := mode == modeForce
 	for _, s := range steps {
-		logger.V(4).Info("Cleanup step", "step", s.String(), "force", force)
+		logger.V(4).Info("Cleanup step", "step", s.String(), "mode", mode.String())
 		var err error
 		switch s.kind {
 		case stepUnpublish:
 			err = a.unpublish(ctx, handle, s.path, force)
+			if mode == modeDetached {
+				err = a.afterDetachedCall(ctx, "NodeUnpublishVolume", s.path, err)
+			}
 		case stepUnstage:
 			err = a.unstage(ctx, handle, s.path, force)
+			if mode == modeDetached {
+				err = a.afterDetachedCall(ctx, "NodeUnstageVolume", s.path, err)
+			}
 		case stepRemovePodVolume:
 			err = a.remover.RemovePodVolume(s.podVolume)
 		case stepRemoveStaged:
@@ -593,7 +633,7 @@ func (a *Agent) reportUnattributed(ctx context.Context, inv *kubeletlayout.Inven
 	}
 }
 
-func summarize(steps []step, force bool) string {
+func summarize(steps []step, mode cleanupMode) string {
 	var unpublished, unstaged, removed int
 	for _, s := range steps {
 		switch s.kind {
@@ -605,5 +645,5 @@ func summarize(steps []step, force bool) string {
 			removed++
 		}
 	}
-	return fmt.Sprintf("%d NodeUnpublishVolume, %d NodeUnstageVolume (force=%v), %d leftover removals", unpublished, unstaged, force, removed)
+	return fmt.Sprintf("%d NodeUnpublishVolume, %d NodeUnstageVolume (%s), %d leftover removals", unpublished, unstaged, mode, removed)
 }

@@ -33,7 +33,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,6 +51,7 @@ import (
 	"github.com/csi-fence/fence-attacher/mock-driver/driver"
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 )
@@ -93,6 +96,8 @@ type env struct {
 	// interceptor, when set before the mock driver is served, runs before
 	// each of its calls.
 	interceptor grpc.UnaryServerInterceptor
+	// unmounts records what the agent unmounted itself (Options.Unmounter).
+	unmounts *fakeUnmounter
 }
 
 // writeCounts counts the writes of FencingRequests (the object or its
@@ -116,10 +121,12 @@ func newEnv(t testing.TB) *env {
 		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"})
 	writes := &writeCounts{}
 	compareAndSwap(dyn, writes)
+	mounts := &fakeMounts{paths: map[string]bool{}}
 	return &env{
 		t: t, ctx: ctx, layout: kubeletlayout.New(root), dyn: dyn, records: fencingv1alpha1.NewClient(dyn),
-		recorder: record.NewFakeRecorder(1000), mounts: &fakeMounts{paths: map[string]bool{}},
+		recorder: record.NewFakeRecorder(1000), mounts: mounts,
 		nodeID: testNode, csiNodes: kubefake.NewClientset(), writes: writes,
+		unmounts: &fakeUnmounter{mounts: mounts},
 	}
 }
 
@@ -300,7 +307,8 @@ func (e *env) mapBlock(handle, pv string, pods ...string) {
 func (e *env) options() Options {
 	return Options{
 		DriverName: testDriver, NodeName: testNode, KubeletDir: e.layout.Root,
-		Conn: e.conn, Dynamic: e.dyn, CSINodes: e.csiNodes.StorageV1().CSINodes(), Recorder: e.recorder, Mounts: e.mounts,
+		Conn: e.conn, Dynamic: e.dyn, CSINodes: e.csiNodes.StorageV1().CSINodes(), CSIDrivers: e.csiNodes.StorageV1().CSIDrivers(),
+		Recorder: e.recorder, Mounts: e.mounts, Unmounter: e.unmounts,
 		Timeout: 5 * time.Second, RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 200 * time.Millisecond,
 	}
 }
@@ -434,6 +442,57 @@ func mustBeGone(t *testing.T, paths ...string) {
 			t.Errorf("%s should be removed: %v", p, err)
 		}
 	}
+}
+
+// detach takes the volume away from the node with a plain
+// ControllerUnpublishVolume of a driver whose detach revokes access (the
+// mock's DetachRevokes), and records it as the fence, as the controller
+// does for a driver declared so.
+func (e *env) detach(handle, pv string) {
+	e.t.Helper()
+	if err := e.arr.Unpublish(handle, e.nodeID, false, array.Options{PlainUnpublish: array.PlainUnpublishDetach}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.record(handle, pv)
+}
+
+// declare creates the driver's CSIDriver, with the unpublish-revokes-access
+// annotation set to value ("": without it).
+func (e *env) declare(value string) {
+	e.t.Helper()
+	d := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}}
+	if value != "" {
+		d.Annotations = map[string]string{contract.UnpublishRevokesAccessAnnotation: value}
+	}
+	if _, err := e.csiNodes.StorageV1().CSIDrivers().Create(e.ctx, d, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// fakeUnmounter unmounts in fakeMounts: the path stops being a mount point,
+// and what the mock node plugin lays out in place of a file system (its
+// marker file) goes with the mount.
+type fakeUnmounter struct {
+	mounts *fakeMounts
+	mu     sync.Mutex
+	paths  []string
+}
+
+func (f *fakeUnmounter) Unmount(p string) error {
+	f.mu.Lock()
+	f.paths = append(f.paths, p)
+	f.mu.Unlock()
+	f.mounts.set(p, false)
+	if err := os.Remove(filepath.Join(p, driver.MarkerName)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+func (f *fakeUnmounter) unmounted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.paths...)
 }
 
 // fakeMounts is a MountChecker over a set of mount points.
