@@ -22,6 +22,11 @@ limitations under the License.
 //	    --fence.other-node-endpoint=unix:///run/node2.sock \
 //	    --fence.io-check-cmd="csi-fence-mock io --state-dir=/var/lib/csi-fence-mock --write"
 //
+// With --fence.check-unpublish-revokes-access it also checks, through a
+// volume it publishes on this host, that a plain ControllerUnpublishVolume
+// revokes the node's access: what a driver's owner declares with the
+// CSIDriver annotation csi-fence.io/unpublish-revokes-access.
+//
 // Against a driver without the extension the fence specs are skipped, and
 // the run ends with one line saying that no fence spec ran and why; csi-test's capability specs are replaced by versions
 // that accept the extension's values. The exit code is 0 when every spec
@@ -83,12 +88,14 @@ func run() int {
 
 	var fc fencesanity.Config
 	ioCmd := flag.String("fence.io-check-cmd", "", "Command that tries a write as a workload on a node: run with NODE-ID VOLUME-ID TARGET-PATH appended, it must print 'accepted' or 'refused'. Without it, the specs that check a fence cuts I/O are skipped.")
-	ioTimeout := flag.Duration("fence.io-check-timeout", 10*time.Second, "Timeout of one --fence.io-check-cmd run")
+	ioTimeout := flag.Duration("fence.io-check-timeout", fencesanity.DefaultIOTimeout, "Timeout of one --fence.io-check-cmd run, and of each write and read of --fence.check-unpublish-revokes-access")
 	flag.StringVar(&fc.OtherNodeAddress, "fence.other-node-endpoint", "", "CSI endpoint of the node plugin of a second node. Without it, the specs that move a volume between nodes or share it are skipped.")
 	connectTimeout := flag.Duration("fence.connect-timeout", fencesanity.DefaultConnectTimeout, "How long each endpoint has to answer a Probe before the run starts; one that does not fails the run at once (csi-test itself would wait a minute in every spec)")
+	flag.BoolVar(&fc.CheckUnpublishRevokesAccess, "fence.check-unpublish-revokes-access", false, "Check the declaration that a plain ControllerUnpublishVolume revokes the node's access (CSIDriver annotation csi-fence.io/unpublish-revokes-access): stage and publish a filesystem volume on this host, write through the published path, unpublish it without fence, then a write and a read through the old path must fail, and the data must be there once it is published again. The node service must run on this host; run it as root (it writes through the driver's mounts and unmounts stale ones). Each write and read is bounded by --fence.io-check-timeout")
 	flag.DurationVar(&fc.FenceTimeout, "fence.timeout", fencesanity.DefaultFenceTimeout, "How long to retry a fence the driver refuses for now (FAILED_PRECONDITION, UNAVAILABLE), and the cleanup's DeleteVolume likewise (a driver may see a volume in use for a while after the I/O checks)")
 	flag.Parse()
 
+	fc.IOTimeout = *ioTimeout
 	if *showVersion {
 		fmt.Println("csi-fence-sanity", version.String())
 		return 0

@@ -131,13 +131,26 @@ type Config struct {
 	// still shows I/O), and of the cleanup's DeleteVolume likewise. Default
 	// 30s.
 	FenceTimeout time.Duration
+	// CheckUnpublishRevokesAccess runs the check of the declaration that a
+	// plain ControllerUnpublishVolume revokes the node's access (the
+	// CSIDriver annotation csi-fence.io/unpublish-revokes-access,
+	// revokes.go): it writes and reads through the published path on this
+	// host, so the node service must run here. Off, the check is skipped,
+	// saying so.
+	CheckUnpublishRevokesAccess bool
+	// IOTimeout bounds each write or read of that check; one that does not
+	// return in time fails it. Default 10s.
+	IOTimeout time.Duration
 }
 
 // DefaultFenceTimeout is Config.FenceTimeout's default.
 const DefaultFenceTimeout = 30 * time.Second
 
+// DefaultIOTimeout is Config.IOTimeout's default.
+const DefaultIOTimeout = 10 * time.Second
+
 // config is the configuration of the run; the specs read it when they run.
-var config = Config{FenceTimeout: DefaultFenceTimeout}
+var config = Config{FenceTimeout: DefaultFenceTimeout, IOTimeout: DefaultIOTimeout}
 
 // ReplacedSanitySpecs are regular expressions of the csi-test specs that
 // this package replaces: Test skips them. Callers that run the suite in
@@ -152,6 +165,9 @@ var ReplacedSanitySpecs = []string{
 func Configure(cfg Config) {
 	if cfg.FenceTimeout <= 0 {
 		cfg.FenceTimeout = DefaultFenceTimeout
+	}
+	if cfg.IOTimeout <= 0 {
+		cfg.IOTimeout = DefaultIOTimeout
 	}
 	config = cfg
 }

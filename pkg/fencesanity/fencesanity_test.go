@@ -115,11 +115,30 @@ func checkGone(t *testing.T, pidFile string) {
 	}
 }
 
+// TestDirectIO: the declaration check's synchronous write and its read past
+// the page cache read back what was written, on this machine's temporary
+// file system (O_DIRECT taken or not).
+func TestDirectIO(t *testing.T) {
+	Configure(Config{})
+	p := filepath.Join(t.TempDir(), "probe")
+	data := strings.Repeat("x", 5000) + "\n"
+	if err := syncWrite(p, data); err != nil {
+		t.Fatal(err)
+	}
+	got, err := directRead(p)
+	if err != nil || got != data {
+		t.Fatalf("read back %d bytes, %v; want %d bytes", len(got), err, len(data))
+	}
+	if _, err := directRead(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("read of a missing file succeeded")
+	}
+}
+
 func TestConfigureDefaults(t *testing.T) {
 	defer Configure(Config{})
 	Configure(Config{})
-	if config.FenceTimeout != DefaultFenceTimeout {
-		t.Fatalf("FenceTimeout %v", config.FenceTimeout)
+	if config.FenceTimeout != DefaultFenceTimeout || config.IOTimeout != DefaultIOTimeout {
+		t.Fatalf("FenceTimeout %v, IOTimeout %v", config.FenceTimeout, config.IOTimeout)
 	}
 	Configure(Config{FenceTimeout: time.Second, OtherNodeAddress: "x"})
 	if config.FenceTimeout != time.Second || config.OtherNodeAddress != "x" {
