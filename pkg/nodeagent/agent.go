@@ -577,7 +577,12 @@ func (a *Agent) execute(ctx context.Context, handle string, steps []step, mode c
 		case stepRemoveStaged:
 			err = a.remover.RemoveStaged(s.staged)
 		case stepRemoveBlockPod:
-			err = a.remover.RemoveBlockPod(s.specName, s.podUID)
+			if mode == modeDetached {
+				err = a.unmountStale(ctx, filepath.Join(a.layout.BlockGlobalMapPath(s.specName), s.podUID))
+			}
+			if err == nil {
+				err = a.remover.RemoveBlockPod(s.specName, s.podUID)
+			}
 		case stepRemoveBlockVolume:
 			err = a.remover.RemoveBlockVolume(s.specName)
 		}

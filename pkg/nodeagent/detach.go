@@ -45,7 +45,13 @@ package nodeagent
 //     over a stale mount (stat answering EIO or ENOTCONN) finds a plain
 //     directory on the retry, and the node is not stranded by it.
 //
-// Only the paths the plan calls the driver for are unmounted: a directory
+// The kubelet's bind mount of a block volume's device for each pod
+// (volumeDevices/<pv>/dev/<pod>), which the kubelet, not the driver, would
+// have unmounted, is unmounted the same way before it is removed: its
+// device went with the volume.
+//
+// Only the paths the plan calls the driver for, and those bind mounts of a
+// block volume attributed to the recorded one, are unmounted: a directory
 // without metadata is never the agent's to unmount (plan.go). The agent's
 // own unmount needs the privileges and Bidirectional mount propagation the
 // node plugin has; without them a stale mount the plugin left keeps the
@@ -147,14 +153,21 @@ func (a *Agent) afterDetachedCall(ctx context.Context, call, path string, callEr
 		logger.V(2).Info("The driver no longer knows the volume fenced by detach: tolerated", "call", call, "path", path, "err", callErr)
 		callErr = nil
 	}
+	return errors.Join(callErr, a.unmountStale(ctx, path))
+}
+
+// unmountStale unmounts path if it is still a mount point (a corrupted one
+// included); a path that is not there or not mounted is fine.
+func (a *Agent) unmountStale(ctx context.Context, path string) error {
 	stale, err := a.mounted(path)
-	if err == nil && stale {
-		logger.Info("Unmounting a stale mount of a volume fenced by detach", "path", path, "after", call)
-		if err = a.opts.Unmounter.Unmount(path); err != nil {
-			err = fmt.Errorf("unmounting the stale mount %s: %w", path, err)
-		}
+	if err != nil || !stale {
+		return err
 	}
-	return errors.Join(callErr, err)
+	klog.FromContext(ctx).Info("Unmounting a stale mount of a volume fenced by detach", "path", path)
+	if err := a.opts.Unmounter.Unmount(path); err != nil {
+		return fmt.Errorf("unmounting the stale mount %s: %w", path, err)
+	}
+	return nil
 }
 
 // mounted reports whether path is a mount point, a corrupted one included

@@ -232,3 +232,29 @@ func (e *env) lastCleanedEvent() string {
 	}
 	return last
 }
+
+// A block volume fenced by detach: the kubelet's bind mount of the device
+// for each pod (volumeDevices/<pv>/dev/<pod>), whose device is gone, is the
+// agent's to unmount too, once the plugin's NodeUnpublishVolume of that
+// pod's publish path returned; nothing else is left to hold the node.
+func TestDetachedBlockVolume(t *testing.T) {
+	e := newEnv(t)
+	e.declare(contract.UnpublishRevokesAccessTrue)
+	e.startMockDriver(driver.Config{Detach: driver.DetachRevokes})
+	e.attach("vol-a")
+	e.mapBlock("vol-a", "pv-a", "pod-1")
+	e.detach("vol-a", "pv-a")
+	l := e.layout
+	dev := filepath.Join(l.BlockGlobalMapPath("pv-a"), "pod-1")
+	e.mounts.set(dev, true)
+
+	e.run(e.options())
+	e.waitCleaned("vol-a")
+	if got := e.unmounts.unmounted(); !slices.Contains(got, dev) {
+		t.Errorf("the agent unmounted %v, want the device's stale bind mount %s among them", got, dev)
+	}
+	mustBeGone(t, l.BlockVolumeDir("pv-a"), l.BlockStagingPath("pv-a"), l.BlockPublishDir("pv-a"), l.PodDeviceMapPath("pod-1", "pv-a"))
+	if p := e.publication("vol-a"); p != nil {
+		t.Errorf("vol-a still quarantined on the array: %+v", p)
+	}
+}
