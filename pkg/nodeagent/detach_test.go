@@ -18,17 +18,21 @@ package nodeagent
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/mount-utils"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/driver"
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	"github.com/csi-fence/fence-attacher/mock-driver/fusefs"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 )
 
@@ -254,6 +258,58 @@ func TestDetachedBlockVolume(t *testing.T) {
 		t.Errorf("the agent unmounted %v, want the device's stale bind mount %s among them", got, dev)
 	}
 	mustBeGone(t, l.BlockVolumeDir("pv-a"), l.BlockStagingPath("pv-a"), l.BlockPublishDir("pv-a"), l.PodDeviceMapPath("pod-1", "pv-a"))
+	if p := e.publication("vol-a"); p != nil {
+		t.Errorf("vol-a still quarantined on the array: %+v", p)
+	}
+}
+
+// The same on the mock's real data path (FUSE, real mounts, the real mount
+// checker and unmount): the node plugin's plain NodeUnpublishVolume fails
+// with NotFound and leaves its bind mount at the publish path, which the
+// agent unmounts itself; the staging path's FUSE mount is the plugin's
+// NodeUnstageVolume's to unmount. Nothing stays mounted, the record is
+// clean, the array's quarantine lifted.
+func TestDetachRealMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: real mounts need root (CAP_SYS_ADMIN)")
+	}
+	if err := fusefs.Usable(); err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	e := newEnv(t)
+	e.declare(contract.UnpublishRevokesAccessTrue)
+	e.startMockDriver(driver.Config{Detach: driver.DetachRevokes, MountDataDir: t.TempDir(), FUSE: true})
+	l := e.layout
+	target, staging := l.PublishPath("pod-1", "pv-a"), l.StagingPath(testDriver, "vol-a")
+	t.Cleanup(func() {
+		for _, p := range []string{target, staging} {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	})
+	e.attach("vol-a")
+	e.mount("vol-a", "pv-a", true, "pod-1")
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.detach("vol-a", "pv-a")
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("y"), 0o644); err == nil {
+		t.Fatal("a write through the publish path succeeded after the detach")
+	}
+	// Every time: only the agent's own unmount can clear the publish path.
+	if err := e.faults.Set("NodeUnpublishVolume", faults.Fault{Code: codes.NotFound}); err != nil {
+		t.Fatal(err)
+	}
+	opts := e.options()
+	opts.Mounts, opts.Unmounter = mount.New(""), nil // the real ones
+
+	e.run(opts)
+	e.waitCleaned("vol-a")
+	for _, p := range []string{target, staging} {
+		if m, err := mount.New("").IsMountPoint(p); err == nil && m {
+			t.Errorf("%s is still a mount point", p)
+		}
+	}
+	mustBeGone(t, l.PodVolumeDir("pod-1", "pv-a"), l.StagingDir(testDriver, "vol-a"))
 	if p := e.publication("vol-a"); p != nil {
 		t.Errorf("vol-a still quarantined on the array: %+v", p)
 	}
