@@ -202,7 +202,7 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 	oos := fs.Bool("fence-on-out-of-service", false, "Fence on KEP-2268's out-of-service taint, as ceph-csi's --enable-fencing: ControllerUnpublishVolume from a node that carries node.kubernetes.io/out-of-service is a fence (the node ID must be the Node's name; needs --kubeconfig or in-cluster credentials)")
 	powerLoss := fs.Bool("sigterm-is-power-loss", false, "On a node: SIGTERM is the loss of the node's power (a BMC's power off): the array drops what the node had staged or published and closes its lingering data paths, as a powered-off host's mounts and I/O end")
 	kubeconfig := fs.String("kubeconfig", "", "With --fence-on-out-of-service: the kubeconfig to read Nodes with (empty: in-cluster)")
-	fs.Var(&specs, "fault", "Fault to inject, repeatable: Method:code=Unavailable,latency=2s,prob=0.5,count=3[,node=N][,lie]; written to the shared control file (on a node instance, node= defaults to this node)")
+	fs.Var(&specs, "fault", "Fault to inject, repeatable: Method:code=Unavailable,latency=2s,prob=0.5,count=3[,node=N][,lie][,answer-delay=D]; written to the shared control file (on a node instance, node= defaults to this node)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -369,7 +369,7 @@ func faultCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	clear := fs.Bool("clear", false, "Remove every fault")
 	list := fs.Bool("list", false, "List the faults")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: csi-fence-mock fault --state-dir=D [--clear] [--list] [Method:code=C,latency=D,prob=P,count=N,node=ID,lie | Method:off]...")
+		fmt.Fprintln(stderr, "usage: csi-fence-mock fault --state-dir=D [--clear] [--list] [Method:code=C,latency=D,answer-delay=D,prob=P,count=N,node=ID,lie | Method:off]...")
 		fs.PrintDefaults()
 	}
 	specs, err := parseInterleaved(fs, args)

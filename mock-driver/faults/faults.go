@@ -49,6 +49,11 @@ type Fault struct {
 	Code codes.Code `json:"code,omitempty"`
 	// Latency is added before the call is handled (or failed).
 	Latency time.Duration `json:"latency,omitempty"`
+	// AnswerDelay holds the answer of a call that was handled: its effect
+	// is applied at once and its caller learns of it that much later, or
+	// never if it gives up or dies meanwhile (a fence applied whose answer
+	// was lost).
+	AnswerDelay time.Duration `json:"answerDelay,omitempty"`
 	// Probability of applying the fault to a call, in (0, 1]; 0 means 1.
 	Probability float64 `json:"probability,omitempty"`
 	// Count is how many more calls get the fault; 0 means unlimited.
@@ -60,7 +65,9 @@ type Fault struct {
 	Lie bool `json:"lie,omitempty"`
 }
 
-func (f Fault) empty() bool { return f.Code == codes.OK && f.Latency == 0 && !f.Lie }
+func (f Fault) empty() bool {
+	return f.Code == codes.OK && f.Latency == 0 && f.AnswerDelay == 0 && !f.Lie
+}
 
 // String is the Parse syntax of f (without the method).
 func (f Fault) String() string {
@@ -70,6 +77,9 @@ func (f Fault) String() string {
 	}
 	if f.Latency > 0 {
 		parts = append(parts, "latency="+f.Latency.String())
+	}
+	if f.AnswerDelay > 0 {
+		parts = append(parts, "answer-delay="+f.AnswerDelay.String())
 	}
 	if f.Probability > 0 && f.Probability < 1 {
 		parts = append(parts, "prob="+strconv.FormatFloat(f.Probability, 'g', -1, 64))
@@ -139,6 +149,11 @@ func Parse(spec string) (string, Fault, error) {
 			if err == nil && f.Latency < 0 {
 				err = fmt.Errorf("latency %v < 0", f.Latency)
 			}
+		case "answer-delay":
+			f.AnswerDelay, err = time.ParseDuration(v)
+			if err == nil && f.AnswerDelay < 0 {
+				err = fmt.Errorf("answer-delay %v < 0", f.AnswerDelay)
+			}
 		case "prob", "probability":
 			f.Probability, err = strconv.ParseFloat(v, 64)
 			if err == nil && (f.Probability <= 0 || f.Probability > 1) {
@@ -160,7 +175,7 @@ func Parse(spec string) (string, Fault, error) {
 				err = fmt.Errorf("lie=%q: want lie, lie=true or lie=false", v)
 			}
 		default:
-			err = fmt.Errorf("unknown key %q (want code, latency, prob, count, node, lie)", k)
+			err = fmt.Errorf("unknown key %q (want code, latency, answer-delay, prob, count, node, lie)", k)
 		}
 		if err != nil {
 			return "", Fault{}, fmt.Errorf("fault %q: %w", spec, err)
@@ -173,6 +188,9 @@ func Parse(spec string) (string, Fault, error) {
 		if f.Code != codes.OK {
 			return "", Fault{}, fmt.Errorf("fault %q: a lie answers success, it cannot also fail with %s", spec, f.Code)
 		}
+	}
+	if f.AnswerDelay > 0 && (f.Code != codes.OK || f.Lie) {
+		return "", Fault{}, fmt.Errorf("fault %q: answer-delay holds the answer of a call that was handled; a failed or lying call is not handled", spec)
 	}
 	return method, f, nil
 }
@@ -363,7 +381,18 @@ func (s *Store) InterceptorFor(node string, observe Observer) grpc.UnaryServerIn
 			}
 			return nil, status.Errorf(codes.Internal, "fault injection: cannot lie in %s", method)
 		}
-		return handler(ctx, req)
+		resp, err := handler(ctx, req)
+		if f.AnswerDelay > 0 {
+			t := time.NewTimer(f.AnswerDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				// Applied all the same: only the answer is lost.
+				t.Stop()
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+		return resp, err
 	}
 }
 

@@ -59,6 +59,10 @@ func TestParse(t *testing.T) {
 		{spec: "DeleteVolume:lie,code=Internal", wantErr: "cannot also fail"},
 		{spec: "DeleteVolume:lie=maybe", wantErr: "want lie"},
 		{spec: "Probe:node=", wantErr: "empty node"},
+		{spec: "ControllerUnpublishVolume:answer-delay=8s,count=1", method: "ControllerUnpublishVolume", want: Fault{AnswerDelay: 8 * time.Second, Count: 1}},
+		{spec: "Probe:answer-delay=-1s", wantErr: "answer-delay -1s < 0"},
+		{spec: "Probe:answer-delay=1s,code=Internal", wantErr: "is not handled"},
+		{spec: "DeleteVolume:answer-delay=1s,lie", wantErr: "is not handled"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.spec, func(t *testing.T) {
@@ -204,14 +208,31 @@ func TestInterceptor(t *testing.T) {
 	if _, err := call(context.Background(), "NodeUnpublishVolume"); err != nil || called != 2 || time.Since(start) < 20*time.Millisecond {
 		t.Fatalf("latency only: %v, handler called %d times after %v", err, called, time.Since(start))
 	}
-	if len(observed) != 4 {
+	// An answer delay applies the call at once and holds only its answer:
+	// a caller that gives up has had its call applied all the same.
+	if err := s.Set("NodeUnpublishVolume", Fault{AnswerDelay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := call(ctx, "NodeUnpublishVolume"); status.Code(err) != codes.DeadlineExceeded || called != 3 {
+		t.Fatalf("answer delay past the deadline: %v, handler called %d times", err, called)
+	}
+	if err := s.Set("NodeUnpublishVolume", Fault{AnswerDelay: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := call(context.Background(), "NodeUnpublishVolume"); err != nil || called != 4 || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("answer delay only: %v, handler called %d times after %v", err, called, time.Since(start))
+	}
+	if len(observed) != 6 {
 		t.Fatalf("observed %v", observed)
 	}
 	// A corrupt control file fails calls rather than letting them through.
 	if err := writeFile(s.file, "{"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := call(context.Background(), "NodeUnpublishVolume"); status.Code(err) != codes.Internal || called != 2 {
+	if _, err := call(context.Background(), "NodeUnpublishVolume"); status.Code(err) != codes.Internal || called != 4 {
 		t.Fatalf("corrupt fault file: %v", err)
 	}
 }
