@@ -106,6 +106,7 @@ var Schedules = []Schedule{
 	{Name: "power-off+apiserver-restart-at-eviction", During: apiserverRestartAtEviction},
 	{Name: "power-off+leader-loss-standby-first", Before: standbyBeforeFailure, During: leaderLossStandbyFirst},
 	{Name: "power-off+new-node-id", During: newNodeIDAfterFence, AfterReturn: newNodeIDReturn, Check: checkNewNodeID},
+	{Name: "power-off+attacher-fence-beside-unsent-fence", Before: manyVolumePod, During: attacherBesideUnsentFence, AfterReturn: manyVolumePodBack, Check: removeManyVolumePod, SameNodeOK: true},
 	{Name: "power-off+stale-registration-across-restart", Before: staleRegistrationBefore, During: staleRegistrationDuring, AfterReturn: staleRegistrationReturn, Check: checkStaleRegistration},
 }
 
