@@ -81,6 +81,10 @@ type Schedule struct {
 	// Check returns the broken invariants of the schedule's own, beside
 	// the checks of every trial.
 	Check func(ctx context.Context, t *Trial) []string
+	// Prepare runs first, before the controller is restarted with
+	// AttacherArgs: what those flags need in the cluster (Cluster API for
+	// the machine backend, started once per run).
+	Prepare func(ctx context.Context, t *Trial) ([]string, error)
 }
 
 // Schedules are the fault schedules, in the order a fixed run covers them.
@@ -154,8 +158,10 @@ type Trial struct {
 	// heartbeat Lease (lastRenew: the renewTime it saw last).
 	renewals  map[string][]time.Time
 	lastRenew map[string]time.Time
-	// fencingComplete: when a node was seen with FencingComplete=True.
+	// fencingComplete: when a node was seen with FencingComplete=True;
+	// outOfService: with the out-of-service taint.
 	fencingComplete map[string][]time.Time
+	outOfService    map[string][]time.Time
 	// extra is a schedule's own state (its checks read it); found, the
 	// invariants it saw broken while it ran; stall, how long the controller
 	// was leaderless (rolling-update).
@@ -231,6 +237,13 @@ type victim struct {
 
 func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]string, error) {
 	var steps []string
+	if t.Schedule.Prepare != nil {
+		more, err := t.Schedule.Prepare(ctx, t)
+		steps = append(steps, more...)
+		if err != nil {
+			return steps, err
+		}
+	}
 	if args := t.Schedule.AttacherArgs; len(args) > 0 {
 		if err := t.p.RestartAttacher(ctx, args...); err != nil {
 			return nil, err
@@ -422,6 +435,14 @@ func (t *Trial) watchReady(node string, stop <-chan struct{}) error {
 	on := func(o interface{}) {
 		if n, ok := o.(*corev1.Node); ok {
 			t.observe(n.Name, framework.NodeReady(n), nodeTalking(n), framework.HasTaint(n, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule), fencingComplete(n))
+			if framework.HasTaint(n, contract.OutOfServiceTaintKey, corev1.TaintEffectNoExecute) {
+				t.mu.Lock()
+				if t.outOfService == nil {
+					t.outOfService = map[string][]time.Time{}
+				}
+				t.outOfService[n.Name] = append(t.outOfService[n.Name], time.Now())
+				t.mu.Unlock()
+			}
 		}
 	}
 	// A deleted Node runs nothing: no kubelet reports for it.
