@@ -127,12 +127,14 @@ TRIAL_SEED ?= 1000
 TRIALS ?= 10
 test-trials:
 	./hack/e2e-binaries.sh >/dev/null
+	./hack/capi-binaries.sh >/dev/null
 	$(MAKE) test-trials-run
 test-trials-run:
 	$(GO) run $(GO_FLAGS) ./cmd/fence-trials -seed $(TRIAL_SEED) -trials 1
 
 chaos:
 	./hack/e2e-binaries.sh >/dev/null
+	./hack/capi-binaries.sh >/dev/null
 	$(GO) run $(GO_FLAGS) ./cmd/fence-trials -trials $(TRIALS)
 
 # The Helm chart (deploy/helm/csi-fence): linted, rendered and compared with

@@ -112,6 +112,10 @@ var Schedules = []Schedule{
 	{Name: "power-off+new-node-id", During: newNodeIDAfterFence, AfterReturn: newNodeIDReturn, Check: checkNewNodeID},
 	{Name: "power-off+attacher-fence-beside-unsent-fence", Before: manyVolumePod, During: attacherBesideUnsentFence, AfterReturn: manyVolumePodBack, Check: removeManyVolumePod, SameNodeOK: true},
 	{Name: "power-off+stale-registration-across-restart", Before: staleRegistrationBefore, During: staleRegistrationDuring, AfterReturn: staleRegistrationReturn, Check: checkStaleRegistration},
+	{Name: "partition+machine-fence-infra-vanishes", Partition: true, SameNodeOK: true, AttacherArgs: machineArgs,
+		Prepare: startClusterAPI, Before: machineBefore, During: infraVanishes, Check: checkMachineFence},
+	{Name: "partition+machine-fence-infra-moved", Partition: true, SameNodeOK: true, AttacherArgs: machineArgs,
+		Prepare: startClusterAPI, Before: machineBefore, During: infraMoved, Check: checkMachineFence},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added
