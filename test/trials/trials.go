@@ -401,7 +401,11 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 // supervise restarts a controller that exited on its own, as its kubelet
 // restarts a container: external-attacher's leader election exits the
 // process when it cannot renew its Lease (an apiserver down longer than
-// --leader-election-renew-deadline).
+// --leader-election-renew-deadline). It restarts the control plane's
+// kube-controller-manager, kube-scheduler and KWOK the same way (their
+// kubelet would): kube-scheduler exits when a slow apiserver restart leaves
+// its cache inconsistent, and a run without it schedules nothing (seed
+// 80052).
 func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -413,6 +417,15 @@ func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		t.procMu.Lock()
+		restarted, err := t.c.RestartCrashed()
+		if len(restarted) > 0 || err != nil {
+			t.mu.Lock()
+			t.supervised = append(t.supervised, restarted...)
+			if err != nil {
+				t.supervised = append(t.supervised, "restarting the control plane: "+err.Error())
+			}
+			t.mu.Unlock()
+		}
 		for _, d := range t.p.Drivers {
 			// A process that failed to start (the apiserver still down)
 			// is retried at the next tick, as a crash loop is.

@@ -570,6 +570,48 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.startAPIServer(ctx)
 }
 
+// restartable are the control-plane processes a node's kubelet would
+// restart as static pods when they exit: kube-scheduler, for one, exits on
+// purpose when it finds its cache corrupted (seen after a slow
+// kube-apiserver restart).
+var restartable = []string{"kube-controller-manager", "kube-scheduler", "kwok"}
+
+// RestartCrashed starts again, with the same flags, every control-plane
+// process of restartable that ended on its own, and returns what it
+// restarted, each with how it ended. kube-apiserver and etcd are not
+// restarted: a test that stops them restarts them itself.
+func (c *Cluster) RestartCrashed() ([]string, error) {
+	c.mu.Lock()
+	var crashed []*Process
+	for _, p := range c.processes {
+		if slices.Contains(restartable, p.Name) && p.Unexpected() {
+			crashed = append(crashed, p)
+		}
+	}
+	c.mu.Unlock()
+	var out []string
+	for _, p := range crashed {
+		np, err := startProcess(filepath.Dir(p.LogPath), p.Name, p.cmd.Path, p.cmd.Args[1:]...)
+		if err != nil {
+			return out, err
+		}
+		c.mu.Lock()
+		c.processes = slices.DeleteFunc(c.processes, func(q *Process) bool { return q == p })
+		c.processes = append(c.processes, np)
+		c.mu.Unlock()
+		out = append(out, fmt.Sprintf("%s exited on its own (%v: %s); restarted", p.Name, p.Err(), lastLine(p.Tail(1))))
+	}
+	return out, nil
+}
+
+// lastLine shortens a log line for a one-line report.
+func lastLine(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
 func (c *Cluster) run(logs, name, bin string, args ...string) (*Process, error) {
 	p, err := startProcess(logs, name, bin, args...)
 	if err != nil {

@@ -257,3 +257,43 @@ func TestStopEndsClientsBeforeServers(t *testing.T) {
 		t.Errorf("stops ran again: %v", order)
 	}
 }
+
+// A control-plane process that exits on its own is started again with the
+// same command line, as its kubelet would; one stopped on purpose, or not
+// of the control plane, is left as it is.
+func TestRestartCrashed(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "second-run")
+	// The first run exits at once; the second one (marker present) stays.
+	script := "if [ -e " + marker + " ]; then exec sleep 600; fi; touch " + marker + "; exit 3"
+	c := &Cluster{}
+	sched, err := c.run(dir, "kube-scheduler", "/bin/sh", "-c", script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.run(dir, "csi-fence-attacher", "/bin/sh", "-c", "exit 4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-sched.Done()
+	<-other.Done()
+	restarted, err := c.RestartCrashed()
+	if err != nil || len(restarted) != 1 || !strings.HasPrefix(restarted[0], "kube-scheduler exited on its own") {
+		t.Fatalf("restarted %q, %v; want the scheduler only", restarted, err)
+	}
+	running := c.Running()
+	if len(running) != 2 || slices.Contains(running, sched) || !slices.Contains(running, other) {
+		t.Fatalf("processes after the restart: %v", running)
+	}
+	for _, p := range running {
+		if p.Name == "kube-scheduler" {
+			if p.Exited() {
+				t.Fatalf("the restarted scheduler exited: %v", p.Err())
+			}
+			p.Stop(5 * time.Second)
+		}
+	}
+	if again, err := c.RestartCrashed(); err != nil || len(again) != 0 {
+		t.Fatalf("a scheduler stopped on purpose was restarted: %q, %v", again, err)
+	}
+}
