@@ -19,9 +19,11 @@ package framework
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,6 +88,17 @@ type RealDeployOptions struct {
 	// MockControllerArgs are appended to the mock driver's arguments in the
 	// controller pod, which carries out the fences (e.g. --broken-fence).
 	MockControllerArgs []string
+	// MockNodeArgs are appended to the mock driver's arguments in the node
+	// DaemonSet, whose node plugins serve the data path (e.g.
+	// --detach=revokes, which the controller's instance needs as well: the
+	// controller's decides what an unpublish does to the array, the node's
+	// whether its FUSE data path gates reads and whether it advertises
+	// FORCE_UNPUBLISH).
+	MockNodeArgs []string
+	// CSIDriverAnnotations are added to the example's CSIDriver, as the
+	// driver's owner declares what it does (e.g.
+	// contract.UnpublishRevokesAccessAnnotation).
+	CSIDriverAnnotations map[string]string
 	// DataPath, if set, is the node plugins' --data-path (none, bind,
 	// fuse) in place of the example's.
 	DataPath string
@@ -226,6 +239,9 @@ images:
 		// The last --data-path given wins.
 		fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockIdx, q("--data-path="+opts.DataPath))
 	}
+	for _, a := range opts.MockNodeArgs {
+		fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockIdx, q(a))
+	}
 	fmt.Fprintf(&b, `- target: {kind: DaemonSet, name: %s}
   patch: |-
     apiVersion: apps/v1
@@ -308,6 +324,20 @@ images:
     - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
     - {op: replace, path: /spec/template/spec/containers/%d/image, value: %s}
 `, exampleController, sidecarIdx, q(sidecarName), sidecarIdx, q(opts.ControllerAttacherImage))
+	}
+	if len(opts.CSIDriverAnnotations) > 0 {
+		// A strategic merge: the shipped annotations stay.
+		fmt.Fprintf(&b, `- target: {kind: CSIDriver, name: %s}
+  patch: |-
+    apiVersion: storage.k8s.io/v1
+    kind: CSIDriver
+    metadata:
+      name: %s
+      annotations:
+`, DriverName, DriverName)
+		for _, k := range slices.Sorted(maps.Keys(opts.CSIDriverAnnotations)) {
+			fmt.Fprintf(&b, "        %s: %s\n", q(k), q(opts.CSIDriverAnnotations[k]))
+		}
 	}
 	if opts.NoNodeAgent {
 		// Last: the patches above name the container.

@@ -17,6 +17,7 @@ limitations under the License.
 package framework
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -250,5 +252,38 @@ func TestRealNodeOverlayNoNodeAgent(t *testing.T) {
 	slices.Sort(names)
 	if want := []string{"csi-fence-mock", "node-driver-registrar"}; !slices.Equal(names, want) {
 		t.Fatalf("node DaemonSet containers %v, want %v", names, want)
+	}
+}
+
+// The mock's arguments for the node plugins reach the node DaemonSet's mock
+// only, after the example's own; the CSIDriver gets the annotations given
+// and keeps its shipped ones.
+func TestRealNodeOverlayMockNodeArgsAndCSIDriver(t *testing.T) {
+	opts := RealDeployOptions{
+		MockNodeArgs:         []string{"--detach=revokes"},
+		CSIDriverAnnotations: map[string]string{"csi-fence.io/unpublish-revokes-access": "true"},
+	}
+	ds := renderNodeDaemonSet(t, opts)
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		has := slices.Contains(c.Args, "--detach=revokes")
+		if want := c.Name == "csi-fence-mock"; has != want {
+			t.Errorf("node container %s has --detach=revokes: %v, want %v: %v", c.Name, has, want, c.Args)
+		}
+		if has && c.Args[len(c.Args)-1] != "--detach=revokes" {
+			t.Errorf("--detach=revokes is not the node plugin's last argument: %v", c.Args)
+		}
+	}
+	dep := &appsv1.Deployment{}
+	renderOverlayObject(t, opts, "Deployment", dep)
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		if slices.Contains(c.Args, "--detach=revokes") {
+			t.Errorf("controller container %s got the node plugins' arguments: %v", c.Name, c.Args)
+		}
+	}
+	d := &storagev1.CSIDriver{}
+	renderOverlayObject(t, opts, "CSIDriver", d)
+	want := map[string]string{"csi-fence.io/safe-detach": "true", "csi-fence.io/unpublish-revokes-access": "true"}
+	if !maps.Equal(d.Annotations, want) {
+		t.Errorf("CSIDriver %s annotations %v, want %v", d.Name, d.Annotations, want)
 	}
 }
