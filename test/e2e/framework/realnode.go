@@ -820,6 +820,16 @@ func (c *Cluster) writeKubeletFiles(n *RealNode) error {
 	// The lease is renewed every quarter of its duration: 10 s gives 2.5 s,
 	// well inside the control plane's 10 s grace period (40 s, the default,
 	// would renew every 10 s and flap).
+	//
+	// Disk eviction only when the host's disk is all but full: the nodes
+	// share it with everything else the host runs (other test runs, their
+	// caches), and the kubelet's default thresholds (imagefs.available 15%,
+	// nodefs.available 10%; containerd's root is on the same file system,
+	// so the first applies) evicted a test's writer, node plugin and
+	// controller pod, over and over, on a 252 GB disk with 39 GB free: a
+	// test failing for the host's free space, not for what it tests. The
+	// memory threshold is the kubelet's default; setting any threshold
+	// drops the defaults of the others.
 	kc := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -852,6 +862,11 @@ nodeStatusReportFrequency: 4s
 shutdownGracePeriod: 0s
 maxPods: 30
 serializeImagePulls: false
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%%
+  imagefs.available: 1%%
+  nodefs.inodesFree: 1%%
 `, n.cgroup, "unix://"+n.ContainerdSocket, "unix://"+n.ContainerdSocket, n.IP, n.IP, c.pki.path("ca.crt"),
 		d("pod-logs"), d("volume-plugins"), d("resolv.conf"))
 	if c.serviceNetwork {
