@@ -103,10 +103,14 @@ test-bench-e2e:
 # TestRealNodesPowerFencing (the driver without UNPUBLISH_FENCE: the
 # partitioned writer's node powered off by fence_ipmilan, run in the
 # sidecar's container, through a BMC whose machine is the node; the fence
-# agents come from hack/install-fence-agents.sh) and TestRealNodesPreStop
+# agents come from hack/install-fence-agents.sh), TestRealNodesPreStop
 # (the termination reason in preStop hooks a real kubelet runs, the webhook
 # deployed from deploy/kubernetes/prestop, also for a pod force-deleted
-# while its node was cut off); as root.
+# while its node was cut off) and TestRealNodesFenceByDetachPowerOff and
+# TestRealNodesFenceByDetachPartition (the mock as a driver whose detach
+# revokes access, so declared on its CSIDriver: the writer fails over
+# fenced by a plain unpublish, which cuts the partitioned writer's FUSE
+# data path; 45 s to 85 s each); as root.
 test-realnodes: test-realnodes-deps
 	$(MAKE) test-realnodes-run
 
@@ -118,7 +122,7 @@ test-realnodes-deps:
 
 test-realnodes-run:
 	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
-	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop)?$$' ./test/e2e/
+	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop|FenceByDetachPowerOff|FenceByDetachPartition)?$$' ./test/e2e/
 
 # Randomized failover trials (cmd/fence-trials): one trial of every fault
 # schedule with fixed seeds, so that CI replays the same ones. `make chaos
