@@ -605,7 +605,7 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 		}
 		problems = append(problems, t.leftovers(ctx, v.node)...)
 	}
-	problems = append(problems, t.fencedAlive(started)...)
+	problems = append(problems, t.fencedAlive(ctx, started)...)
 	if t.Schedule.Check != nil {
 		problems = append(problems, t.Schedule.Check(ctx, t)...)
 	}
@@ -617,10 +617,14 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 // fence of a node that is not down). A fence of a volume already fenced
 // from the node and not published there since changes nothing on the
 // array: S8 has every unpublish of a volume that may be quarantined fenced.
-func (t *Trial) fencedAlive(started time.Time) []string {
+func (t *Trial) fencedAlive(ctx context.Context, started time.Time) []string {
 	var out []string
 	for _, d := range t.p.Drivers {
-		rpcs, err := controllerRPCs(d.Mock.LogPath, started)
+		revokes, err := t.revokesOnDetach(ctx, d)
+		if err != nil {
+			return append(out, err.Error())
+		}
+		rpcs, err := controllerRPCsOf(d.Mock.LogPath, started, revokes)
 		if err != nil {
 			return append(out, err.Error())
 		}

@@ -18,6 +18,7 @@ package trials
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -26,10 +27,14 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 )
 
 // aliveSlack is how long a node must have been alive, as the trial saw it,
@@ -139,6 +144,14 @@ type controllerRPC struct {
 }
 
 // controllerRPCs reads the publishes and the fences a mock controller
+// instance received from its log (--v=5), oldest first: controllerRPCsOf
+// for a driver whose CSIDriver does not declare that its unpublish revokes
+// access.
+func controllerRPCs(logPath string, since time.Time) ([]controllerRPC, error) {
+	return controllerRPCsOf(logPath, since, false)
+}
+
+// controllerRPCsOf reads the publishes and the fences a mock controller
 // instance received from its log (--v=5), oldest first. A fence is a "GRPC
 // request" of ControllerUnpublishVolume logged with fence=true (the request
 // asked for one; the line is written before any injected latency, so two
@@ -147,9 +160,17 @@ type controllerRPC struct {
 // driver fenced by its own rule, e.g. the out-of-service taint), received
 // at the last request for the same volume and node before it. A request
 // asking for a fence counts as one whether or not it succeeded: S4 is about
-// what was asked of a node. Lines before since are skipped; times are this
-// machine's clock (klog's header, local time).
-func controllerRPCs(logPath string, since time.Time) ([]controllerRPC, error) {
+// what was asked of a node. For a driver declared to revoke access on
+// unpublish (revokes: contract.UnpublishRevokesAccessAnnotation on its
+// CSIDriver), every ControllerUnpublishVolume request naming a node is a
+// fence of that node as well, counted when received: the product fences
+// such a driver with its plain detach, which cuts the node off as
+// fence=true does, so S4 and the first-fence timings hold it to the same
+// rules. A graceful detach from a node that came back is one of a volume
+// fenced there and not published since, which fencesWhileAlive passes.
+// Lines before since are skipped; times are this machine's clock (klog's
+// header, local time).
+func controllerRPCsOf(logPath string, since time.Time, revokes bool) ([]controllerRPC, error) {
 	f, err := os.Open(logPath)
 	if err != nil {
 		return nil, err
@@ -175,7 +196,7 @@ func controllerRPCs(logPath string, since time.Time) ([]controllerRPC, error) {
 		sawRequest = sawRequest || isRequest
 		switch {
 		case isRequest && strings.Contains(line, `method="ControllerUnpublishVolume"`):
-			r := request{at: at, line: line, fence: klogValue(line, "fence") == "true"}
+			r := request{at: at, line: line, fence: klogValue(line, "fence") == "true" || revokes && requestField(line, "node_id") != ""}
 			unpublishes = append(unpublishes, r)
 			if r.fence {
 				out = append(out, controllerRPC{Fence: true, Received: at, Volume: requestField(line, "volume_id"), NodeID: requestField(line, "node_id")})
@@ -250,6 +271,20 @@ func klogValue(line, key string) string {
 	}
 	end, _, _ := strings.Cut(v, " ")
 	return end
+}
+
+// revokesOnDetach says whether d's CSIDriver declares, as the product reads
+// it, that a plain unpublish revokes access: then its plain unpublish of a
+// node is that node's fence (controllerRPCsOf).
+func (t *Trial) revokesOnDetach(ctx context.Context, d *framework.Driver) (bool, error) {
+	cd, err := t.c.Client.StorageV1().CSIDrivers().Get(ctx, d.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return cd.Annotations[contract.UnpublishRevokesAccessAnnotation] == "true", nil
 }
 
 // nodeTalking says whether a Node's Ready condition is anything but

@@ -114,6 +114,39 @@ func TestFenceRPCs(t *testing.T) {
 	}
 }
 
+// A driver declared to revoke access on unpublish is fenced by its plain
+// detach: its plain unpublish of a node is that node's fence, for S4 and
+// the first-fence timings, and only for such a driver.
+func TestDetachIsTheFenceOfADeclaredDriver(t *testing.T) {
+	since := time.Now().Add(-time.Second)
+	path := mockLog(t, func(c mockCalls) {
+		c.publish("v", "n")
+		c.unpublish("v", "n", false)
+	})
+	for _, revokes := range []bool{false, true} {
+		rpcs, err := controllerRPCsOf(path, since, revokes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences := 0
+		for _, r := range rpcs {
+			if r.Fence {
+				fences++
+				if r.Volume != "v" || r.NodeID != "n" {
+					t.Errorf("revokes=%v: fence of %s on %s, want v on n", revokes, r.Volume, r.NodeID)
+				}
+			}
+		}
+		if want := map[bool]int{false: 0, true: 1}[revokes]; fences != want {
+			t.Errorf("revokes=%v: %d fences in %+v, want %d", revokes, fences, rpcs, want)
+		}
+		alive := func(string, time.Time) bool { return true }
+		if got := fencesWhileAlive(rpcs, alive); len(got) != map[bool]int{false: 0, true: 1}[revokes] {
+			t.Errorf("revokes=%v: fences while alive %+v", revokes, got)
+		}
+	}
+}
+
 // Two fences of one volume in flight at once, the first one slow (trial
 // seed 9004, power-off+return-mid-fence): the failover's fence was sent
 // while the node was down and took 3 s; the node came back meanwhile and
