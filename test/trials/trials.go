@@ -75,6 +75,11 @@ type Schedule struct {
 	// SecondDriver: each replica also has a volume of a second driver (with
 	// a sidecar of its own), which refuses its first fences.
 	SecondDriver bool
+	// DetachDriver: each replica also has a volume of a driver whose
+	// CSIDriver declares that its unpublish revokes access (the mock in
+	// --detach=revokes, a sidecar of its own): the product fences it with
+	// a plain ControllerUnpublishVolume (fencebydetach.go).
+	DetachDriver bool
 	// Before runs once the replicas run, before the node fails (a pod of
 	// its own on the node, a standby controller).
 	Before func(ctx context.Context, t *Trial) ([]string, error)
@@ -116,6 +121,9 @@ var Schedules = []Schedule{
 		Prepare: startClusterAPI, Before: machineBefore, During: infraVanishes, Check: checkMachineFence},
 	{Name: "partition+machine-fence-infra-moved", Partition: true, SameNodeOK: true, AttacherArgs: machineArgs,
 		Prepare: startClusterAPI, Before: machineBefore, During: infraMoved, Check: checkMachineFence},
+	{Name: "power-off+detach-fence-kill-after-intent", DetachDriver: true, During: detachKillAfterIntent, Check: checkDetachFence},
+	{Name: "power-off+detach-fence-return-mid-unpublish", DetachDriver: true, During: detachReturnMidUnpublish, Check: checkDetachFence, SameNodeOK: true},
+	{Name: "power-off+detach-fence-hangs-past-timeout", DetachDriver: true, During: detachHangsPastTimeout, Check: checkDetachFence},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added
@@ -166,6 +174,8 @@ type Trial struct {
 	// outOfService: with the out-of-service taint.
 	fencingComplete map[string][]time.Time
 	outOfService    map[string][]time.Time
+	// detach is the detach driver's part of the trial (DetachDriver).
+	detach *detachRun
 	// extra is a schedule's own state (its checks read it); found, the
 	// invariants it saw broken while it ran; stall, how long the controller
 	// was leaderless (rolling-update).
@@ -271,6 +281,14 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		}
 		opts.Drivers = []*framework.Driver{t.p.Driver, d2}
 	}
+	var dd *framework.Driver
+	if t.Schedule.DetachDriver {
+		var err error
+		if dd, err = t.detachDriver(ctx); err != nil {
+			return steps, err
+		}
+		opts.Drivers = []*framework.Driver{t.p.Driver, dd}
+	}
 	env, err := scenario.SetupWith(ctx, t.c, t.p, log, opts)
 	if err != nil {
 		return steps, err
@@ -309,6 +327,10 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		t.victims = append(t.victims, v)
 	}
 	t.Victim, t.Volume = t.victims[0].node, t.victims[0].volume
+	if dd != nil {
+		t.detach = &detachRun{driver: dd, volume: env.DriverVolumes[dd.Name][t.victims[0].replica], since: time.Now()}
+		steps = append(steps, "volume "+t.detach.volume+" of "+dd.Name+" (fenced by its detach) beside "+t.Volume)
+	}
 	if t.Schedule.Before != nil {
 		more, err := t.Schedule.Before(ctx, t)
 		steps = append(steps, more...)
