@@ -259,17 +259,30 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		}
 	}
 	if args := t.Schedule.AttacherArgs; len(args) > 0 {
-		if err := t.p.RestartAttacher(ctx, args...); err != nil {
-			return nil, err
-		}
-		steps = append(steps, "controller with "+strings.Join(args, " "))
-		defer func() {
+		// Every driver's controller gets the flags, as an operator sets
+		// them on every sidecar: node-level state (the storm guard, power
+		// and machine fences) is the owner's, whichever driver's controller
+		// holds the node-fencing Lease, and drivers added by earlier trials
+		// (two-drivers, stale-registration, the detach driver) compete for
+		// it (seeds 83023, 83024: the machine fence never tried, its owner
+		// run without --fencing-backends=machine).
+		restore := func() {
 			t.procMu.Lock()
 			defer t.procMu.Unlock()
-			if err := t.p.RestartAttacher(ctx); err != nil {
-				res.Problems = append(res.Problems, "restoring the controller's flags: "+err.Error())
+			for _, d := range t.p.Drivers {
+				if err := d.RestartAttacher(ctx); err != nil {
+					res.Problems = append(res.Problems, "restoring the flags of the controller of "+d.Name+": "+err.Error())
+				}
 			}
-		}()
+		}
+		for _, d := range t.p.Drivers {
+			if err := d.RestartAttacher(ctx, args...); err != nil {
+				restore()
+				return nil, err
+			}
+		}
+		steps = append(steps, "controllers with "+strings.Join(args, " "))
+		defer restore()
 	}
 	n := max(t.Schedule.Victims, 1)
 	opts := scenario.Options{Prefix: fmt.Sprintf("t%d", t.Seed%100000), Nodes: n + 2, Replicas: n}
