@@ -23,10 +23,12 @@ import (
 	"debug/elf"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,6 +169,20 @@ func checkLayout(t *testing.T, b Built) {
 			cfg.Config.Labels["org.opencontainers.image.version"] != "v9.8.7-test" || !cfg.Created.Equal(Epoch) {
 			t.Errorf("%s: config %+v, created %v", d.Platform, cfg.Config, cfg.Created)
 		}
+		// What a registry and a scanner show of the image: its name, what
+		// it is, its licence and where it comes from.
+		for k, want := range map[string]string{
+			"org.opencontainers.image.title":    fixtureCmd,
+			"org.opencontainers.image.licenses": "Apache-2.0",
+			"org.opencontainers.image.source":   "https://github.com/csi-fence/fence-attacher",
+		} {
+			if got := cfg.Config.Labels[k]; got != want {
+				t.Errorf("%s: label %s = %q, want %q", d.Platform, k, got, want)
+			}
+		}
+		if cfg.Config.Labels["org.opencontainers.image.description"] == "" {
+			t.Errorf("%s: no description label", d.Platform)
+		}
 		layers, err := img.Layers()
 		if err != nil || len(layers) != 1 {
 			t.Fatalf("%s: %d layers, %v", d.Platform, len(layers), err)
@@ -247,6 +263,30 @@ func entriesData(t *testing.T, l v1.Layer) func(func(*tar.Header, []byte) bool) 
 			if !yield(hdr, data) {
 				return
 			}
+		}
+	}
+}
+
+// Every command the Makefile releases an image of (IMAGE_CMDS) has a
+// description of its own, not the fallback.
+func TestReleaseLabelsDescribeEveryImage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "IMAGE_CMDS = "); ok {
+			cmds = strings.Fields(v)
+		}
+	}
+	if len(cmds) == 0 {
+		t.Fatal("no IMAGE_CMDS in the Makefile")
+	}
+	for _, c := range cmds {
+		l := ReleaseLabels(c, "v1.2.3", "abc")
+		if _, ok := descriptions[c]; !ok || l["org.opencontainers.image.title"] != c || l["org.opencontainers.image.revision"] != "abc" {
+			t.Errorf("%s: labels %v; want a description of its own", c, l)
 		}
 	}
 }

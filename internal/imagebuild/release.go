@@ -71,6 +71,39 @@ type Built struct {
 	Index  v1.ImageIndex
 }
 
+// descriptions say what each released command's image is, for its
+// org.opencontainers.image.description label.
+var descriptions = map[string]string{
+	"csi-fence-attacher":        "CSI sidecar that extends external-attacher with fenced detach, automatic failover of pods from dead nodes, and the node agent that cleans fenced volumes",
+	"csi-fence-mock":            "CSI driver on a simulated array with the fence extension of CSI spec PR #477, for tests and sanity runs",
+	"csi-fence-prestop":         "static helper that delivers a pod's termination reason to its preStop hook",
+	"csi-fence-prestop-webhook": "mutating admission webhook that delivers termination reasons to the preStop hooks of the pods that opt in",
+	"csi-fence-sanity":          "csi-test sanity suite plus the fence and force-unpublish checks of fence-attacher",
+	"kubectl-fence":             "kubectl plugin of fence-attacher (kubectl fence)",
+}
+
+// ReleaseLabels are the OCI labels of the release image of command cmd:
+// title, description, licence, source, version and, when known, the
+// commit it was built from.
+func ReleaseLabels(cmd, version, commit string) map[string]string {
+	desc, ok := descriptions[cmd]
+	if !ok {
+		desc = cmd + " of fence-attacher"
+	}
+	labels := map[string]string{
+		"org.opencontainers.image.title":       cmd,
+		"org.opencontainers.image.description": desc,
+		"org.opencontainers.image.licenses":    "Apache-2.0",
+		"org.opencontainers.image.version":     version,
+		"org.opencontainers.image.source":      "https://github.com/csi-fence/fence-attacher",
+		"org.opencontainers.image.url":         "https://github.com/csi-fence/fence-attacher",
+	}
+	if commit != "" {
+		labels["org.opencontainers.image.revision"] = commit
+	}
+	return labels
+}
+
 // Release builds the static binaries of opts.Cmds for every platform and
 // one multi-platform image index per command, written as an OCI layout
 // directory whose index.json names the index by its tag
@@ -102,15 +135,9 @@ func Release(ctx context.Context, opts ReleaseOptions) ([]Built, error) {
 			return nil, err
 		}
 	}
-	labels := map[string]string{
-		"org.opencontainers.image.version": opts.Version,
-		"org.opencontainers.image.source":  "https://github.com/csi-fence/fence-attacher",
-	}
-	if opts.Commit != "" {
-		labels["org.opencontainers.image.revision"] = opts.Commit
-	}
 	var built []Built
 	for _, c := range opts.Cmds {
+		labels := ReleaseLabels(c, opts.Version, opts.Commit)
 		ref := strings.TrimSuffix(opts.Registry, "/") + "/" + c + ":" + opts.Version
 		tag, err := name.NewTag(ref, name.StrictValidation)
 		if err != nil {
