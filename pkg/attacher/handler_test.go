@@ -251,8 +251,10 @@ func TestNodeIDs(t *testing.T) {
 // that. The end of the fence syncs it.
 func TestHandlerLeavesAFenceUnderWayAlone(t *testing.T) {
 	release := make(chan struct{})
+	sent := make(chan struct{}, 1)
 	e := newEnv(t, envConfig{objects: objs(node("node-1", readyStatus(v1.ConditionFalse))), timeout: time.Minute,
 		unpublish: func(ctx context.Context, _ *csi.ControllerUnpublishVolumeRequest) error {
+			sent <- struct{}{}
 			select {
 			case <-release:
 				return nil
@@ -272,6 +274,13 @@ func TestHandlerLeavesAFenceUnderWayAlone(t *testing.T) {
 	sync()
 	if !h.fencing("va1") {
 		t.Fatal("the sync did not hand the fence over")
+	}
+	// The pool reads the node live before it sends the fence; once the
+	// driver has the call, every API call left is the second sync's.
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence pool did not send the fence")
 	}
 	sync()
 	if got := actions(e.client.Actions()); len(got) != 0 || queue.NumRequeues("va1") != 0 {
