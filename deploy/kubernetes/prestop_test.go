@@ -92,6 +92,10 @@ func TestPreStopWebhookRenders(t *testing.T) {
 	}
 }
 
+// negativeControl replaces from by to in a manifest, after which the check
+// must report want: it shows the check sees what it is for.
+type negativeControl struct{ from, to, want string }
+
 // The webhook may write one thing: the caBundle of its own
 // MutatingWebhookConfiguration, with --generate-certificate. Its rule must
 // stay that narrow (get and update of that one object by name: no patch,

@@ -30,6 +30,8 @@ import (
 // Client is a typed client for FencingRequests over the dynamic client, so
 // that unit tests can use client-go's dynamic fake and no code generation is
 // needed.
+//
+// +kubebuilder:object:generate=false
 type Client struct {
 	res dynamic.NamespaceableResourceInterface
 }

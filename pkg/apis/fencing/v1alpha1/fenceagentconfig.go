@@ -43,6 +43,11 @@ var FenceAgentConfigResource = SchemeGroupVersion.WithResource(contract.FenceAge
 // The spec holds no secret: credentials are read from the Secret at the moment
 // of the fence and handed to the agent on its standard input only (S7), and
 // only from a Secret labelled csi-fence.io/fence-agent-credentials: "true".
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=fac
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.spec.agent`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type FenceAgentConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -54,7 +59,10 @@ type FenceAgentConfig struct {
 type FenceAgentConfigSpec struct {
 	// Agent is the fence agent's executable name, fence_<something>. Only an
 	// executable of that name in the sidecar's agent directories is run (and,
-	// if the sidecar was given an allow-list, only one on it).
+	// if the sidecar was given an allow-list, only one on it). The apiserver
+	// is the first gate on which program the sidecar may run.
+	// +kubebuilder:validation:Pattern=`^fence_[a-z0-9_]+$`
+	// +kubebuilder:validation:MaxLength=63
 	Agent string `json:"agent"`
 	// SharedParameters are agent options given for every node, such as
 	// lanplus: "1" or cipher: "3" for fence_ipmilan. Names are the agent's
@@ -66,6 +74,9 @@ type FenceAgentConfigSpec struct {
 	// username and password) for every node without credentials of its own.
 	Credentials *FenceAgentCredentials `json:"credentials,omitempty"`
 	// Nodes are the nodes this agent can fence, each with its own options.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=map
+	// +listMapKey=name
 	Nodes []FenceAgentNode `json:"nodes"`
 	// Timeouts bound every agent call and the whole fence.
 	Timeouts *FenceAgentTimeouts `json:"timeouts,omitempty"`
@@ -74,6 +85,7 @@ type FenceAgentConfigSpec struct {
 // FenceAgentNode is one node's own agent options.
 type FenceAgentNode struct {
 	// Name is the Node's name.
+	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
 	// Parameters are this node's agent options (ip, ipport, plug, ...); they
 	// override shared parameters of the same name.
@@ -90,7 +102,10 @@ type FenceAgentCredentials struct {
 	// owner's consent): the sidecar may read every Secret, and the agent
 	// sends the values to the address this config names. Otherwise the
 	// fence is not attempted and the error names the Secret and the label.
-	SecretName      string `json:"secretName"`
+	// +kubebuilder:validation:MinLength=1
+	SecretName string `json:"secretName"`
+	// SecretNamespace is the Secret's namespace.
+	// +kubebuilder:validation:MinLength=1
 	SecretNamespace string `json:"secretNamespace"`
 	// Parameters maps an agent option to the Secret key holding its value,
 	// e.g. {username: bmc-user, password: bmc-password}. Every value read this
@@ -103,20 +118,28 @@ type FenceAgentCredentials struct {
 type FenceAgentTimeouts struct {
 	// CallTimeoutSeconds bounds one run of the agent (default 60). It must
 	// exceed the agent's own waits (fence_ipmilan's power_timeout is 20 s).
+	// +kubebuilder:validation:Minimum=0
 	CallTimeoutSeconds int32 `json:"callTimeoutSeconds,omitempty"`
 	// Retries is how many more times a failed call is tried (default 3).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=20
 	Retries *int32 `json:"retries,omitempty"`
 	// RetryIntervalSeconds is the first pause between tries (default 5),
 	// doubled after each try.
+	// +kubebuilder:validation:Minimum=0
 	RetryIntervalSeconds int32 `json:"retryIntervalSeconds,omitempty"`
 	// ConfirmTimeoutSeconds bounds how long, after "off" succeeded, the
 	// agent's "status" is polled until it reports the node off (default 60).
+	// +kubebuilder:validation:Minimum=0
 	ConfirmTimeoutSeconds int32 `json:"confirmTimeoutSeconds,omitempty"`
 	// StatusIntervalSeconds is the pause between two status polls (default 2).
+	// +kubebuilder:validation:Minimum=0
 	StatusIntervalSeconds int32 `json:"statusIntervalSeconds,omitempty"`
 }
 
 // FenceAgentConfigList is a list of FenceAgentConfigs.
+//
+// +kubebuilder:object:root=true
 type FenceAgentConfigList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`

@@ -23,6 +23,8 @@ import (
 
 // Lister reads the FencingRequest of a node, usually from an informer's
 // cache. It returns (nil, nil) when the node has none.
+//
+// +kubebuilder:object:generate=false
 type Lister interface {
 	Get(nodeName string) (*FencingRequest, error)
 }
@@ -31,6 +33,7 @@ type Lister interface {
 // (dynamicinformer, resource Resource).
 func NewLister(l cache.GenericLister) Lister { return genericLister{l} }
 
+// +kubebuilder:object:generate=false
 type genericLister struct{ l cache.GenericLister }
 
 func (g genericLister) Get(nodeName string) (*FencingRequest, error) {

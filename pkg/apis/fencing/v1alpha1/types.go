@@ -14,10 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package v1alpha1 is the FencingRequest API (group fencing.csi-fence.io): the
-// Node Fencing KEP's request object, which is both the manual trigger an admin
-// creates and the durable record of what was fenced on a node and whether it
-// was cleaned up, so that a restart of any component loses nothing.
 package v1alpha1
 
 import (
@@ -35,7 +31,21 @@ var SchemeGroupVersion = schema.GroupVersion{Group: contract.FencingGroup, Versi
 var Resource = SchemeGroupVersion.WithResource(contract.FencingResource)
 
 // FencingRequest asks for a node to be fenced and records the progress. It is
-// cluster-scoped; by convention its name is the node's name, one per node.
+// cluster-scoped; its name is the node's name, one per node: the failover
+// finds a node's request by its name, so a request named after another node
+// than spec.nodeName would be ignored, and the CRD refuses it (metadata.name
+// is immutable, so spec.nodeName is too).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=fr
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Origin",type=string,JSONPath=`.spec.origin`
+// +kubebuilder:printcolumn:name="Released",type=boolean,JSONPath=`.spec.released`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Error",type=string,JSONPath=`.status.errorReason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.nodeName",message="metadata.name must be spec.nodeName: a FencingRequest is named after the node it fences",fieldPath=".spec.nodeName"
 type FencingRequest struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -45,6 +55,8 @@ type FencingRequest struct {
 }
 
 // Origin says who asked for fencing.
+//
+// +kubebuilder:validation:Enum=Manual;Automatic
 type Origin string
 
 const (
@@ -74,8 +86,16 @@ func (fr *FencingRequest) Withdrawn() bool {
 }
 
 // FencingRequestSpec is what is asked.
+//
+// spec.released withdraws an admin's request (kubectl fence release): it
+// cannot be undone (a new fence is a new request), and the failover's own
+// records are released by the failover.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.released) || !oldSelf.released || (has(self.released) && self.released)",message="spec.released cannot be unset: to fence the node again, create a new request once this one is Complete",fieldPath=".released"
+// +kubebuilder:validation:XValidation:rule="!has(self.released) || !self.released || !has(self.origin) || self.origin != \"Automatic\"",message="an Automatic FencingRequest is the failover's record, released by the failover once its volumes are cleaned: spec.released is for Manual requests",fieldPath=".released"
 type FencingRequestSpec struct {
 	// NodeName is the node to fence.
+	// +kubebuilder:validation:MinLength=1
 	NodeName string `json:"nodeName"`
 	// Origin is Manual (the default) or Automatic.
 	Origin Origin `json:"origin,omitempty"`
@@ -92,6 +112,8 @@ type FencingRequestSpec struct {
 }
 
 // Phase is a summary of a request's progress.
+//
+// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Cleaning;Complete
 type Phase string
 
 const (
@@ -119,21 +141,26 @@ const (
 
 // FencingRequestStatus is the record of progress.
 type FencingRequestStatus struct {
+	// Phase summarises the progress.
 	Phase Phase `json:"phase,omitempty"`
 	// Conditions are Fenced and Cleaned.
+	// +listType=map
+	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// StartTime is when fencing started.
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// CompletionTime is when the node was cleaned and released.
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
-	// ErrorReason and ErrorMessage describe the last error, if any.
-	ErrorReason  string `json:"errorReason,omitempty"`
+	// ErrorReason is the last error's reason, if any.
+	ErrorReason string `json:"errorReason,omitempty"`
+	// ErrorMessage is the last error's message, if any.
 	ErrorMessage string `json:"errorMessage,omitempty"`
 	// Volumes is the durable list of volumes fenced on the node, per driver.
 	// Bounded (fencerecord.MaxVolumes, the CRD's maxItems): a request that
 	// starts over forgets the entries its last failure cleaned; at the
 	// bound, those cleaned longest ago go first; an entry not cleaned is
 	// never dropped: the intent of one more fence fails instead.
+	// +kubebuilder:validation:MaxItems=512
 	Volumes []FencedVolume `json:"volumes,omitempty"`
 	// NodeFence is the fence of the node as a whole by a node-level backend
 	// (power), when storage fencing alone could not free its pods: its
@@ -146,6 +173,7 @@ type FencingRequestStatus struct {
 	// ServiceAccount tokens, bound to them, with them. The node's agent
 	// serves the reason from here (pkg/nodeagent). Bounded: the oldest go
 	// first (fencerecord.MaxForceDeletedPods).
+	// +kubebuilder:validation:MaxItems=256
 	ForceDeletedPods []ForceDeletedPod `json:"forceDeletedPods,omitempty"`
 }
 
@@ -186,7 +214,8 @@ var Backends = []string{BackendStorage, BackendPower, BackendOutOfService, Backe
 type NodeFence struct {
 	// Backend is the node-level backend: power, or out-of-service (the taint
 	// was added; the drivers' fences are the volumes' entries, and
-	// confirmedTime stays empty).
+	// confirmedTime stays empty), or machine.
+	// +kubebuilder:validation:Enum=power;out-of-service;machine
 	Backend string `json:"backend"`
 	// Config and Agent name the FenceAgentConfig and the agent that ran.
 	Config string `json:"config,omitempty"`
@@ -276,11 +305,15 @@ type FencedVolume struct {
 	// FencedTime is when ControllerUnpublishVolume(fence=true) succeeded;
 	// nil while the fence has not been confirmed.
 	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
-	// FenceError is the last fence error, if it has not succeeded.
+	// FenceError is the last fence error, if it has not succeeded
+	// (truncated to fencerecord.MaxMessageLength by its writer).
+	// +kubebuilder:validation:MaxLength=512
 	FenceError string `json:"fenceError,omitempty"`
 	// CleanedTime is when the node agent finished the forced cleanup.
 	CleanedTime *metav1.Time `json:"cleanedTime,omitempty"`
-	// CleanupError is the last cleanup error, if cleanup has not succeeded.
+	// CleanupError is the last cleanup error, if cleanup has not succeeded
+	// (truncated to fencerecord.MaxMessageLength by its writer).
+	// +kubebuilder:validation:MaxLength=512
 	CleanupError string `json:"cleanupError,omitempty"`
 	// FencesInFlight names the fence calls (a random ID each) that recorded
 	// their intent to fence the volume in this quarantine and not yet their
@@ -288,10 +321,14 @@ type FencedVolume struct {
 	// the last one in flight, when no fence of it has an outcome: another
 	// call's fence may have been applied while its outcome is still to be
 	// written, or never will be (a crash), and the entry is all that says so.
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=32
 	FencesInFlight []string `json:"fencesInFlight,omitempty"`
 }
 
 // FencingRequestList is a list of FencingRequests.
+//
+// +kubebuilder:object:root=true
 type FencingRequestList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
