@@ -79,8 +79,9 @@ test-go:
 # The static checks; each fails naming what it found. make test runs them
 # (test-units), installing what they need itself: golangci-lint built from
 # the Go module proxy into ~/.cache/fence-attacher/tools (about a minute
-# cold), shellcheck with apt.
-verify: test-fmt test-vet test-vendor test-boilerplate test-shellcheck test-lint
+# cold), shellcheck with apt, controller-gen from hack/tools/codegen into
+# the same cache (about 30 s cold).
+verify: test-fmt test-vet test-vendor test-boilerplate test-shellcheck test-lint test-codegen
 test-fmt:
 	./release-tools/verify-gofmt.sh
 test-vet:
@@ -98,8 +99,12 @@ test-shellcheck:
 # and deploy/helm's.
 test-lint:
 	./hack/verify-golangci-lint.sh
+# The CRDs (kustomize's and the chart's copy) and DeepCopy generated from
+# pkg/apis' Go types are not stale (hack/update-codegen.sh regenerates them).
+test-codegen:
+	./hack/verify-codegen.sh
 
 clean:
 	rm -rf bin $(IMAGES_DIR)
 
-.PHONY: build container images push test-go verify test-fmt test-vet test-vendor test-boilerplate test-shellcheck test-lint clean
+.PHONY: build container images push test-go verify test-fmt test-vet test-vendor test-boilerplate test-shellcheck test-lint test-codegen clean
