@@ -18,6 +18,7 @@ package termreason
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,12 +40,15 @@ func TestTerminate(t *testing.T) {
 		wantErr      string
 		// wantActions are the verbs after the get, in order.
 		wantActions []string
+		// dryRun is TerminatePod's: both writes carry it.
+		dryRun []string
 	}{
 		{name: "records, then deletes", reason: "Moving to rack B", pod: live, wantActions: []string{"patch", "delete"}},
 		{name: "an invalid reason touches nothing", reason: "two\nlines", pod: live, wantErr: "not printable"},
 		{name: "an empty reason touches nothing", reason: "", pod: live, wantErr: "empty"},
 		{name: "a terminating pod is refused", reason: "x", pod: terminating, wantErr: "already terminating"},
 		{name: "no pod", reason: "x", wantErr: "not found"},
+		{name: "a server dry run sends both writes with DryRun", reason: "Moving to rack B", pod: live, wantActions: []string{"patch", "delete"}, dryRun: []string{metav1.DryRunAll}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var objs []runtime.Object
@@ -52,7 +56,12 @@ func TestTerminate(t *testing.T) {
 				objs = append(objs, tc.pod.DeepCopy())
 			}
 			client := fake.NewClientset(objs...)
-			err := Terminate(context.Background(), client, ns, "p", tc.reason, -1)
+			var err error
+			if tc.dryRun == nil {
+				err = Terminate(context.Background(), client, ns, "p", tc.reason, -1)
+			} else {
+				_, err = TerminatePod(context.Background(), client, ns, "p", tc.reason, -1, tc.dryRun)
+			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
@@ -75,9 +84,15 @@ func TestTerminate(t *testing.T) {
 					if !strings.Contains(string(a.GetPatch()), `"uid":"u1"`) || !strings.Contains(string(a.GetPatch()), tc.reason) {
 						t.Errorf("patch %s lacks the uid precondition or the reason", a.GetPatch())
 					}
+					if got := a.(k8stesting.PatchActionImpl).GetPatchOptions().DryRun; !slices.Equal(got, tc.dryRun) {
+						t.Errorf("patch with DryRun %v, want %v", got, tc.dryRun)
+					}
 				case k8stesting.DeleteAction:
 					if p := a.GetDeleteOptions().Preconditions; p == nil || p.UID == nil || *p.UID != "u1" {
 						t.Errorf("delete without the uid precondition: %+v", a.GetDeleteOptions())
+					}
+					if got := a.GetDeleteOptions().DryRun; !slices.Equal(got, tc.dryRun) {
+						t.Errorf("delete with DryRun %v, want %v", got, tc.dryRun)
 					}
 				}
 			}
