@@ -43,42 +43,35 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/fenceview"
 )
 
-// The flags of fence, release, pause and resume: one NODE for the first
-// two, none for the others, --reason required to pause.
-func TestParseAdmin(t *testing.T) {
+// The arguments of fence, release, pause and resume: one NODE for the
+// first two, none for the others, --reason required to pause; each verb
+// has its own flags only. They are refused before any API access.
+func TestAdminArguments(t *testing.T) {
 	tests := []struct {
-		verb    string
 		args    []string
-		want    adminOptions
 		wantErr string
 	}{
-		{"fence", []string{"node-a", "--reason", "disk controller wedged"}, adminOptions{node: "node-a", reason: "disk controller wedged"}, ""},
-		{"fence", []string{"--reason=x"}, adminOptions{}, "want exactly one NODE"},
-		{"fence", []string{"node-a", "--storm-guard-namespace=x"}, adminOptions{}, "not defined"},
-		{"release", []string{"node-a"}, adminOptions{node: "node-a"}, ""},
-		{"release", []string{"node-a", "node-b"}, adminOptions{}, "want exactly one NODE"},
-		{"release", []string{"node-a", "--reason=x"}, adminOptions{}, "not defined"},
-		{"pause", []string{"--reason", "storage maintenance"}, adminOptions{reason: "storage maintenance", stormGuard: "kube-system"}, ""},
-		{"pause", []string{"--reason=m", "--storm-guard-namespace=csi-fence-system"}, adminOptions{reason: "m", stormGuard: "csi-fence-system"}, ""},
-		{"pause", nil, adminOptions{}, "--reason is required"},
-		{"pause", []string{"node-a", "--reason=m"}, adminOptions{}, "unexpected arguments"},
-		{"resume", nil, adminOptions{stormGuard: "kube-system"}, ""},
-		{"resume", []string{"now"}, adminOptions{}, "unexpected arguments"},
+		{[]string{"fence", "--reason=x"}, "want exactly one NODE"},
+		{[]string{"fence", "node-a", "--storm-guard-namespace=x"}, "unknown flag: --storm-guard-namespace"},
+		{[]string{"fence", "node-a", "-n", "x"}, "unknown shorthand flag: 'n'"},
+		{[]string{"release", "node-a", "node-b"}, "want exactly one NODE"},
+		{[]string{"release", "node-a", "--reason=x"}, "unknown flag: --reason"},
+		{[]string{"pause"}, "--reason is required"},
+		{[]string{"pause", "node-a", "--reason=m"}, "unexpected arguments"},
+		{[]string{"resume", "now"}, "unexpected arguments"},
+		{[]string{"resume", "--reason=x"}, "unknown flag: --reason"},
+		{[]string{"pause", "--reason=m", "--dry-run=maybe"}, `invalid dry-run value ("maybe")`},
+		{[]string{"release", "node-a", "-o", "wide"}, "unable to match a printer suitable for the output format \"wide\""},
 	}
 	for _, tc := range tests {
-		t.Run(tc.verb+" "+strings.Join(tc.args, " "), func(t *testing.T) {
-			o, err := parseAdmin(tc.verb, tc.args)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
-				return
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			kube, dyn := fake.NewClientset(), fakeDynamic()
+			err := newTestPlugin(t, kube, dyn, "").execute(tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if o.node != tc.want.node || o.reason != tc.want.reason || o.stormGuard != tc.want.stormGuard {
-				t.Errorf("parsed node %q, reason %q, storm guard %q; want %q, %q, %q", o.node, o.reason, o.stormGuard, tc.want.node, tc.want.reason, tc.want.stormGuard)
+			if n := len(kube.Actions()) + len(dyn.Actions()); n != 0 {
+				t.Errorf("%d API calls", n)
 			}
 		})
 	}
@@ -223,8 +216,13 @@ func TestFence(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			kube := fake.NewClientset(tc.nodes...)
 			dyn := fakeDynamic(tc.requests...)
-			var out strings.Builder
-			err := runFence(context.Background(), &adminOptions{verb: "fence", node: "node-a", reason: tc.reason}, kube, dyn, &out)
+			args := []string{"fence", "node-a"}
+			if tc.reason != "" {
+				args = append(args, "--reason="+tc.reason)
+			}
+			p := newTestPlugin(t, kube, dyn, "")
+			err := p.execute(args...)
+			out := p.out
 			creates := 0
 			for _, a := range dyn.Actions() {
 				if a.GetVerb() == "create" {
@@ -318,8 +316,9 @@ func TestRelease(t *testing.T) {
 				left--
 				return true, nil, apierrors.NewConflict(fencingv1alpha1.Resource.GroupResource(), "node-a", errors.New("the object has been modified"))
 			})
-			var out strings.Builder
-			err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out)
+			p := newTestPlugin(t, nil, dyn, "")
+			err := p.execute("release", "node-a")
+			out := p.out
 			writes := map[string]int{}
 			for _, a := range dyn.Actions() {
 				writes[a.GetVerb()]++
@@ -360,10 +359,11 @@ func TestRelease(t *testing.T) {
 	for _, start := range []runtime.Object{request(t, "node-a", fencingv1alpha1.OriginManual, []string{contract.RecordFinalizer}, fenced), deleted} {
 		dyn := fakeDynamic(start)
 		for i := range 2 {
-			var out strings.Builder
-			if err := runRelease(context.Background(), &adminOptions{verb: "release", node: "node-a"}, fake.NewClientset(), dyn, &out); err != nil {
+			p := newTestPlugin(t, nil, dyn, "")
+			if err := p.execute("release", "node-a"); err != nil {
 				t.Fatal(err)
 			}
+			out := p.out
 			if i == 1 && !strings.Contains(out.String(), "already withdrawn") {
 				t.Errorf("release #2: output %q, want already withdrawn", out.String())
 			}
@@ -416,16 +416,15 @@ func TestPauseResume(t *testing.T) {
 				objs = append(objs, tc.lease)
 			}
 			kube := fake.NewClientset(objs...)
-			o := &adminOptions{verb: tc.verb, reason: "storage maintenance", stormGuard: tc.ns}
-			run := runPause
-			if tc.verb == "resume" {
-				o.reason = ""
-				run = runResume
+			args := []string{tc.verb, "--storm-guard-namespace=" + tc.ns}
+			if tc.verb == "pause" {
+				args = append(args, "--reason=storage maintenance")
 			}
-			var out strings.Builder
-			if err := run(context.Background(), o, kube, nil, &out); err != nil {
+			p := newTestPlugin(t, kube, nil, "")
+			if err := p.execute(args...); err != nil {
 				t.Fatal(err)
 			}
+			out := p.out
 			if !strings.Contains(out.String(), tc.wantOut) {
 				t.Errorf("output:\n%s\nwant %q", out.String(), tc.wantOut)
 			}
@@ -457,22 +456,5 @@ func TestPauseResume(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// The static completion lists every verb of the dispatch table.
-func TestCompletionListsEveryVerb(t *testing.T) {
-	for verb := range commands {
-		for _, script := range []string{bashCompletion, zshCompletion} {
-			if !strings.Contains(script, " "+verb+" ") && !strings.Contains(script, " "+verb+"\"") && !strings.Contains(script, "\""+verb+" ") {
-				t.Errorf("completion does not list %q", verb)
-			}
-			if !strings.Contains(script, "    "+verb+")") && !strings.Contains(script, "|"+verb+")") && verb != "version" {
-				t.Errorf("completion has no flags for %q", verb)
-			}
-		}
-	}
-	if err := dispatch([]string{"completion", "fish"}); err == nil || !strings.Contains(err.Error(), "unknown shell") {
-		t.Errorf("completion fish: %v", err)
 	}
 }

@@ -19,57 +19,51 @@ package main
 import (
 	"errors"
 	"fmt"
+
+	"github.com/spf13/cobra"
 )
 
-// bashCompletion completes kubectl-fence's verbs, their flags, and the
-// node names of the verbs that take one (from kubectl get nodes). It is
-// static: the verbs are listed here (TestCompletionListsEveryVerb checks
-// them against the dispatch table).
-const bashCompletion = `# bash completion for kubectl-fence (kubectl fence completion bash)
-_kubectl_fence() {
-    local cur="${COMP_WORDS[COMP_CWORD]}" verb="" i
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        case "${COMP_WORDS[i]}" in -*) ;; *) verb="${COMP_WORDS[i]}"; break ;; esac
-    done
-    local conn="--kubeconfig --context --namespace -n --request-timeout"
-    local words
-    case "$verb" in
-    "") words="check-manifests completion fence pause release resume status terminate timeline version" ;;
-    terminate) words="--reason --grace-period --force $conn" ;;
-    check-manifests) words="-f -n --controller-only -q" ;;
-    status) words="-o --output --storm-guard-namespace $conn" ;;
-    timeline) words="-o --output $conn" ;;
-    fence) words="--reason $conn" ;;
-    release) words="$conn" ;;
-    pause) words="--reason --storm-guard-namespace $conn" ;;
-    resume) words="--storm-guard-namespace $conn" ;;
-    completion) words="bash zsh" ;;
-    esac
-    case "$verb" in
-    fence|release|timeline)
-        if [[ "$cur" != -* ]]; then
-            words="$words $(kubectl get nodes -o 'jsonpath={.items[*].metadata.name}' 2>/dev/null)"
-        fi ;;
-    esac
-    COMPREPLY=($(compgen -W "$words" -- "$cur"))
-}
-complete -F _kubectl_fence kubectl-fence
-`
+// shells are the completion scripts cobra generates.
+var shells = []string{"bash", "zsh", "fish", "powershell"}
 
-// zshCompletion runs the bash one through zsh's bashcompinit.
-const zshCompletion = "# zsh completion for kubectl-fence (kubectl fence completion zsh)\nautoload -U +X bashcompinit && bashcompinit\n" + bashCompletion
-
-func completion(args []string) error {
-	if len(args) != 1 {
-		return errors.New("completion: want bash or zsh")
+// newCompletionCommand prints the completion script of kubectl-fence run
+// by that name. Every script asks the plugin itself (its hidden
+// __complete command) for the verbs, flags, node and pod names, so the
+// scripts need no update when a verb is added. `kubectl fence <TAB>` is
+// completed by kubectl itself (>= 1.26) through kubectl_complete-fence on
+// PATH: see docs/kubectl-fence.md.
+func newCompletionCommand(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "completion bash|zsh|fish|powershell",
+		Short: "Print a shell completion script for kubectl-fence",
+		Long: `Print a shell completion script for kubectl-fence, the plugin run by its
+own name. kubectl (>= 1.26) completes "kubectl fence ..." itself when an
+executable kubectl_complete-fence is on PATH (a link to kubectl-fence, or the
+script shipped beside it).`,
+		Example: `  source <(kubectl-fence completion bash)
+  kubectl-fence completion zsh > "${fpath[1]}/_kubectl-fence"
+  kubectl-fence completion fish > ~/.config/fish/completions/kubectl-fence.fish
+  ln -s "$(command -v kubectl-fence)" "$(dirname "$(command -v kubectl-fence)")/kubectl_complete-fence"`,
+		ValidArgs: shells,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return errors.New("completion: want bash, zsh, fish or powershell")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root := cmd.Root()
+			switch args[0] {
+			case "bash":
+				return root.GenBashCompletionV2(f.Out, true)
+			case "zsh":
+				return root.GenZshCompletion(f.Out)
+			case "fish":
+				return root.GenFishCompletion(f.Out, true)
+			case "powershell":
+				return root.GenPowerShellCompletionWithDesc(f.Out)
+			}
+			return fmt.Errorf("completion: unknown shell %q (bash, zsh, fish or powershell)", args[0])
+		},
 	}
-	switch args[0] {
-	case "bash":
-		fmt.Print(bashCompletion)
-	case "zsh":
-		fmt.Print(zshCompletion)
-	default:
-		return fmt.Errorf("completion: unknown shell %q (bash or zsh)", args[0])
-	}
-	return nil
 }

@@ -21,6 +21,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // Arguments are refused before any API access (the kubeconfig here does not
@@ -41,7 +46,7 @@ func TestTerminateArguments(t *testing.T) {
 		// (missing) kubeconfig is the first thing that fails.
 		{[]string{"terminate", "pod/db-0", "--reason=x", "-n", "ns", "--kubeconfig=/nonexistent/kubeconfig"}, "nonexistent"},
 	} {
-		err := dispatch(tc.args)
+		err := newTestPlugin(t, nil, nil, "").execute(tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%q: error %v, want %q", tc.args, err, tc.wantErr)
 		}
@@ -56,7 +61,7 @@ func TestTerminateArguments(t *testing.T) {
 func TestTerminateGracePeriod(t *testing.T) {
 	for _, tc := range []struct {
 		args        []string
-		wantGrace   int64
+		wantGrace   int64 // -1: none sent, the pod's own
 		wantForce   bool
 		wantWarning string
 	}{
@@ -71,19 +76,32 @@ func TestTerminateGracePeriod(t *testing.T) {
 		{args: []string{"--force=false", "--grace-period=0"}, wantGrace: 1},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			o, err := parseTerminate(append([]string{"pod/db-0", "--reason=x"}, tc.args...))
-			if err != nil {
+			kube := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "shop", UID: "u1"}})
+			p := newTestPlugin(t, kube, nil, "")
+			if err := p.execute(append([]string{"terminate", "pod/db-0", "--reason=x", "-n", "shop"}, tc.args...)...); err != nil {
 				t.Fatal(err)
 			}
-			if o.grace != tc.wantGrace || o.force != tc.wantForce {
-				t.Errorf("grace period %d, force %v; want %d, %v", o.grace, o.force, tc.wantGrace, tc.wantForce)
+			grace := int64(-2)
+			for _, a := range kube.Actions() {
+				if d, ok := a.(k8stesting.DeleteAction); ok {
+					grace = -1
+					if g := d.GetDeleteOptions().GracePeriodSeconds; g != nil {
+						grace = *g
+					}
+				}
 			}
-			if (tc.wantWarning == "") != (o.warning == "") || !strings.Contains(o.warning, tc.wantWarning) {
-				t.Errorf("warning %q, want %q", o.warning, tc.wantWarning)
+			if grace != tc.wantGrace {
+				t.Errorf("grace period %d sent, want %d", grace, tc.wantGrace)
 			}
-			done := o.done()
-			if forced := strings.Contains(done, "force deleted"); forced != tc.wantForce {
-				t.Errorf("output %q says force deleted: %v, want %v", done, forced, tc.wantForce)
+			warning := p.errOut.String()
+			if (tc.wantWarning == "") != (warning == "") || !strings.Contains(warning, tc.wantWarning) {
+				t.Errorf("warning %q, want %q", warning, tc.wantWarning)
+			}
+			if forced := strings.Contains(p.out.String(), "pod/db-0 force deleted (reason: x)"); forced != tc.wantForce {
+				t.Errorf("output %q says force deleted: %v, want %v", p.out.String(), forced, tc.wantForce)
+			}
+			if !tc.wantForce && !strings.Contains(p.out.String(), "pod/db-0 terminated (reason: x)") {
+				t.Errorf("output %q", p.out.String())
 			}
 		})
 	}
@@ -146,8 +164,9 @@ spec:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var out strings.Builder
-			err := runCheckManifests(tc.args, strings.NewReader(tc.input), &out)
+			p := newTestPlugin(t, nil, nil, tc.input)
+			err := p.execute(append([]string{"check-manifests"}, tc.args...)...)
+			out := p.out
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("error %v", err)
@@ -161,16 +180,17 @@ spec:
 	}
 }
 
-// Every documented verb is dispatched (check-manifests was documented and
+// Every documented verb is a command (check-manifests was documented and
 // tested but not in the table, so `kubectl fence check-manifests` said
 // "unknown command").
-func TestDispatchKnowsEveryVerb(t *testing.T) {
-	for _, verb := range []string{"check-manifests", "status", "timeline", "terminate", "version"} {
-		if _, ok := commands[verb]; !ok {
-			t.Errorf("kubectl fence %s is not a command", verb)
+func TestRootKnowsEveryVerb(t *testing.T) {
+	root := newRootCommand(newTestPlugin(t, nil, nil, "").f)
+	for _, verb := range []string{"check-manifests", "completion", "fence", "pause", "release", "resume", "status", "terminate", "timeline", "version"} {
+		if c, _, err := root.Find([]string{verb}); err != nil || c == root {
+			t.Errorf("kubectl fence %s is not a command: %v", verb, err)
 		}
 	}
-	err := dispatch([]string{"check-manifests", "-f", "/nonexistent/manifests.yaml"})
+	err := newTestPlugin(t, nil, nil, "").execute("check-manifests", "-f", "/nonexistent/manifests.yaml")
 	if err == nil || strings.Contains(err.Error(), "unknown command") {
 		t.Errorf("check-manifests: %v, want it to run and fail on the missing file", err)
 	}

@@ -36,26 +36,30 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/fenceview"
 )
 
-// The flags of status and timeline: the output formats, the NODE.
-func TestParseView(t *testing.T) {
+// The flags of status and timeline: the output formats, the NODE, the
+// storm guard's namespace.
+func TestViewArguments(t *testing.T) {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fenceview.StormGuardLease, Namespace: "csi-fence-system",
+		Annotations: map[string]string{contract.Prefix + "/paused": "elsewhere"}}}
 	tests := []struct {
-		verb     string
-		args     []string
-		wantNode bool
-		want     viewOptions
-		wantErr  string
+		args    []string
+		wantOut string
+		wantErr string
 	}{
-		{"status", nil, false, viewOptions{output: "table", stormGuard: "kube-system"}, ""},
-		{"status", []string{"-o", "json", "--storm-guard-namespace=csi-fence-system"}, false, viewOptions{output: "json", stormGuard: "csi-fence-system"}, ""},
-		{"status", []string{"-o", "wide"}, false, viewOptions{}, `unknown output format "wide"`},
-		{"status", []string{"node-a"}, false, viewOptions{}, "unexpected arguments"},
-		{"timeline", []string{"node-a", "-o", "yaml"}, true, viewOptions{output: "yaml", node: "node-a"}, ""},
-		{"timeline", []string{"--output=json", "node-a"}, true, viewOptions{output: "json", node: "node-a"}, ""},
-		{"timeline", nil, true, viewOptions{}, "want exactly one NODE"},
+		{[]string{"status"}, "Storm guard (Lease kube-system/", ""},
+		{[]string{"status", "-o", "json", "--storm-guard-namespace=csi-fence-system"}, `"paused": "elsewhere"`, ""},
+		{[]string{"status", "-o", "wide"}, "", `unknown output format "wide"`},
+		{[]string{"status", "node-a"}, "", "unexpected arguments"},
+		{[]string{"status", "-n", "x"}, "", "unknown shorthand flag: 'n'"},
+		{[]string{"timeline", "node-a", "-o", "yaml"}, "node: node-a", ""},
+		{[]string{"timeline", "--output=json", "node-a"}, `"node": "node-a"`, ""},
+		{[]string{"timeline"}, "", "want exactly one NODE"},
+		{[]string{"timeline", "node-a", "--storm-guard-namespace=x"}, "", "unknown flag: --storm-guard-namespace"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.verb+" "+strings.Join(tc.args, " "), func(t *testing.T) {
-			o, err := parseView(tc.verb, tc.args, tc.wantNode)
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			p := newTestPlugin(t, fake.NewClientset(lease, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}), nil, "")
+			err := p.execute(tc.args...)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
@@ -65,8 +69,8 @@ func TestParseView(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.output != tc.want.output || o.stormGuard != tc.want.stormGuard || o.node != tc.want.node {
-				t.Errorf("parsed output %q, storm guard %q, node %q; want %q, %q, %q", o.output, o.stormGuard, o.node, tc.want.output, tc.want.stormGuard, tc.want.node)
+			if !strings.Contains(p.out.String(), tc.wantOut) {
+				t.Errorf("output:\n%s\nwant %q", p.out.String(), tc.wantOut)
 			}
 		})
 	}
@@ -94,20 +98,16 @@ func TestViewOutputs(t *testing.T) {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, fr)
-	now := t0.Add(time.Minute)
 	run := func(verb, format string) string {
-		var out strings.Builder
-		o := &viewOptions{output: format, stormGuard: "kube-system", node: "node-a", timeout: time.Minute}
-		var err error
-		if verb == "status" {
-			err = runStatus(o, kube, dyn, &out, now)
-		} else {
-			err = runTimeline(o, kube, dyn, &out)
+		p := newTestPlugin(t, kube, dyn, "")
+		args := []string{verb, "-o", format}
+		if verb == "timeline" {
+			args = append(args, "node-a")
 		}
-		if err != nil {
+		if err := p.execute(args...); err != nil {
 			t.Fatalf("%s -o %s: %v", verb, format, err)
 		}
-		return out.String()
+		return p.out.String()
 	}
 	for _, format := range []string{"table", "json", "yaml"} {
 		if a, b := run("status", format), run("status", format); a != b {

@@ -75,7 +75,8 @@ func nodeStatus(st *fenceview.Status, node string) *fenceview.NodeStatus {
 // a delete) and the product lifts the quarantine once the node is clean,
 // the request staying Complete as the record; pause and resume set and
 // remove the storm guard's switch. The CRD's rules on spec.released are
-// enforced by the apiserver.
+// enforced by the apiserver. The dry runs of the write verbs store nothing,
+// and --as reaches the apiserver.
 func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 	ctx := context.Background()
 	binDir := t.TempDir()
@@ -92,6 +93,24 @@ func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	frs := fencingv1alpha1.NewClient(cluster.Dynamic)
+
+	// Dry runs create nothing: client sends no write, server sends it with
+	// DryRun: All (the apiserver checks it against the CRD and stores
+	// nothing); -o prints the object that would be created.
+	for _, mode := range []string{"client", "server"} {
+		out := kubectlFence(t, bin, false, "fence", node, "--reason=e2e dry run", "--dry-run="+mode, "-o", "yaml")
+		if !strings.Contains(out, "kind: FencingRequest") || !strings.Contains(out, "reason: e2e dry run") {
+			t.Errorf("fence --dry-run=%s -o yaml printed %q", mode, out)
+		}
+		if _, err := frs.Get(ctx, node); !apierrors.IsNotFound(err) {
+			t.Fatalf("after fence --dry-run=%s: %v, want no FencingRequest", mode, err)
+		}
+	}
+	// --as reaches the apiserver: the break-glass verb is refused to a
+	// user without the role.
+	if msg := kubectlFence(t, bin, true, "fence", node, "--as=e2e-nobody", "--dry-run=server"); !strings.Contains(msg, "forbidden") || !strings.Contains(msg, "e2e-nobody") {
+		t.Errorf("fence --as=e2e-nobody said %q", msg)
+	}
 
 	// fence NODE: the admin's request, as the CRD accepts it.
 	out := kubectlFence(t, bin, false, "fence", node, "--reason=e2e disk controller")
@@ -178,6 +197,14 @@ func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 	}
 	if table := kubectlFence(t, bin, false, "timeline", node); !strings.Contains(table, node) {
 		t.Errorf("timeline table does not name the node:\n%s", table)
+	}
+
+	// A dry run of release changes nothing.
+	if out := kubectlFence(t, bin, false, "release", node, "--dry-run=server"); !strings.Contains(out, "released (server dry run)") {
+		t.Errorf("release --dry-run=server printed %q", out)
+	}
+	if fr, err := frs.Get(ctx, node); err != nil || fr.Spec.Released {
+		t.Fatalf("after release --dry-run=server: %v, released %v", err, fr != nil && fr.Spec.Released)
 	}
 
 	// release NODE: through the spec, never a delete (a delete would have
@@ -275,6 +302,16 @@ func TestKubectlFenceOnRealAPIServer(t *testing.T) {
 
 	// pause and resume: the storm guard's switch on its Lease.
 	const ns = "kube-system"
+	if out := kubectlFence(t, bin, false, "pause", "--reason=e2e dry run", "--dry-run=server"); !strings.Contains(out, "fencing paused (server dry run)") {
+		t.Errorf("pause --dry-run=server printed %q", out)
+	}
+	if lease, err := cluster.Client.CoordinationV1().Leases(ns).Get(ctx, fenceview.StormGuardLease, metav1.GetOptions{}); err == nil {
+		if v, paused := lease.Annotations[fenceview.PausedAnnotation]; paused {
+			t.Fatalf("after pause --dry-run=server: paused %q", v)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	out = kubectlFence(t, bin, false, "pause", "--reason=e2e maintenance")
 	resumed := false
 	t.Cleanup(func() {
