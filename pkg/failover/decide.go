@@ -18,7 +18,6 @@ package failover
 
 import (
 	"fmt"
-	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -27,47 +26,22 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodestate"
-	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
 
-// IsControlPlane reports control-plane nodes, which are never fenced
-// automatically.
-func IsControlPlane(n *v1.Node) bool {
-	_, ok := n.Labels["node-role.kubernetes.io/control-plane"]
-	return ok
-}
+// The failover's decisions of a node and of its pods live in
+// pkg/protection, where `kubectl fence explain` calls them too; these name
+// them where this package's callers look.
 
-// Maintenance says why a node must not be fenced automatically ("" if it
-// may be): someone is working on it, with a maintenance condition set
-// (contract.MaintenanceConditions) or cordoned (spec.unschedulable, as a
-// drain starts). An admin's FencingRequest still fences it.
-func Maintenance(n *v1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Status == v1.ConditionTrue && slices.Contains(contract.MaintenanceConditions, string(c.Type)) {
-			return fmt.Sprintf("the node has condition %s=True", c.Type)
-		}
-	}
-	if n.Spec.Unschedulable {
-		return "the node is cordoned (being drained or under maintenance)"
-	}
-	return ""
-}
+// IsControlPlane is protection.IsControlPlane.
+func IsControlPlane(n *v1.Node) bool { return protection.IsControlPlane(n) }
 
-// StormGuard says whether one more node may be fenced: at most max nodes
-// (0: no absolute limit) and at most percent of all nodes may be quarantined
-// at once (invariant S5). already is true when this node is quarantined
-// already: continuing its fencing never counts against the limit.
+// Maintenance is protection.Maintenance.
+func Maintenance(n *v1.Node) string { return protection.Maintenance(n) }
+
+// StormGuard is protection.StormGuard.
 func StormGuard(quarantined, total, max, percent int, already bool) (bool, string) {
-	if already {
-		return true, ""
-	}
-	if max > 0 && quarantined >= max {
-		return false, fmt.Sprintf("%d nodes are fenced already (limit %d)", quarantined, max)
-	}
-	if percent > 0 && total > 0 && (quarantined+1)*100 > total*percent {
-		return false, fmt.Sprintf("fencing one more node would fence %d of %d nodes (limit %d%%)", quarantined+1, total, percent)
-	}
-	return true, ""
+	return protection.StormGuard(quarantined, total, max, percent, already)
 }
 
 // AdmissionStale decides whether a node's storm-guard admission holds a
@@ -145,47 +119,7 @@ func Release(fr *fencingv1alpha1.FencingRequest, quarantined bool, vas []*storag
 	return true, ""
 }
 
-// UnattachedStorage says why the pods on a node use storage that no fence
-// of a VolumeAttachment covers ("" if none): a network volume that reaches
-// the node without an attachment, which neither the driver's fence (of
-// attachments) nor the attach/detach controller's detach (that the
-// out-of-service taint triggers) can cut. Such storage is fenced only with
-// the whole node (a confirmed power-off); until then, the node is not
-// fenced as a whole (S9), whatever its attachments.
-//
-// Node-local volumes (pkg/podgc.NodeLocal, and local or hostPath
-// PersistentVolumes) are no other node's business. Every other volume must
-// be a CSI PersistentVolume whose fence covers it (covered: attached to the
-// node through a VolumeAttachment, or recorded fenced there). An inline volume (NFS, iSCSI, RBD, CephFS, an inline CSI
-// volume), a PersistentVolume of another kind, one of a CSI driver without
-// attachments (attachRequired false: NFS-CSI, SMB, CephFS...) and a claim
-// that cannot be resolved are not. Pods that have finished are skipped:
-// their containers no longer run.
+// UnattachedStorage is protection.UnattachedStorage.
 func UnattachedStorage(pods []*v1.Pod, pvOf func(namespace, claim string) (*v1.PersistentVolume, error), covered func(pv string) bool) string {
-	for _, p := range pods {
-		if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
-			continue
-		}
-		for _, vol := range p.Spec.Volumes {
-			if podgc.NodeLocal(vol) {
-				continue
-			}
-			claim, ok := podgc.ClaimName(p, vol)
-			if !ok {
-				return fmt.Sprintf("pod %s/%s has inline volume %s, which no attachment fence covers", p.Namespace, p.Name, vol.Name)
-			}
-			pv, err := pvOf(p.Namespace, claim)
-			if err != nil {
-				return fmt.Sprintf("pod %s/%s: volume %s: %v", p.Namespace, p.Name, vol.Name, err)
-			}
-			switch {
-			case pv.Spec.Local != nil || pv.Spec.HostPath != nil:
-			case pv.Spec.CSI == nil:
-				return fmt.Sprintf("pod %s/%s uses PersistentVolume %s, which is not a CSI volume: no attachment fence covers it", p.Namespace, p.Name, pv.Name)
-			case !covered(pv.Name):
-				return fmt.Sprintf("pod %s/%s uses PersistentVolume %s of driver %s with no VolumeAttachment on the node: no attachment fence covers it", p.Namespace, p.Name, pv.Name, pv.Spec.CSI.Driver)
-			}
-		}
-	}
-	return ""
+	return protection.UnattachedStorage(pods, pvOf, covered)
 }

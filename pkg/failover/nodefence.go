@@ -28,6 +28,8 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
 
 // Node-level fencing: when fencing the storage of a dead node cannot free
@@ -48,13 +50,6 @@ func (c *Controller) backendEnabled(backend string) bool {
 	return slices.Contains(c.opts.Backends, backend)
 }
 
-// powerFirst reports whether the admin ordered the power fence before the
-// storage fence: then a node with a power switch is powered off at once.
-func (c *Controller) powerFirst() bool {
-	p, s := slices.Index(c.opts.Backends, fencingv1alpha1.BackendPower), slices.Index(c.opts.Backends, fencingv1alpha1.BackendStorage)
-	return p >= 0 && (s < 0 || p < s)
-}
-
 // storageFences reports whether driver's volumes are fenced by storage
 // fencing: the backend is on and the driver can fence, with the fence
 // field or with an unpublish its owner declared revokes access (this
@@ -73,20 +68,20 @@ func (c *Controller) storageFences(driver string) bool {
 }
 
 // needsNodeFence reports whether storage fencing alone cannot free the
-// candidates: one of their volumes is of a driver that does not fence, or
-// its fence failed. A candidate whose volumes are all fenced needs nothing.
+// candidates: the power fence comes first, or one of their volumes is of a
+// driver that does not fence (protection.NeedsNodeFence), or its fence
+// failed. A candidate whose volumes are all fenced needs nothing.
 func (c *Controller) needsNodeFence(fr *fencingv1alpha1.FencingRequest, candidates []candidate) (bool, string) {
-	if c.powerFirst() && len(candidates) > 0 {
-		return true, "the power fence comes first (--fencing-backends)"
-	}
+	var vols []podgc.Volume
 	for _, cand := range candidates {
-		for _, v := range cand.vols {
-			if !c.storageFences(v.Driver) {
-				return true, fmt.Sprintf("driver %s of volume %s does not fence storage", v.Driver, v.PVName)
-			}
-			if e := fencerecord.Find(fr, v.Driver, v.VolumeHandle); e != nil && e.FencedTime == nil && e.CleanedTime == nil && e.FenceError != "" {
-				return true, fmt.Sprintf("driver %s failed to fence volume %s: %s", v.Driver, v.PVName, e.FenceError)
-			}
+		vols = append(vols, cand.vols...)
+	}
+	if need, why := protection.NeedsNodeFence(c.opts.Backends, vols, c.storageFences); need {
+		return true, why
+	}
+	for _, v := range vols {
+		if e := fencerecord.Find(fr, v.Driver, v.VolumeHandle); e != nil && e.FencedTime == nil && e.CleanedTime == nil && e.FenceError != "" {
+			return true, fmt.Sprintf("driver %s failed to fence volume %s: %s", v.Driver, v.PVName, e.FenceError)
 		}
 	}
 	return false, ""
@@ -108,11 +103,11 @@ func (c *Controller) fenceNodeLevel(ctx context.Context, node *v1.Node, fr *fenc
 	// The node-level backends in the admin's order; one that fails lets
 	// the next one try.
 	var errs error
-	for _, name := range c.opts.Backends {
+	for _, name := range protection.NodeBackends(c.opts.Backends, func(name string) bool {
 		b := c.nodeBackend(name)
-		if b == nil || !b.configured(node) {
-			continue
-		}
+		return b != nil && b.configured(node)
+	}) {
+		b := c.nodeBackend(name)
 		var done bool
 		var err error
 		fr, done, err = b.fence(ctx, node, fr, why)

@@ -28,6 +28,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/nodestate"
+	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
 
 // outOfServiceBackend adds KEP-2268's out-of-service taint to a node every
@@ -79,25 +80,14 @@ func (c *Controller) fencesOnOutOfService(driver string) bool {
 // taint would let the pod GCs delete its pod, and no detach would cut it.
 func (c *Controller) outOfServiceFences(node string) bool {
 	vas, err := c.vasOn(node)
-	if err != nil || c.unattachedStorage(node, vas, nil) != "" {
+	if err != nil {
 		return false
 	}
-	some := false
-	for _, va := range vas {
-		if va.Spec.Source.PersistentVolumeName == nil {
-			return false
-		}
-		d, _ := c.pvHandle(*va.Spec.Source.PersistentVolumeName)
-		switch {
-		case d == "":
-			return false
-		case c.fencesOnOutOfService(d):
-			some = true
-		case !c.storageFences(d):
-			return false
-		}
+	driverOf := func(pv string) string {
+		d, _ := c.pvHandle(pv)
+		return d
 	}
-	return some
+	return protection.OutOfServiceFences(vas, driverOf, c.fencesOnOutOfService, c.storageFences, c.unattachedStorage(node, vas, nil))
 }
 
 // addOutOfServiceTaint adds KEP-2268's out-of-service taint to a node

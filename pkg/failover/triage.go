@@ -25,9 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
 
 // triage sorts the pods of a node that may fail over.
@@ -55,35 +55,28 @@ type podNote struct {
 	why string
 }
 
-// sort triages the pods of node from the caches; it has no effect (sayTriage
+// sort triages the pods of node from the caches (protection.Triage, the
+// decision `kubectl fence explain` calls too); it has no effect (sayTriage
 // says what it found).
 func (c *Controller) sort(node *v1.Node, pods []*v1.Pod) triage {
 	t := triage{staying: map[string]bool{}}
+	facts, wholeNode := c.facts(), c.fencesWhole(node)
 	for _, p := range pods {
-		vols, err := podgc.Volumes(p, c.resolve(p.Namespace))
 		if p.DeletionTimestamp == nil {
+			vols, _ := podgc.Volumes(p, protection.Resolve(c.pvOf, p.Namespace))
 			for _, v := range vols {
 				t.staying[v.Driver+"^"+v.VolumeHandle] = true
 			}
 			continue
 		}
-		if err != nil {
-			t.blocked = append(t.blocked, podNote{p, err.Error()})
-			continue
+		switch v := protection.Triage(p, facts, wholeNode); v.Class {
+		case protection.Blocked:
+			t.blocked = append(t.blocked, podNote{p, v.Why})
+		case protection.OptedOut:
+			t.optedOut = append(t.optedOut, podNote{p, v.Why})
+		default:
+			t.candidates = append(t.candidates, candidate{pod: p, vols: v.Vols})
 		}
-		if ok, why := podgc.SafeDetach(p, vols, c.failsOver(node), func(podgc.Volume) bool { return true }); !ok {
-			t.blocked = append(t.blocked, podNote{p, why})
-			continue
-		}
-		var nsLabels map[string]string
-		if ns, err := c.ns.Get(p.Namespace); err == nil {
-			nsLabels = ns.Labels
-		}
-		if ok, why := podgc.FailoverAllowed(p, nsLabels, c.opts.FailoverOptIn); !ok {
-			t.optedOut = append(t.optedOut, podNote{p, why})
-			continue
-		}
-		t.candidates = append(t.candidates, candidate{pod: p, vols: vols})
 	}
 	return t
 }
@@ -103,38 +96,36 @@ func (c *Controller) sayTriage(ctx context.Context, node *v1.Node, t triage) {
 	}
 }
 
-// failsOver returns whether a driver's volumes on node may fail over: its
-// CSIDriver is annotated SafeDetach, and either it fences storage (this
-// driver by its own capabilities, another one by its registration), or it
-// fences on the out-of-service taint, or the node has a power switch (or a
-// Cluster API Machine) to fence it as a whole.
-func (c *Controller) failsOver(node *v1.Node) func(driver string) bool {
-	power := c.powerConfigured(node.Name) || c.machineConfigured(node)
-	return func(driver string) bool {
-		d, err := c.drivers.Get(driver)
-		if err != nil || d.Annotations[contract.SafeDetachAnnotation] != contract.SafeDetachTrue {
-			return false
-		}
-		return power || c.storageFences(driver) || c.fencesOnOutOfService(driver)
+// facts are what the triage reads, from the caches.
+func (c *Controller) facts() protection.Facts {
+	return protection.Facts{
+		PV:                   c.pvOf,
+		Driver:               c.drivers.Get,
+		StorageFences:        c.storageFences,
+		FencesOnOutOfService: c.fencesOnOutOfService,
+		NamespaceLabels: func(namespace string) map[string]string {
+			if ns, err := c.ns.Get(namespace); err == nil {
+				return ns.Labels
+			}
+			return nil
+		},
+		OptIn: c.opts.FailoverOptIn,
 	}
 }
 
-func (c *Controller) resolve(namespace string) func(string) (*podgc.Volume, error) {
-	return func(claim string) (*podgc.Volume, error) {
-		pv, err := c.pvOf(namespace, claim)
-		if err != nil {
-			return nil, err
-		}
-		if pv.Spec.CSI == nil {
-			return nil, fmt.Errorf("volume %s is not a CSI volume", pv.Name)
-		}
-		rwx := false
-		for _, m := range pv.Spec.AccessModes {
-			if m == v1.ReadWriteMany {
-				rwx = true
-			}
-		}
-		return &podgc.Volume{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle, PVName: pv.Name, RWX: rwx}, nil
+// fencesWhole reports whether the node has a power switch (or a Cluster API
+// Machine) to fence it as a whole.
+func (c *Controller) fencesWhole(node *v1.Node) bool {
+	return c.powerConfigured(node.Name) || c.machineConfigured(node)
+}
+
+// failsOver returns whether a driver's volumes on node may fail over
+// (protection.FailsOver).
+func (c *Controller) failsOver(node *v1.Node) func(driver string) bool {
+	facts, wholeNode := c.facts(), c.fencesWhole(node)
+	return func(driver string) bool {
+		ok, _, _ := protection.FailsOver(facts, wholeNode, driver)
+		return ok
 	}
 }
 
@@ -145,7 +136,7 @@ func (c *Controller) pvOf(namespace, claim string) (*v1.PersistentVolume, error)
 		return nil, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
 	}
 	if pvc.Spec.VolumeName == "" {
-		return nil, fmt.Errorf("claim %s/%s is not bound", namespace, claim)
+		return nil, fmt.Errorf("claim %s/%s %w", namespace, claim, protection.ErrUnbound)
 	}
 	pv, err := c.pvs.Get(pvc.Spec.VolumeName)
 	if err != nil {

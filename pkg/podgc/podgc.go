@@ -36,6 +36,7 @@ package podgc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -123,6 +124,10 @@ func WantsClaim(pods []v1.Pod, node, namespace, claim string) *v1.Pod {
 	return nil
 }
 
+// ErrInlineVolume is why Volumes refuses a pod with a volume that is neither
+// node-local nor a claim.
+var ErrInlineVolume = errors.New("it cannot be fenced")
+
 // Volumes resolves the pod's volumes that are not node-local. claim maps a
 // claim name (a PVC, or the generated claim of an ephemeral volume) to its
 // CSI volume, or fails. A volume that is neither node-local nor a claim
@@ -136,7 +141,7 @@ func Volumes(pod *v1.Pod, claim func(name string) (*Volume, error)) ([]Volume, e
 		}
 		name, ok := ClaimName(pod, vol)
 		if !ok {
-			return nil, fmt.Errorf("volume %s is an inline network volume: it cannot be fenced", vol.Name)
+			return nil, fmt.Errorf("volume %s is an inline network volume: %w", vol.Name, ErrInlineVolume)
 		}
 		v, err := claim(name)
 		if err != nil {
@@ -151,25 +156,53 @@ func Volumes(pod *v1.Pod, claim func(name string) (*Volume, error)) ([]Volume, e
 // path once fenced reports each of its volumes fenced on the node: it is
 // Terminating, has at least one volume, every volume's driver is SafeDetach
 // and none is ReadWriteMany (another node may legitimately use it). A pod
-// with only node-local volumes is no business of a storage fence.
+// with only node-local volumes is no business of a storage fence. It is
+// CheckSafeDetach's answer as a sentence.
 func SafeDetach(pod *v1.Pod, vols []Volume, safeDetach func(driver string) bool, fenced func(Volume) bool) (bool, string) {
+	if r := CheckSafeDetach(pod, vols, safeDetach, fenced); r != nil {
+		return false, r.Message
+	}
+	return true, ""
+}
+
+// Rules of the SafeDetach path a pod can fail (Refusal.Rule).
+const (
+	RuleNotTerminating = "not-terminating"
+	RuleNoVolume       = "no-volume"
+	RuleRWX            = "rwx"
+	RuleNotSafeDetach  = "not-safe-detach"
+	RuleNotFenced      = "not-fenced"
+)
+
+// Refusal is why CheckSafeDetach refuses a pod: the rule it fails, the
+// volume that fails it (none for the pod's own rules) and the sentence the
+// Events and logs say.
+type Refusal struct {
+	Rule    string
+	Volume  Volume
+	Message string
+}
+
+// CheckSafeDetach is SafeDetach's decision, nil when the pod passes, else
+// the first rule it fails, in SafeDetach's order.
+func CheckSafeDetach(pod *v1.Pod, vols []Volume, safeDetach func(driver string) bool, fenced func(Volume) bool) *Refusal {
 	if pod.DeletionTimestamp == nil {
-		return false, "the pod is not Terminating"
+		return &Refusal{Rule: RuleNotTerminating, Message: "the pod is not Terminating"}
 	}
 	if len(vols) == 0 {
-		return false, "the pod has no volume to fence"
+		return &Refusal{Rule: RuleNoVolume, Message: "the pod has no volume to fence"}
 	}
 	for _, v := range vols {
 		switch {
 		case v.RWX:
-			return false, fmt.Sprintf("volume %s is ReadWriteMany", v.PVName)
+			return &Refusal{Rule: RuleRWX, Volume: v, Message: fmt.Sprintf("volume %s is ReadWriteMany", v.PVName)}
 		case !safeDetach(v.Driver):
-			return false, fmt.Sprintf("driver %s of volume %s is not SafeDetach", v.Driver, v.PVName)
+			return &Refusal{Rule: RuleNotSafeDetach, Volume: v, Message: fmt.Sprintf("driver %s of volume %s is not SafeDetach", v.Driver, v.PVName)}
 		case !fenced(v):
-			return false, fmt.Sprintf("volume %s is not fenced on the node yet", v.PVName)
+			return &Refusal{Rule: RuleNotFenced, Volume: v, Message: fmt.Sprintf("volume %s is not fenced on the node yet", v.PVName)}
 		}
 	}
-	return true, ""
+	return nil
 }
 
 // FailoverAllowed decides the per-workload policy of the SafeDetach path:
