@@ -46,6 +46,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/nodehealth"
 	"github.com/csi-fence/fence-attacher/pkg/nodestate"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
 
 // Options configure the controller.
@@ -427,6 +428,9 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	// A periodic pass catches what no event announces (time passing).
 	go wait.UntilWithContext(ctx, c.resync, c.opts.Resync)
+	// As often, the pods that would not fail over are counted: time
+	// passing changes that too (a registration going stale).
+	go wait.UntilWithContext(ctx, c.updateProtection, c.opts.Resync)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	running.Wait()
@@ -445,7 +449,8 @@ func (c *Controller) registerDriver(ctx context.Context) {
 	}
 	mode := c.declaration.Cached(ctx, d, c.opts.CanFence)
 	if err := c.registry.register(ctx, registration{driver: c.opts.DriverName, identity: c.opts.Election.Identity, canFence: mode.Fences(), mode: mode,
-		limits: guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent}}); err != nil {
+		limits: guardLimits{maxNodes: c.opts.MaxFencedNodes, maxPercent: c.opts.MaxFencedNodePercent},
+		config: protection.ConfigAnnotations(c.opts.NonGracefulFailover, c.opts.FailoverOptIn, c.opts.Backends, c.opts.Timeout)}); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot register the driver's capabilities: another driver's sidecar owning node fencing will not fail over pods with volumes of this driver",
 			"lease", contract.RegistrationLeaseName(c.opts.DriverName), "namespace", c.opts.StormGuardNamespace)
 	}

@@ -24,6 +24,7 @@ import (
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
+	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
 
 var (
@@ -68,6 +69,13 @@ var (
 		Name: "csi_fence_storm_guard_deferrals_total", StabilityLevel: metrics.ALPHA,
 		Help: "Number of times a node's fencing was deferred by the storm guard (limit reached, fencing paused, or its admission Lease not updated).",
 	})
+	// unprotectedPods counts the pods that would not fail over if their
+	// node died now, by reason (pkg/protection: the failover's own
+	// decision, as `kubectl fence explain` says it).
+	unprotectedPods = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Name: "csi_fence_unprotected_pods", StabilityLevel: metrics.ALPHA,
+		Help: "Number of running pods that would not fail over automatically if their node died now, by reason (kubectl fence explain says which and how to fix them). Set by the owner of node-level fencing at each resync.",
+	}, []string{"reason"})
 	registerOnce sync.Once
 )
 
@@ -78,7 +86,10 @@ var (
 func RegisterMetrics() {
 	podgc.RegisterMetrics()
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors, backendAttempts, backendFailures, backendDuration, stormGuardDeferrals)
+		legacyregistry.MustRegister(fencedNodes, failoverDuration, fencingDuration, fenceErrors, backendAttempts, backendFailures, backendDuration, stormGuardDeferrals, unprotectedPods)
+		for _, r := range protection.Reasons {
+			unprotectedPods.WithLabelValues(string(r))
+		}
 		for _, b := range fencingv1alpha1.Backends {
 			backendAttempts.WithLabelValues(b)
 			backendFailures.WithLabelValues(b)

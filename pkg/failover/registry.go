@@ -35,6 +35,7 @@ import (
 
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencemode"
+	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
 
 // The driver registry tells the owner of node-level state what each driver
@@ -44,21 +45,11 @@ import (
 // registered UNPUBLISH_FENCE: a driver with no sidecar of this project, or
 // one that cannot fence, never has its volumes' pods force-deleted.
 const (
-	// registrationLabel carries the driver's name; its presence selects the
-	// registrations among the namespace's Leases.
-	registrationLabel = contract.Prefix + "/driver"
-	// canFenceAnnotation is "true" when the storage backend fences the
-	// driver's attachments: it advertises UNPUBLISH_FENCE, or its
-	// CSIDriver declares that its unpublish revokes access.
-	canFenceAnnotation = contract.Prefix + "/unpublish-fence"
-	// fenceModeAnnotation says how (fencemode.Mode), for people: the
-	// owner reads canFenceAnnotation alone, which a registration by an
-	// older version also carries.
-	fenceModeAnnotation = contract.Prefix + "/fence-mode"
-	// maxFencedNodesAnnotation and maxFencedPercentAnnotation are the
-	// driver's --max-fenced-nodes and --max-fenced-node-percent.
-	maxFencedNodesAnnotation   = contract.Prefix + "/max-fenced-nodes"
-	maxFencedPercentAnnotation = contract.Prefix + "/max-fenced-node-percent"
+	registrationLabel          = protection.RegistrationLabel
+	canFenceAnnotation         = protection.CanFenceAnnotation
+	fenceModeAnnotation        = protection.FenceModeAnnotation
+	maxFencedNodesAnnotation   = protection.MaxFencedNodesAnnotation
+	maxFencedPercentAnnotation = protection.MaxFencedPercentAnnotation
 )
 
 // A registration is renewed every registrationRenewal by the driver's
@@ -169,6 +160,9 @@ type registration struct {
 	// limits are its storm guard flags: the owner of node-level state
 	// admits nodes within the strictest of every driver's.
 	limits guardLimits
+	// config says the driver's failover configuration
+	// (protection.ConfigAnnotations), for `kubectl fence explain`.
+	config map[string]string
 }
 
 // annotations are the registration's annotations on its Lease.
@@ -181,6 +175,9 @@ func (g registration) annotations() map[string]string {
 	}
 	if g.mode != "" {
 		a[fenceModeAnnotation] = string(g.mode)
+	}
+	for k, v := range g.config {
+		a[k] = v
 	}
 	return a
 }
