@@ -118,6 +118,7 @@ a node or pauses all fencing (the break-glass verbs; --as impersonates).`,
 	root.AddCommand(newCheckManifestsCommand(f))
 	root.AddCommand(newStatusCommand(f))
 	root.AddCommand(newTimelineCommand(f))
+	root.AddCommand(newExplainCommand(f))
 	root.AddCommand(newFenceCommand(f))
 	root.AddCommand(newReleaseCommand(f))
 	root.AddCommand(newPauseCommand(f))
