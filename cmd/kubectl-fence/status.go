@@ -85,6 +85,7 @@ func (o *statusOptions) run(ctx context.Context, kube kubernetes.Interface, dyn 
 	if err != nil {
 		return err
 	}
+	st.AddProtection(ctx, kube, dyn, fenceview.ExplainOptions{StormGuardNamespace: o.stormGuard})
 	now := o.now()
 	return write(o.Out, o.output, st, func() string { return st.Table(now) })
 }

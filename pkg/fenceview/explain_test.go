@@ -329,3 +329,34 @@ func TestParseTarget(t *testing.T) {
 		}
 	}
 }
+
+// kubectl fence status sums up explain over the cluster.
+func TestStatusSaysProtection(t *testing.T) {
+	now := time.Now()
+	w := newWorld(now)
+	rwx := w.pod.DeepCopy()
+	rwx.Name = "db-1"
+	rwx.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "shared"
+	w.extra = append(w.extra,
+		rwx,
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: exNS}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-rwx"}},
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-rwx"}, Spec: corev1.PersistentVolumeSpec{
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: exDriver, VolumeHandle: "vol-rwx"}}}})
+	objs := append([]runtime.Object{w.node, w.pod, w.pvc, w.pv, w.driver, w.reg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: exNS}}}, w.extra...)
+	kube := fake.NewClientset(objs...)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		fencingv1alpha1.FenceAgentConfigResource: "FenceAgentConfigList", fencingv1alpha1.Resource: "FencingRequestList"})
+	st, err := GetStatus(context.Background(), kube, fencingv1alpha1.NewClient(dyn), guardNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.AddProtection(context.Background(), kube, dyn, ExplainOptions{StormGuardNamespace: guardNS})
+	if p := st.Protection; p == nil || p.Protected != 1 || p.Unprotected != 1 || p.ByReason["rwx"] != 1 || p.Error != "" {
+		t.Fatalf("protection %+v", st.Protection)
+	}
+	table := st.Table(now)
+	if want := "Protection: 1 pod(s) would fail over if their node died now, 1 would not (rwx: 1): kubectl fence explain -A"; !strings.Contains(table, want) {
+		t.Errorf("status table does not say %q:\n%s", want, table)
+	}
+}

@@ -33,6 +33,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -53,6 +54,32 @@ const (
 type Status struct {
 	StormGuard StormGuard   `json:"stormGuard"`
 	Nodes      []NodeStatus `json:"nodes"`
+	// Protection sums up `kubectl fence explain -A` (AddProtection); nil
+	// when not asked for.
+	Protection *Protection `json:"protection,omitempty"`
+}
+
+// Protection counts the running pods of the cluster that would fail over
+// if their node died now and those that would not, by reason.
+type Protection struct {
+	Protected   int            `json:"protected"`
+	Unprotected int            `json:"unprotected"`
+	ByReason    map[string]int `json:"byReason,omitempty"`
+	// Error says why it could not be told (the status is shown all the
+	// same).
+	Error string `json:"error,omitempty"`
+}
+
+// AddProtection sums up Explain over the whole cluster into the status.
+// A failure (a viewer without the RBAC to read claims, say) is said in
+// it, not returned: the rest of the status still stands.
+func (st *Status) AddProtection(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, opts ExplainOptions) {
+	x, err := Explain(ctx, kube, dyn, Target{}, opts)
+	if err != nil {
+		st.Protection = &Protection{Error: err.Error()}
+		return
+	}
+	st.Protection = &Protection{Protected: x.Protected, Unprotected: x.Unprotected, ByReason: x.ByReason}
 }
 
 // StormGuard is the storm guard's Lease: the nodes admitted to fencing and
@@ -278,6 +305,23 @@ func (st *Status) Table(now time.Time) string {
 		b.WriteString("; not paused")
 	}
 	b.WriteString("\n")
+	if p := st.Protection; p != nil {
+		b.WriteString("Protection: ")
+		if p.Error != "" {
+			fmt.Fprintf(&b, "cannot tell (%s)\n", p.Error)
+			return b.String()
+		}
+		fmt.Fprintf(&b, "%d pod(s) would fail over if their node died now, %d would not", p.Protected, p.Unprotected)
+		if p.Unprotected > 0 {
+			reasons := make([]string, 0, len(p.ByReason))
+			for r, n := range p.ByReason {
+				reasons = append(reasons, fmt.Sprintf("%s: %d", r, n))
+			}
+			sort.Strings(reasons)
+			fmt.Fprintf(&b, " (%s): kubectl fence explain -A says which and the fix", strings.Join(reasons, ", "))
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }
 
