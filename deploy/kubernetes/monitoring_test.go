@@ -270,7 +270,7 @@ func TestMonitoringUsesTheProductsMetrics(t *testing.T) {
 		}
 	}
 	for _, m := range []string{"csi_fence_fenced_nodes", "csi_fence_fenced_unpublish_errors_total", "csi_fence_storm_guard_deferrals_total",
-		"csi_fence_unfenced_detaches_total", "csi_fence_node_cleanup_pending_volumes", "csi_fence_leader"} {
+		"csi_fence_unfenced_detaches_total", "csi_fence_node_cleanup_pending_volumes", "csi_fence_leader", "csi_fence_unprotected_pods"} {
 		if !used[m] {
 			t.Errorf("no alert on %s", m)
 		}
