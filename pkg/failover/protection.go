@@ -31,14 +31,22 @@ import (
 // protectionCluster is what protection.Assess reads, from this controller's
 // caches and options; the storm guard's Lease is read live (once a pass).
 func (c *Controller) protectionCluster(ctx context.Context, nodes int) protection.Cluster {
+	configured := map[string]bool{}
 	cl := protection.Cluster{
 		Facts:      c.facts(),
 		Registered: true,
 		Gate:       c.opts.NonGracefulFailover,
 		Backends:   c.opts.Backends,
+		// Asked for each pod: answered once a node and backend (the
+		// out-of-service one looks at every pod of the node).
 		NodeBackend: func(node *v1.Node, backend string) bool {
+			key := node.Name + "/" + backend
+			if ok, known := configured[key]; known {
+				return ok
+			}
 			b := c.nodeBackend(backend)
-			return b != nil && b.configured(node)
+			configured[key] = b != nil && b.configured(node)
+			return configured[key]
 		},
 		Nodes: nodes,
 	}

@@ -152,20 +152,22 @@ type PodAnswer struct {
 // explainer holds what explain read, and answers protection's questions
 // from it.
 type explainer struct {
-	kube      kubernetes.Interface
-	ctx       context.Context
-	now       time.Time
-	pvcs      map[string]*corev1.PersistentVolumeClaim
-	pvs       map[string]*corev1.PersistentVolume
-	drivers   map[string]*storagev1.CSIDriver
-	regs      map[string]protection.Registration
-	own       protection.Registration
-	vas       map[string][]*storagev1.VolumeAttachment
-	configs   []fencingv1alpha1.FenceAgentConfig
-	nsLabels  map[string]map[string]string
-	nodePods  map[string][]*corev1.Pod
-	backends  []string
-	readError error
+	kube     kubernetes.Interface
+	ctx      context.Context
+	now      time.Time
+	pvcs     map[string]*corev1.PersistentVolumeClaim
+	pvs      map[string]*corev1.PersistentVolume
+	drivers  map[string]*storagev1.CSIDriver
+	regs     map[string]protection.Registration
+	own      protection.Registration
+	vas      map[string][]*storagev1.VolumeAttachment
+	configs  []fencingv1alpha1.FenceAgentConfig
+	nsLabels map[string]map[string]string
+	nodePods map[string][]*corev1.Pod
+	backends []string
+	// configured: nodeBackend's answers, by node and backend.
+	configured map[string]bool
+	readError  error
 }
 
 // Explain answers, for each pod of target, whether it would fail over if
@@ -176,7 +178,7 @@ type explainer struct {
 func Explain(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, target Target, opts ExplainOptions) (*Explanation, error) {
 	e := &explainer{kube: kube, ctx: ctx, now: opts.Now, pvcs: map[string]*corev1.PersistentVolumeClaim{}, pvs: map[string]*corev1.PersistentVolume{},
 		drivers: map[string]*storagev1.CSIDriver{}, regs: map[string]protection.Registration{}, vas: map[string][]*storagev1.VolumeAttachment{},
-		nsLabels: map[string]map[string]string{}, nodePods: map[string][]*corev1.Pod{}}
+		nsLabels: map[string]map[string]string{}, nodePods: map[string][]*corev1.Pod{}, configured: map[string]bool{}}
 	if e.now.IsZero() {
 		e.now = time.Now()
 	}
@@ -496,6 +498,15 @@ func (e *explainer) namespaceLabels(name string) map[string]string {
 // nodeBackend is the failover's configured(node) of each node-level
 // backend.
 func (e *explainer) nodeBackend(node *corev1.Node, backend string) bool {
+	key := node.Name + "/" + backend
+	if ok, known := e.configured[key]; known {
+		return ok
+	}
+	e.configured[key] = e.nodeBackendConfigured(node, backend)
+	return e.configured[key]
+}
+
+func (e *explainer) nodeBackendConfigured(node *corev1.Node, backend string) bool {
 	if !e.enabled(backend) {
 		return false
 	}
