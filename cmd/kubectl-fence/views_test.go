@@ -97,7 +97,7 @@ func TestViewOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, fr)
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList", fencingv1alpha1.FenceAgentConfigResource: "FenceAgentConfigList"}, fr)
 	run := func(verb, format string) string {
 		p := newTestPlugin(t, kube, dyn, "")
 		args := []string{verb, "-o", format}
