@@ -428,9 +428,9 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	// A periodic pass catches what no event announces (time passing).
 	go wait.UntilWithContext(ctx, c.resync, c.opts.Resync)
-	// As often, the pods that would not fail over are counted: time
+	// The pods that would not fail over are counted now and then: time
 	// passing changes that too (a registration going stale).
-	go wait.UntilWithContext(ctx, c.updateProtection, c.opts.Resync)
+	go wait.UntilWithContext(ctx, c.updateProtection, protectionPeriod)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	running.Wait()

@@ -74,7 +74,7 @@ var (
 	// decision, as `kubectl fence explain` says it).
 	unprotectedPods = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Name: "csi_fence_unprotected_pods", StabilityLevel: metrics.ALPHA,
-		Help: "Number of running pods that would not fail over automatically if their node died now, by reason (kubectl fence explain says which and how to fix them). Set by the owner of node-level fencing at each resync.",
+		Help: "Number of running pods that would not fail over automatically if their node died now, by reason (kubectl fence explain says which and how to fix them). Set by the owner of node-level fencing every minute.",
 	}, []string{"reason"})
 	registerOnce sync.Once
 )

@@ -18,6 +18,7 @@ package failover
 
 import (
 	"context"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,11 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/protection"
 )
+
+// protectionPeriod is how often updateProtection counts the pods that would
+// not fail over: each pass reads the storm guard's Lease and assesses every
+// pod, and the alert on the count waits an hour.
+const protectionPeriod = time.Minute
 
 // protectionCluster is what protection.Assess reads, from this controller's
 // caches and options; the storm guard's Lease is read live (once a pass).

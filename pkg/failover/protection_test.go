@@ -63,4 +63,3 @@ func TestUnprotectedPodsGauge(t *testing.T) {
 		t.Errorf("gate off: %v pods unprotected for %s, want 3", got, protection.ReasonGateOff)
 	}
 }
-
