@@ -106,7 +106,7 @@ func Assess(pod *v1.Pod, node *v1.Node, c Cluster) Answer {
 	case !c.Registered:
 		return unprotected(ReasonNoController, "no CSI driver's fence-attacher sidecar has registered", "", node.Name)
 	case !c.Gate:
-		return unprotected(ReasonGateOff, "the "+"NonGracefulFailover feature gate is off: nothing fails over", "", node.Name)
+		return unprotected(ReasonGateOff, "the NonGracefulFailover feature gate is off: nothing fails over", "", node.Name)
 	case IsControlPlane(node):
 		return unprotected(ReasonControlPlane, "node "+node.Name+" is a control-plane node, never fenced automatically", "", node.Name)
 	}

@@ -238,3 +238,67 @@ func TestEveryReasonHasAFix(t *testing.T) {
 		}
 	}
 }
+
+// Assess meets the reasons in the failover's order (decide's: the gate,
+// the node held, then the pod), and names the backend that moves a pod.
+func TestAssessOrder(t *testing.T) {
+	live := func(mut func(*v1.Pod)) *v1.Pod {
+		p := terminating("a", "c-"+fencing)
+		p.DeletionTimestamp = nil
+		p.Spec.NodeName = "n1"
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	node := func(cp, cordoned bool) *v1.Node {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{}}}
+		if cp {
+			n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		}
+		n.Spec.Unschedulable = cordoned
+		return n
+	}
+	cluster := func(mut func(*Cluster)) Cluster {
+		c := Cluster{Facts: facts(), Registered: true, Gate: true, Backends: []string{"storage", "power"}, Nodes: 10,
+			NodeBackend: func(*v1.Node, string) bool { return false }}
+		if mut != nil {
+			mut(&c)
+		}
+		return c
+	}
+	forever := func(p *v1.Pod) {
+		p.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}}
+	}
+	for _, tc := range []struct {
+		name    string
+		pod     *v1.Pod
+		node    *v1.Node
+		cluster Cluster
+		want    Reason
+		backend string
+	}{
+		{"protected", live(nil), node(false, false), cluster(nil), "", "storage"},
+		{"on no node", live(func(p *v1.Pod) { p.Spec.NodeName = "" }), nil, cluster(nil), ReasonNotScheduled, ""},
+		{"no registration before the gate", live(nil), node(true, true), cluster(func(c *Cluster) { c.Registered, c.Gate = false, false }), ReasonNoController, ""},
+		{"the gate before the node", live(nil), node(true, true), cluster(func(c *Cluster) { c.Gate = false }), ReasonGateOff, ""},
+		{"control plane before maintenance", live(forever), node(true, true), cluster(nil), ReasonControlPlane, ""},
+		{"maintenance before the pod", live(forever), node(false, true), cluster(nil), ReasonMaintenance, ""},
+		{"tolerated for ever before the volumes", live(func(p *v1.Pod) { forever(p); p.Spec.Volumes = nil }), node(false, false), cluster(nil), ReasonToleratesUnreachable, ""},
+		{"the volumes before the storm guard", live(func(p *v1.Pod) { p.Spec.Volumes = p.Spec.Volumes[:1] }), node(false, false), cluster(func(c *Cluster) { c.Paused = "x" }), ReasonNoVolume, ""},
+		{"paused", live(nil), node(false, false), cluster(func(c *Cluster) { c.Paused = "x" }), ReasonStormGuardPaused, ""},
+		{"paused, the node admitted already", live(nil), node(false, false), cluster(func(c *Cluster) { c.Paused, c.Admitted = "x", []string{"n1"} }), "", "storage"},
+		{"full", live(nil), node(false, false), cluster(func(c *Cluster) { c.MaxNodes, c.Admitted = 1, []string{"n9"} }), ReasonStormGuardFull, ""},
+		{"a driver fencing on the taint, no node backend", live(func(p *v1.Pod) { p.Spec.Volumes[1].PersistentVolumeClaim.ClaimName = "c-" + oos }), node(false, false), cluster(nil), ReasonNoNodeBackend, ""},
+		{"a driver fencing nothing, a power switch", live(func(p *v1.Pod) { p.Spec.Volumes[1].PersistentVolumeClaim.ClaimName = "c-" + mute }), node(false, false),
+			cluster(func(c *Cluster) { c.NodeBackend = func(_ *v1.Node, b string) bool { return b == "power" } }), "", "power"},
+		{"a DaemonSet's", live(func(p *v1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds", Controller: ptr.To(true)}}
+		}), node(false, false), cluster(nil), ReasonDaemonSet, ""},
+	} {
+		a := Assess(tc.pod, tc.node, tc.cluster)
+		if a.Reason != tc.want || a.Backend != tc.backend || a.Protected != (tc.want == "") {
+			t.Errorf("%s: %+v; want reason %q, backend %q", tc.name, a, tc.want, tc.backend)
+		}
+	}
+}
