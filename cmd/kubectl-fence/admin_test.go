@@ -113,7 +113,7 @@ func released(t *testing.T, obj runtime.Object, phase fencingv1alpha1.Phase) run
 // deletionTimestamp.
 func fakeDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList"}, objs...)
+		map[schema.GroupVersionResource]string{fencingv1alpha1.Resource: "FencingRequestList", fencingv1alpha1.FenceAgentConfigResource: "FenceAgentConfigList"}, objs...)
 	dyn.PrependReactor("delete", fencingv1alpha1.Resource.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		name := a.(k8stesting.DeleteAction).GetName()
 		obj, err := dyn.Tracker().Get(fencingv1alpha1.Resource, "", name)

@@ -62,6 +62,7 @@ func TestVerbFlags(t *testing.T) {
 		{verb: "terminate", cluster: true, namespaced: true, writes: true, print: true},
 		{verb: "status", cluster: true, print: true},
 		{verb: "timeline", cluster: true, print: true},
+		{verb: "explain", cluster: true, namespaced: true, print: true},
 		{verb: "fence", cluster: true, writes: true, print: true},
 		{verb: "release", cluster: true, writes: true, print: true},
 		{verb: "pause", cluster: true, writes: true, print: true},
@@ -317,7 +318,7 @@ func TestCompletion(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{""}, []string{"check-manifests", "completion", "fence", "help", "pause", "release", "resume", "status", "terminate", "timeline", "version"}},
+		{[]string{""}, []string{"check-manifests", "completion", "explain", "fence", "help", "pause", "release", "resume", "status", "terminate", "timeline", "version"}},
 		{[]string{"fence", "node"}, []string{"node-a", "node-b"}},
 		{[]string{"release", ""}, []string{"node-a", "node-b", "other"}},
 		{[]string{"timeline", "--context=x", "o"}, []string{"other"}},
