@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -184,10 +183,8 @@ func (a *Agent) runOnce(ctx context.Context, action Action, attempt int) (Step, 
 		cmd.Env = minimalEnv()
 	}
 	// The agent runs its helpers (fence_ipmilan runs ipmitool) as children:
-	// at the timeout the whole process group is killed, else a surviving
-	// child would keep the output pipe open and the call would hang.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// at the timeout they must end with it (killProcessGroup).
+	killProcessGroup(cmd)
 	cmd.WaitDelay = processGroupWaitDelay
 
 	logger.V(4).Info("Running fence agent", "path", a.Path, "options", optionNames(a.Options))
