@@ -3,6 +3,7 @@ module github.com/csi-fence/fence-attacher
 go 1.26.0
 
 require (
+	github.com/CycloneDX/cyclonedx-go v0.10.0
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/container-storage-interface/spec v1.13.0
 	github.com/google/go-containerregistry v0.21.9

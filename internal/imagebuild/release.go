@@ -59,6 +59,10 @@ type ReleaseOptions struct {
 	// OutDir receives bin/<os>_<arch>/<cmd> and one OCI layout directory
 	// per command, <OutDir>/<cmd>.
 	OutDir string
+	// Binaries, if set, is a directory of binaries already built with
+	// ReleaseLDFlags, <Binaries>/<os>_<arch>/<cmd>, which the images take
+	// instead of building their own into OutDir/bin.
+	Binaries string
 	// Created is the images' timestamp, Epoch when zero.
 	Created time.Time
 }
@@ -104,6 +108,16 @@ func ReleaseLabels(cmd, version, commit string) map[string]string {
 	return labels
 }
 
+// ReleaseLDFlags are the -ldflags of a release binary: version and, when
+// known, commit stamped into pkg/version.
+func ReleaseLDFlags(version, commit string) string {
+	ldflags := "-X " + VersionPkg + ".version=" + version
+	if commit != "" {
+		ldflags += " -X " + VersionPkg + ".commit=" + commit
+	}
+	return ldflags
+}
+
 // Release builds the static binaries of opts.Cmds for every platform and
 // one multi-platform image index per command, written as an OCI layout
 // directory whose index.json names the index by its tag
@@ -112,9 +126,10 @@ func Release(ctx context.Context, opts ReleaseOptions) ([]Built, error) {
 	if len(opts.Cmds) == 0 || len(opts.Platforms) == 0 || opts.Version == "" {
 		return nil, fmt.Errorf("release: commands, platforms and version are required")
 	}
-	ldflags := "-X " + VersionPkg + ".version=" + opts.Version
-	if opts.Commit != "" {
-		ldflags += " -X " + VersionPkg + ".commit=" + opts.Commit
+	ldflags := ReleaseLDFlags(opts.Version, opts.Commit)
+	binDir := opts.Binaries
+	if binDir == "" {
+		binDir = filepath.Join(opts.OutDir, "bin")
 	}
 	var pkgs []string
 	for _, c := range opts.Cmds {
@@ -130,7 +145,10 @@ func Release(ctx context.Context, opts ReleaseOptions) ([]Built, error) {
 			return nil, fmt.Errorf("platform %q: want os/arch", p)
 		}
 		platforms = append(platforms, *plat)
-		bin := filepath.Join(opts.OutDir, "bin", plat.OS+"_"+plat.Architecture)
+		if opts.Binaries != "" {
+			continue
+		}
+		bin := filepath.Join(binDir, plat.OS+"_"+plat.Architecture)
 		if err := GoBuild(ctx, opts.RepoRoot, bin, plat.OS, plat.Architecture, ldflags, pkgs...); err != nil {
 			return nil, err
 		}
@@ -145,7 +163,7 @@ func Release(ctx context.Context, opts ReleaseOptions) ([]Built, error) {
 		}
 		var images []v1.Image
 		for _, plat := range platforms {
-			data, err := os.ReadFile(filepath.Join(opts.OutDir, "bin", plat.OS+"_"+plat.Architecture, c))
+			data, err := os.ReadFile(filepath.Join(binDir, plat.OS+"_"+plat.Architecture, c))
 			if err != nil {
 				return nil, err
 			}
