@@ -106,7 +106,7 @@ func CheckKrewManifest(data []byte) (*KrewPlugin, error) {
 		return nil, fmt.Errorf("krew manifest: %w", err)
 	}
 	if p.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || p.Kind != "Plugin" {
-		return nil, fmt.Errorf("krew manifest: %s %s, want krew.googlecontainertools.github.com/v1alpha2 Plugin", p.APIVersion, p.Kind)
+		return nil, fmt.Errorf("krew manifest: apiVersion %s, kind %s, want krew.googlecontainertools.github.com/v1alpha2 Plugin", p.APIVersion, p.Kind)
 	}
 	if !krewName.MatchString(p.Metadata.Name) {
 		return nil, fmt.Errorf("krew manifest: plugin name %q", p.Metadata.Name)
