@@ -18,6 +18,7 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/podgc"
 )
@@ -139,9 +141,11 @@ func usedBeside(users map[string][]types.UID, gone map[types.UID]bool) map[strin
 // selects, whose volume is recorded fenced and that no pod uses (used, by
 // PV name): a pod still there keeps the attach/detach controller wanting the
 // attachment, and it would only create it again. Each delete names the
-// UID it decided about. The attacher then finds the volume fenced and lets
-// the attachment go without a call to the driver; the attach/detach
-// controller's own detach finds it gone and does not wait for it.
+// UID it decided about. The attachment then goes without a call to the
+// driver: its only finalizer, the attacher's, is removed here at once
+// (letGo), as the attacher does once it finds the volume fenced; the
+// attach/detach controller's own detach then finds it gone and does not
+// wait for it.
 func (c *Controller) deleteFencedAttachments(ctx context.Context, vas []*storagev1.VolumeAttachment, fr *fencingv1alpha1.FencingRequest, used map[string]bool,
 	mine func(*storagev1.VolumeAttachment) bool, say func(handle string) string) error {
 	var errs error
@@ -160,10 +164,44 @@ func (c *Controller) deleteFencedAttachments(ctx context.Context, vas []*storage
 			errs = errors.Join(errs, fmt.Errorf("deleting the fenced VolumeAttachment %s of node %s: %w", va.Name, va.Spec.NodeName, err))
 			continue
 		}
+		c.letGo(ctx, va)
 		klog.FromContext(ctx).V(2).Info("Released a fenced attachment", "VolumeAttachment", va.Name, "volume", handle)
 		c.recorder.Eventf(va, v1.EventTypeNormal, "AttachmentReleased", "%s", say(handle))
 	}
 	return errs
+}
+
+// letGo removes the attacher's finalizer of va, a VolumeAttachment of this
+// driver just deleted (whose volume is recorded fenced on its node), when
+// it is va's only finalizer and va was published under no other node ID
+// than the one it names: what the attacher's detach of a fenced volume
+// does (it calls nothing of the driver), without its informer's round
+// trip and live reads. Left to the attacher, the attachment outlived the
+// pod by about 50 ms on real nodes, long enough for the attach/detach
+// controller's detach (at its next 100 ms reconcile once the pod is gone)
+// to find it still there and then poll for it to go, the first time
+// after 500 ms: the volume attached elsewhere half a second later. The
+// patch tests the finalizers and the UID it decided about; anything else,
+// an error included, is left to the attacher, which removes it as before.
+func (c *Controller) letGo(ctx context.Context, va *storagev1.VolumeAttachment) {
+	finalizer := contract.AttacherFinalizer(va.Spec.Attacher)
+	if !slices.Equal(va.Finalizers, []string{finalizer}) {
+		return
+	}
+	if prev := va.Annotations[contract.PreviousNodeIDAnnotation]; prev != "" && prev != va.Annotations[contract.NodeIDAnnotation] {
+		return // the attacher unpublishes it from the previous one
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": va.UID},
+		{"op": "test", "path": "/metadata/finalizers", "value": va.Finalizers},
+		{"op": "remove", "path": "/metadata/finalizers"},
+	})
+	if err == nil {
+		_, err = c.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).V(4).Info("The attacher will remove the finalizer of the fenced attachment", "VolumeAttachment", va.Name, "err", err)
+	}
 }
 
 // nodeGone handles a deleted Node. Its record stays while anything in it is
