@@ -38,6 +38,10 @@ func TestParseFlags(t *testing.T) {
 		{name: "defaults", args: "", want: bench.Config{Mode: "failover", Trials: 5, Paths: bench.FailoverPaths, Volumes: 200}},
 		{name: "a path of the failover", args: "--trials=1 --paths=automatic,power --keep-work-dir",
 			want: bench.Config{Mode: "failover", Trials: 1, Paths: []string{"automatic", "power"}, Volumes: 200, Keep: true}},
+		{name: "real nodes: the product's path and the in-tree one", args: "--nodes=real --trials=10",
+			want: bench.Config{Mode: "failover", Trials: 10, Paths: bench.RealNodePaths, Volumes: 200, RealNodes: true}},
+		{name: "real nodes, a path", args: "--nodes=real --paths=automatic",
+			want: bench.Config{Mode: "failover", Trials: 5, Paths: []string{"automatic"}, Volumes: 200, RealNodes: true}},
 		{name: "burst", args: "--mode=burst --volumes=50", want: bench.Config{Mode: "burst", Trials: 5, Paths: bench.FailoverPaths, Volumes: 50}},
 		{name: "attach", args: "--mode=attach --counts=100,500 --qps=default,1000",
 			want: bench.Config{Mode: "attach", Trials: 5, Paths: bench.FailoverPaths, Volumes: 200, Attach: bench.AttachOptions{
@@ -75,6 +79,9 @@ func TestExitCodes(t *testing.T) {
 		{args: "--mode=attach --counts=100,x", code: 1, stderr: `fence-bench: "100,x": want positive integers`},
 		{args: "--paths=automatic,powr", code: 1, stderr: `fence-bench: unknown path "powr" in --paths`},
 		{args: "--mode=scale --nodes=3", code: 1, stderr: "fence-bench: --nodes=3: want at least"},
+		{args: "--nodes=rael", code: 1, stderr: "fence-bench: --nodes=rael: want kwok, real"},
+		{args: "--nodes=real --paths=power", code: 1, stderr: `fence-bench: path "power" in --paths is not measured on real nodes`},
+		{args: "--nodes=real --mode=burst", code: 1, stderr: `fence-bench: --nodes=real measures --mode=failover`},
 		{args: "--mode=scal", code: 1, stderr: `fence-bench: unknown --mode "scal"`},
 	} {
 		var stdout, stderr bytes.Buffer

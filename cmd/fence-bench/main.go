@@ -22,6 +22,14 @@ limitations under the License.
 //
 //	go run ./cmd/fence-bench --trials=5 --paths=out-of-service,automatic
 //
+// With --nodes=real (as root) it measures the same on real nodes, each a
+// kubelet and containerd of its own, the product deployed from its shipped
+// manifests and a container writing to the volume: also node down ->
+// replacement writing, with each step's share, beside the in-tree
+// out-of-service path on the same nodes.
+//
+//	go run ./cmd/fence-bench --nodes=real --trials=10
+//
 // With --mode=burst it measures instead what a burst of detaches from one
 // node costs, fenced (the node NotReady) against plain.
 //
@@ -104,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (bench.Config, error) {
 	burstQPS := fs.String("burst-qps", "1000", "With --mode=attach: the attacher's --kube-api-qps in the fence-burst phase")
 	fenceDelay := fs.Duration("fence-delay", 500*time.Millisecond, "With --mode=attach: the mock driver's latency of each ControllerUnpublishVolume during the fence burst")
 	attachCount := fs.Int("attaches", 200, "With --mode=attach: attaches measured alone and during the fence burst")
-	nodes := fs.Int("nodes", 1000, "With --mode=scale: KWOK nodes")
+	nodes := fs.String("nodes", "kwok", "kwok: KWOK nodes beside simulated kubelets; real (with --mode=failover, as root): three real nodes, each a kubelet and containerd of its own, the product deployed from deploy/kubernetes/mock-example, a container writing to the volume, and node down -> replacement writing measured too (--paths of automatic, out-of-service); with --mode=scale: the number of KWOK nodes (default 1000)")
 	pods := fs.Int("pods", 30000, "With --mode=scale: pods, --volumes of them with a volume each (StatefulSets), the others without (Deployments)")
 	hotPods := fs.Int("hot-pods", 110, "With --mode=scale: pods, each with a volume, of the node that fails (and of the in-tree path's)")
 	rack := fs.Int("rack", 20, "With --mode=scale: nodes of the rack that loses power at once (0: skip)")
@@ -126,6 +134,26 @@ func parseFlags(args []string, stderr io.Writer) (bench.Config, error) {
 		return bench.Config{}, errUsage
 	}
 	cfg := bench.Config{Mode: *mode, Trials: *trials, Paths: strings.Split(*paths, ","), Volumes: *volumes, Keep: *keep}
+	scaleNodes := 1000
+	switch *nodes {
+	case "kwok":
+	case "real":
+		cfg.RealNodes = true
+		// On real nodes the paths are the product's and the in-tree one,
+		// unless given.
+		cfg.Paths = bench.RealNodePaths
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "paths" {
+				cfg.Paths = strings.Split(*paths, ",")
+			}
+		})
+	default:
+		n, err := strconv.Atoi(*nodes)
+		if err != nil || *mode != "scale" {
+			return cfg, fmt.Errorf("--nodes=%s: want kwok, real, or with --mode=scale a number of KWOK nodes", *nodes)
+		}
+		scaleNodes = n
+	}
 	switch *mode {
 	case "attach":
 		c, err := parseInts(*counts)
@@ -135,7 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (bench.Config, error) {
 		cfg.Attach = bench.AttachOptions{Counts: c, QPS: strings.Split(*qps, ","), BurstVolumes: *burstVols,
 			BurstQPS: strings.Split(*burstQPS, ","), FenceDelay: *fenceDelay, Attaches: *attachCount}
 	case "scale":
-		cfg.Scale = bench.ScaleOptions{Nodes: *nodes, Pods: *pods, Volumes: 3000, HotPods: *hotPods, Rack: *rack, RackPods: *rackPods,
+		cfg.Scale = bench.ScaleOptions{Nodes: scaleNodes, Pods: *pods, Volumes: 3000, HotPods: *hotPods, Rack: *rack, RackPods: *rackPods,
 			GuardPercent: *guardPercent, InTree: *inTree, Window: *window, Settle: *settle, QPS: bench.APISetting(*controllerQPS),
 			ControlPlaneQPS: *controlPlaneQPS, Workers: *workers, EnforceMemory: *enforceMemory, ProfileDir: *profileDir}
 		// --volumes is the burst's 200 unless given: here 3,000.

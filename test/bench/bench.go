@@ -78,6 +78,12 @@ type Config struct {
 	Volumes int
 	Attach  AttachOptions
 	Scale   ScaleOptions
+	// RealNodes runs Mode failover on real nodes (a kubelet and containerd
+	// each, the product deployed from its manifests, a container writing
+	// to the volume) instead of KWOK nodes, its Paths of RealNodePaths on
+	// one cluster, and measures node down -> replacement writing too, see
+	// realnodes.go.
+	RealNodes bool
 	// Keep keeps each control plane's work dir (its components' logs and
 	// the API audit log; not etcd's data) after a run that went well too,
 	// to trace where the time went.
@@ -127,6 +133,12 @@ func Run(cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.RealNodes {
+		if err := realRequirements(cfg.Mode, cfg.Paths); err != nil {
+			return err
+		}
+		need.realNodes = true
+	}
 
 	// Every process started from here on, and whatever it starts, carries
 	// the run's tag: what is left of them at the end is found wherever it
@@ -146,6 +158,9 @@ func Run(cfg Config, out io.Writer) error {
 		}
 		switch cfg.Mode {
 		case "failover":
+			if cfg.RealNodes {
+				return b.runReal(ctx, cfg.Trials, cfg.Paths)
+			}
 			return b.run(ctx, cfg.Trials, cfg.Paths)
 		case "burst":
 			return b.runBurst(ctx, cfg.Volumes)
@@ -195,6 +210,9 @@ type pathResult struct {
 	samples []time.Duration // one per trial that ended, in order
 	// timelines are the milestones of the same trials, for the budget.
 	timelines [][]timeline.Event
+	// recovery are, on real nodes, the same trials' node down ->
+	// replacement writing (its first record on the volume).
+	recovery []time.Duration
 }
 
 // failoverTable is the table of the paths' p50, p95, min and max; a path

@@ -48,6 +48,25 @@ var budgetSteps = []budgetStep{
 	{timeline.AttachedElsewhere, []string{timeline.NewAttachment}, "attacher: ControllerPublish"},
 }
 
+// recoverySteps are the steps of a failover on real nodes from the node
+// down to the replacement writing: the control plane's detection and
+// eviction before the pod is eligible, the failover's steps (budgetSteps),
+// then the new node's kubelet and container runtime, milestones read from
+// their logs (realnodes.go) and the writer's first record on the volume.
+var recoverySteps = append(append([]budgetStep{
+	{timeline.NodeNotReady, []string{timeline.NodeDown}, "node lifecycle controller: NotReady (grace period)"},
+	{timeline.PodEvicted, []string{timeline.NodeNotReady}, "taint eviction controller: the toleration"},
+}, budgetSteps...),
+	budgetStep{AttachVerified, []string{timeline.AttachedElsewhere, timeline.PodReplaced}, "kubelet: attach verified (Node volumesAttached, its own volumesInUse reported)"},
+	budgetStep{VolumeStaged, []string{AttachVerified}, "kubelet: NodeStageVolume"},
+	budgetStep{VolumeMounted, []string{VolumeStaged}, "kubelet: NodePublishVolume"},
+	budgetStep{SandboxReady, []string{VolumeMounted}, "kubelet, containerd: the pod's sandbox (pause, CNI)"},
+	budgetStep{ContainerStarted, []string{SandboxReady}, "kubelet, containerd: the writer's container"},
+	// The writer writes at once when it starts, before containerd logs
+	// that its StartContainer returned: both from the sandbox.
+	budgetStep{ReplacementWriting, []string{SandboxReady}, "the writer's container started, its first record on the volume"},
+)
+
 // budgetTable says where the time of r's trials went, step by step: when
 // each step ended after the pod became eligible (p50, p95) and how long
 // the step itself took (from the latest of the milestones it waited for),
@@ -55,30 +74,44 @@ var budgetSteps = []budgetStep{
 // on the in-tree path) is left out; a milestone a trial missed is left out
 // of that trial's figures. Empty without timelines.
 func budgetTable(r pathResult) string {
+	return stepTable(r, timeline.PodEvicted, "the pod eligible", budgetSteps)
+}
+
+// recoveryTable is budgetTable from the node down to the replacement
+// writing, on real nodes (recoverySteps).
+func recoveryTable(r pathResult) string {
+	return stepTable(r, timeline.NodeDown, "the node down", recoverySteps)
+}
+
+// stepTable is the table of steps of r's trials, each step's end counted
+// from the milestone from (said as fromWhat).
+func stepTable(r pathResult, from, fromWhat string, steps []budgetStep) string {
 	if len(r.timelines) == 0 {
 		return ""
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "Where the time goes, %s path (%d trials; from the pod eligible):\n", r.path, len(r.timelines))
+	fmt.Fprintf(&sb, "Where the time goes, %s path (%d trials; from %s):\n", r.path, len(r.timelines), fromWhat)
 	fmt.Fprintf(&sb, "  %-30s %8s %8s | %8s %8s  %s\n", "step ends", "at p50", "p95", "step p50", "p95", "taken by")
 	// Each trial's milestones by name, once.
 	var trials []map[string]time.Time
 	for _, events := range r.timelines {
 		when := map[string]time.Time{}
 		for _, e := range events {
-			when[e.What] = e.At
+			if _, ok := when[e.What]; !ok {
+				when[e.What] = e.At
+			}
 		}
 		trials = append(trials, when)
 	}
-	for _, st := range budgetSteps {
+	for _, st := range steps {
 		var at, took []time.Duration
 		for _, when := range trials {
-			eligible, ok1 := when[timeline.PodEvicted]
+			origin, ok1 := when[from]
 			end, ok2 := when[st.what]
 			if !ok1 || !ok2 {
 				continue
 			}
-			at = append(at, end.Sub(eligible))
+			at = append(at, end.Sub(origin))
 			var start time.Time
 			for _, a := range st.after {
 				if t, ok := when[a]; ok && t.After(start) {

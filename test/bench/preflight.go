@@ -19,6 +19,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -39,6 +40,24 @@ type needs struct {
 	// fenceAgents: fence_ipmilan, ipmitool and ipmi_sim, the power path's
 	// (hack/install-fence-agents.sh installs them).
 	fenceAgents bool
+	// realNodes: root, the host's kernel features, runc and the CNI
+	// plugins (hack/install-node-deps.sh), the kubelet and containerd
+	// (hack/node-binaries.sh builds them once).
+	realNodes bool
+}
+
+// realRequirements checks a run on real nodes: the failover mode, its
+// paths of RealNodePaths.
+func realRequirements(mode string, paths []string) error {
+	if mode != "failover" {
+		return fmt.Errorf("--nodes=real measures --mode=failover, not %q", mode)
+	}
+	for _, p := range paths {
+		if !slices.Contains(RealNodePaths, p) {
+			return fmt.Errorf("path %q in --paths is not measured on real nodes: want %s", p, strings.Join(RealNodePaths, ", "))
+		}
+	}
+	return nil
 }
 
 // requirements checks the mode and its arguments and says what the run
@@ -87,6 +106,19 @@ func (b *bench) preflight(ctx context.Context, n needs) (framework.Options, erro
 			return opts, err
 		}
 		done = append(done, "fence_ipmilan, ipmitool and ipmi_sim there")
+	}
+	if n.realNodes {
+		if os.Geteuid() != 0 {
+			return opts, fmt.Errorf("--nodes=real runs kubelets and containerd: run it as root")
+		}
+		if err := framework.CheckRealNodeHost(); err != nil {
+			return opts, fmt.Errorf("this host cannot run real nodes (hack/install-node-deps.sh installs what they need): %w", err)
+		}
+		dir, err := framework.NodeBinaries(ctx)
+		if err != nil {
+			return opts, err
+		}
+		done = append(done, "the kubelet and containerd in "+dir)
 	}
 	if n.controlPlane {
 		dir, err := framework.Binaries(ctx, b)

@@ -1,0 +1,28 @@
+/*
+Copyright 2026 The fence-attacher Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package framework
+
+// ContainerdLog is the path of the node's containerd's log (its level
+// info: each sandbox and container it runs, with the time of each step).
+func (n *RealNode) ContainerdLog() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.containerd == nil {
+		return ""
+	}
+	return n.containerd.LogPath
+}
