@@ -363,12 +363,11 @@ func (rb *realBench) trial(ctx context.Context, path string) (t realTrial, err e
 	events = append(events, logged...)
 	slices.SortStableFunc(events, func(a, b timeline.Event) int { return a.At.Compare(b.At) })
 	t.events = events
-	var ok1, ok2 bool
-	t.failover, ok1 = rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere)
-	t.recovery, ok2 = written.Time.Sub(down), true
-	if !ok1 || !ok2 {
+	var ok bool
+	if t.failover, ok = rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere); !ok {
 		return t, fmt.Errorf("milestones missing: %v", events)
 	}
+	t.recovery = written.Time.Sub(down)
 
 	// The node back, released; the next trial fails the other one.
 	if err := c.Node(victim.Name).PowerOn(ctx); err != nil {
