@@ -45,30 +45,43 @@ type stdout struct{}
 func (stdout) Logf(format string, args ...interface{}) { fmt.Printf(format+"\n", args...) }
 
 func main() {
-	var names []string
-	for _, s := range trials.Schedules {
-		names = append(names, s.Name)
-	}
+	nodes := flag.String("nodes", "kwok", "The nodes the trials fail: kwok (KWOK nodes beside a simulated kubelet) or real (a kubelet and containerd each, the product deployed from deploy/kubernetes/mock-example; needs root)")
 	n := flag.Int("trials", 1, "Trials per schedule")
 	seed := flag.Int64("seed", 0, "Seed of the first trial (0: from the clock); trial i of the run uses seed+i")
-	schedules := flag.String("schedules", strings.Join(names, ","), "Fault schedules to run, comma-separated")
+	schedules := flag.String("schedules", "", "Fault schedules to run, comma-separated (default: every schedule of the -nodes kind; -schedules=list prints them)")
 	workDir := flag.String("workdir", "", "Directory to hold the run's work dir (default: the system's temp dir)")
 	flag.Parse()
+	if *nodes != "kwok" && *nodes != "real" {
+		fmt.Fprintf(os.Stderr, "fence-trials: --nodes=%q: want kwok or real\n", *nodes)
+		os.Exit(2)
+	}
+	real := *nodes == "real"
+	var names []string
+	for _, s := range trials.SchedulesOn(real) {
+		names = append(names, s.Name)
+	}
+	if *schedules == "list" {
+		fmt.Println(strings.Join(names, "\n"))
+		return
+	}
+	if *schedules == "" {
+		*schedules = strings.Join(names, ",")
+	}
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() % 1_000_000_000
 	}
 	var run []trials.Schedule
 	for _, name := range strings.Split(*schedules, ",") {
-		s, ok := trials.ByName(name)
-		if !ok {
-			fmt.Fprintf(os.Stderr, "fence-trials: unknown schedule %q (known: %s)\n", name, strings.Join(names, ", "))
+		s, err := trials.ScheduleOn(name, real)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fence-trials: %v (with --nodes=%s: %s)\n", err, *nodes, strings.Join(names, ", "))
 			os.Exit(2)
 		}
 		run = append(run, s)
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	failed, err := runTrials(ctx, run, *n, *seed, *workDir)
+	failed, err := runTrials(ctx, run, *n, *seed, *workDir, real)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence-trials:", err)
 		os.Exit(1)
@@ -82,8 +95,12 @@ func main() {
 // runTrials runs n trials of each schedule, interleaved, on one control
 // plane, and prints each result and then the table. It returns how many
 // trials failed.
-func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int64, parent string) (failed int, err error) {
-	fmt.Printf("fence-trials: seed %d, %d trials of each of %d schedules\n", seed, n, len(schedules))
+func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int64, parent string, real bool) (failed int, err error) {
+	kind := "KWOK nodes"
+	if real {
+		kind = "real nodes"
+	}
+	fmt.Printf("fence-trials: seed %d, %d trials of each of %d schedules on %s\n", seed, n, len(schedules), kind)
 	opts := framework.Options{}
 	if parent != "" {
 		if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -98,16 +115,26 @@ func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int
 		return 0, err
 	}
 	defer func() { c.Cleanup(failed > 0 || err != nil) }()
-	// The mock driver logs every request (--v=5): the trials find in its
-	// log when each fence reached it.
-	p, err := c.StartProduct(ctx, framework.ProductOptions{MockArgs: trials.MockArgs})
-	if err != nil {
-		return 0, err
+	var run func(s trials.Schedule, seed int64) trials.Result
+	if real {
+		env, err := trials.StartReal(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		run = func(s trials.Schedule, seed int64) trials.Result { return trials.RunReal(ctx, env, s, seed) }
+	} else {
+		// The mock driver logs every request (--v=5): the trials find in
+		// its log when each fence reached it.
+		p, err := c.StartProduct(ctx, framework.ProductOptions{MockArgs: trials.MockArgs})
+		if err != nil {
+			return 0, err
+		}
+		run = func(s trials.Schedule, seed int64) trials.Result { return trials.Run(ctx, c, p, quiet{}, s, seed) }
 	}
 	var results []trials.Result
 	for i := 0; i < n; i++ {
 		for j, s := range schedules {
-			r := trials.Run(ctx, c, p, quiet{}, s, seed+int64(i*len(schedules)+j))
+			r := run(s, seed+int64(i*len(schedules)+j))
 			results = append(results, r)
 			printResult(r)
 			if r.Failed() {

@@ -56,7 +56,7 @@ import (
 // its outcome not yet. The returned func clears the fault.
 func (t *Trial) slowFence(ctx context.Context, lo, hi time.Duration) (time.Duration, func(), error) {
 	latency := t.between(lo, hi)
-	store := faults.NewStore(t.p.StateDir)
+	store := faults.NewStore(t.stateDir())
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
 		return 0, nil, err
 	}
@@ -464,7 +464,7 @@ func skewedKubelet(ctx context.Context, t *Trial) ([]string, error) {
 // slowFenceNoWait is slowFence without waiting for the fence.
 func (t *Trial) slowFenceNoWait(lo, hi time.Duration) (time.Duration, func(), error) {
 	latency := t.between(lo, hi)
-	store := faults.NewStore(t.p.StateDir)
+	store := faults.NewStore(t.stateDir())
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
 		return 0, nil, err
 	}

@@ -36,8 +36,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/contract"
@@ -90,24 +92,31 @@ type Schedule struct {
 	// AttacherArgs: what those flags need in the cluster (Cluster API for
 	// the machine backend, started once per run).
 	Prepare func(ctx context.Context, t *Trial) ([]string, error)
+	// Real, if set, runs the schedule on real nodes too (RunReal), with
+	// these hooks in place of the ones above, which drive the processes a
+	// KWOK node's product runs; nil: KWOK nodes only.
+	Real *RealHooks
+	// RealOnly: the schedule has no KWOK form (a real node's process the
+	// simulated kubelet does not have).
+	RealOnly bool
 }
 
 // Schedules are the fault schedules, in the order a fixed run covers them.
 var Schedules = []Schedule{
-	{Name: "power-off"},
-	{Name: "partition", Partition: true},
-	{Name: "power-off+kill-controller", During: killController},
-	{Name: "partition+kill-controller", Partition: true, During: killController},
-	{Name: "power-off+return-mid-fence", During: returnMidFence, SameNodeOK: true},
-	{Name: "partition+leader-loss", Partition: true, During: leaderLoss},
-	{Name: "power-off+driver-faults", During: driverFaults},
-	{Name: "power-off+reboot-during-cleanup", AfterReturn: rebootDuringCleanup},
+	{Name: "power-off", Real: &RealHooks{}},
+	{Name: "partition", Partition: true, Real: &RealHooks{}},
+	{Name: "power-off+kill-controller", During: killController, Real: &RealHooks{During: realKillController}},
+	{Name: "partition+kill-controller", Partition: true, During: killController, Real: &RealHooks{During: realKillController}},
+	{Name: "power-off+return-mid-fence", During: returnMidFence, SameNodeOK: true, Real: &RealHooks{During: realReturnMidFence}},
+	{Name: "partition+leader-loss", Partition: true, During: leaderLoss, Real: &RealHooks{During: realLeaderLoss}},
+	{Name: "power-off+driver-faults", During: driverFaults, Real: &RealHooks{During: driverFaults}},
+	{Name: "power-off+reboot-during-cleanup", AfterReturn: rebootDuringCleanup, Real: &RealHooks{AfterReturn: realRebootDuringCleanup}},
 	{Name: "power-off+apiserver-restart", During: restartAPIServer},
-	{Name: "two-nodes", Victims: 2},
+	{Name: "two-nodes", Victims: 2, Real: &RealHooks{}},
 	{Name: "two-nodes+storm-guard", Victims: 2, MaxQuarantined: 1, AttacherArgs: []string{"--max-fenced-nodes=1", "--max-fenced-node-percent=0"}},
 	{Name: "power-off+two-drivers", SecondDriver: true},
 	{Name: "power-off+node-deleted-and-reregistered", During: nodeDeletedAndReregistered, SameNodeOK: true},
-	{Name: "power-off+rolling-update", During: rollingUpdate},
+	{Name: "power-off+rolling-update", During: rollingUpdate, Real: &RealHooks{During: realRollingUpdate}},
 	{Name: "power-off+unattached-storage", Before: unattachedStorage, Check: checkUnattached},
 	{Name: "partition+skewed-kubelet", Partition: true, During: skewedKubelet, SameNodeOK: true},
 	{Name: "power-off+flap-during-slow-fence", During: flapDuringSlowFence},
@@ -124,6 +133,7 @@ var Schedules = []Schedule{
 	{Name: "power-off+detach-fence-kill-after-intent", DetachDriver: true, During: detachKillAfterIntent, Check: checkDetachFence},
 	{Name: "power-off+detach-fence-return-mid-unpublish", DetachDriver: true, During: detachReturnMidUnpublish, Check: checkDetachFence, SameNodeOK: true},
 	{Name: "power-off+detach-fence-hangs-past-timeout", DetachDriver: true, During: detachHangsPastTimeout, Check: checkDetachFence},
+	{Name: "power-off+node-plugin-crash-during-cleanup", RealOnly: true, Real: &RealHooks{AfterReturn: realNodePluginCrash}},
 }
 
 // secondDriverName is the second driver of the two-drivers schedule; added
@@ -154,6 +164,10 @@ type Trial struct {
 
 	c *framework.Cluster
 	p *framework.Product
+	// real is the real nodes' deployment the trial runs on (RunReal; nil
+	// on KWOK nodes, which run p); ns is the namespace of the trial's pods.
+	real *RealEnv
+	ns   string
 
 	victims []*victim
 	// procMu serializes what the schedule and the supervisor do to the
@@ -184,6 +198,16 @@ type Trial struct {
 	stall time.Duration
 	// stop ends the trial's watches.
 	stop <-chan struct{}
+	// ends undo what a schedule changed in a real deployment (atEnd).
+	ends []func(context.Context) error
+}
+
+// stateDir is the mock array's state directory (its fault store too).
+func (t *Trial) stateDir() string {
+	if t.real != nil {
+		return t.real.Deployment.StateDir
+	}
+	return t.p.StateDir
 }
 
 // Result is what a trial found.
@@ -210,26 +234,38 @@ func (r Result) Failed() bool { return r.Err != nil || len(r.Problems) > 0 }
 // Run runs one trial of s with seed on the cluster and product (which must
 // run the mock array as a witness, the default).
 func Run(ctx context.Context, c *framework.Cluster, p *framework.Product, log framework.Logger, s Schedule, seed int64) (res Result) {
-	res = Result{Seed: seed, Schedule: s.Name}
 	t := &Trial{Seed: seed, Schedule: s, Rng: rand.New(rand.NewSource(seed)), c: c, p: p}
-	before, err := counts(p)
+	return t.runChecked(ctx, func(res *Result) ([]string, error) { return t.run(ctx, log, res) }, func() error {
+		// A clean trial's nodes go, so that a long run does not carry
+		// every trial's node plugins and node agents (past about 40
+		// trials, its later trials failed on setup timeouts); a failed
+		// one's stay for a look.
+		if t.Env == nil {
+			return nil
+		}
+		return t.Env.Teardown(ctx, teardownTimeout)
+	})
+}
+
+// runChecked runs a trial (run) and then the checks every trial gets,
+// whichever nodes it runs on; a trial that passed is torn down.
+func (t *Trial) runChecked(ctx context.Context, run func(*Result) ([]string, error), teardown func() error) (res Result) {
+	res = Result{Seed: t.Seed, Schedule: t.Schedule.Name}
+	before, err := t.counts()
 	if err != nil {
 		res.Err = err
 		return res
 	}
 	started := time.Now()
-	res.Steps, res.Err = t.run(ctx, log, &res)
+	res.Steps, res.Err = run(&res)
 	t.mu.Lock()
 	res.Steps = append(res.Steps, t.supervised...)
 	res.Problems = append(res.Problems, t.found...)
 	res.Stall = t.stall
 	t.mu.Unlock()
 	res.Problems = append(res.Problems, t.check(ctx, before, started)...)
-	// A clean trial's nodes go, so that a long run does not carry every
-	// trial's node plugins and node agents (past about 40 trials, its later
-	// trials failed on setup timeouts); a failed one's stay for a look.
-	if !res.Failed() && t.Env != nil {
-		if err := t.Env.Teardown(ctx, teardownTimeout); err != nil {
+	if !res.Failed() {
+		if err := teardown(); err != nil {
 			res.Steps = append(res.Steps, "teardown (harness, the trial passed): "+err.Error())
 		}
 	}
@@ -244,9 +280,15 @@ const teardownTimeout = 90 * time.Second
 type victim struct {
 	node, volume string
 	replica      int
-	rec          *timeline.Recorder
-	writer       *scenario.Writer
-	moved        bool
+	pod          string // the replica's pod name
+	// On real nodes: uid is the first pod's; down, the node failed and
+	// not back yet; newNode, the replacement's node.
+	uid     types.UID
+	down    bool
+	newNode string
+	rec     *timeline.Recorder
+	writer  *scenario.Writer
+	moved   bool
 }
 
 func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]string, error) {
@@ -306,7 +348,7 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 	if err != nil {
 		return steps, err
 	}
-	t.Env = env
+	t.Env, t.ns = env, env.NS
 	stop := make(chan struct{})
 	defer close(stop)
 	t.stop = stop
@@ -319,7 +361,7 @@ func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]s
 		if slices.ContainsFunc(t.victims, func(v *victim) bool { return v.node == node }) {
 			return steps, fmt.Errorf("replicas %d and %d on the same node %s", t.victims[0].replica, i, node)
 		}
-		v := &victim{node: node, volume: env.Volumes[i], replica: i}
+		v := &victim{node: node, volume: env.Volumes[i], replica: i, pod: env.PodName(i)}
 		v.rec = timeline.New(timeline.Target{Node: node, Namespace: env.NS, Pod: env.PodName(i), PVName: v.volume}, nil)
 		if err := v.rec.Watch(t.c.Client, t.c.Dynamic, stop); err != nil {
 			return steps, err
@@ -461,7 +503,7 @@ func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 			}
 			t.mu.Unlock()
 		}
-		for _, d := range t.p.Drivers {
+		for _, d := range t.drivers() {
 			// A process that failed to start (the apiserver still down)
 			// is retried at the next tick, as a crash loop is.
 			if d.Attacher != nil && !d.Attacher.Unexpected() {
@@ -478,6 +520,15 @@ func (t *Trial) supervise(ctx context.Context, stop <-chan struct{}) {
 		}
 		t.procMu.Unlock()
 	}
+}
+
+// drivers are the product's drivers the harness runs (none on real nodes,
+// whose kubelets run the product).
+func (t *Trial) drivers() []*framework.Driver {
+	if t.p == nil {
+		return nil
+	}
+	return t.p.Drivers
 }
 
 // watchReady records node's Ready transitions as the API shows them.
@@ -556,18 +607,30 @@ func (t *Trial) ready(node string, at time.Time) bool {
 
 // counts are the safety violations and refused unsafe requests of every
 // driver's array.
-func counts(p *framework.Product) (map[string]int64, error) {
+func (t *Trial) counts() (map[string]int64, error) {
+	arrays := map[string]*array.Array{}
+	if t.real != nil {
+		a, err := t.real.Deployment.Array()
+		if err != nil {
+			return nil, err
+		}
+		arrays[framework.DriverName] = a
+	} else {
+		for _, d := range t.p.Drivers {
+			arrays[d.Name] = d.Array
+		}
+	}
 	out := map[string]int64{}
-	for _, d := range p.Drivers {
-		s, err := d.Array.Snapshot()
+	for name, a := range arrays {
+		s, err := a.Snapshot()
 		if err != nil {
 			return nil, err
 		}
 		for k, v := range s.CountViolations() {
-			out[d.Name+" "+k] += int64(v)
+			out[name+" "+k] += int64(v)
 		}
 		for k, v := range s.RefusedUnsafe() {
-			out[d.Name+" refused "+k] += v
+			out[name+" refused "+k] += v
 		}
 	}
 	return out, nil
@@ -604,7 +667,7 @@ const productUser = "system:serviceaccount:default:csi-fence-attacher"
 // node is back, anything left behind (S6).
 func (t *Trial) check(ctx context.Context, before map[string]int64, started time.Time) []string {
 	var problems []string
-	after, err := counts(t.p)
+	after, err := t.counts()
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -613,7 +676,7 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 			problems = append(problems, fmt.Sprintf("array: %d new %s", d, k))
 		}
 	}
-	if t.Env == nil {
+	if t.ns == "" {
 		return problems
 	}
 	events, err := t.c.AuditEvents()
@@ -628,8 +691,8 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 	}
 	for _, v := range t.victims {
 		for _, e := range events {
-			if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.Env.NS &&
-				e.Name == t.Env.PodName(v.replica) && e.Time.After(started) && e.Code < 300 {
+			if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.ns &&
+				e.Name == v.pod && e.Time.After(started) && e.Code < 300 {
 				switch {
 				case t.ready(v.node, e.Time):
 					problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Time.Format("15:04:05.000"), v.node))
@@ -640,7 +703,11 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 		}
 		problems = append(problems, t.leftovers(ctx, v.node)...)
 	}
-	problems = append(problems, t.fencedAlive(ctx, started)...)
+	if t.real != nil {
+		problems = append(problems, t.checkRecords()...)
+	} else {
+		problems = append(problems, t.fencedAlive(ctx, started)...)
+	}
 	if t.Schedule.Check != nil {
 		problems = append(problems, t.Schedule.Check(ctx, t)...)
 	}
@@ -869,7 +936,7 @@ func driverFaults(ctx context.Context, t *Trial) ([]string, error) {
 	refusals := []codes.Code{codes.Unavailable, codes.Internal, codes.FailedPrecondition, codes.DeadlineExceeded}
 	code, n := refusals[t.Rng.Intn(len(refusals))], 1+t.Rng.Intn(3)
 	latency := t.between(200*time.Millisecond, 2*time.Second)
-	store := faults.NewStore(t.p.StateDir)
+	store := faults.NewStore(t.stateDir())
 	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Code: code, Count: n}); err != nil {
 		return nil, err
 	}
