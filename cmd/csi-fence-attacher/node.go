@@ -119,6 +119,7 @@ func runNode(ctx context.Context, opts *sidecar.Options, nodeOpts *sidecar.NodeO
 		Dynamic:            dyn,
 		CSINodes:           client.StorageV1().CSINodes(),
 		CSIDrivers:         client.StorageV1().CSIDrivers(),
+		Pods:               client.CoreV1().Pods(v1.NamespaceAll),
 		Recorder:           recorder,
 		Timeout:            opts.Timeout,
 		RetryIntervalStart: opts.RetryIntervalStart,

@@ -74,6 +74,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -123,6 +124,11 @@ type Options struct {
 	// it, or when the CSIDriver is missing or cannot be read, the driver
 	// is taken as undeclared.
 	CSIDrivers storagev1client.CSIDriverInterface
+	// Pods lists the pods of every namespace, live, to tell the pods that
+	// still exist on this node (their publish directories are the
+	// kubelet's to remove, see livePods). Without it every pod is taken
+	// as gone.
+	Pods corev1client.PodInterface
 	// Recorder records Events on the Node. Required.
 	Recorder record.EventRecorder
 	// Mounts tells mount points apart; default mount.New("").
@@ -450,6 +456,38 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 	return nil
 }
 
+// livePods returns the UIDs of the pods that exist on this node now (none
+// without Options.Pods).
+//
+// A pod still in the API (Terminating: the failover fences only the volumes
+// of pods marked for deletion) when its node comes back is one the kubelet
+// tears down itself, with the volumes it reconstructed from the disk at
+// start, and it deletes the pod only once they are unmounted. Its unmounter
+// reads the publish directory's vol_data.json: had the agent removed it, the
+// kubelet would retry forever and the pod would stay Terminating, its
+// replacement never created (seen on real nodes, issue 41: the node back
+// mid-fence). So the agent unpublishes such a pod's volume (force, as
+// always) but leaves the directory to the kubelet, and records the volume
+// clean once the kubelet removed it.
+func (a *Agent) livePods(ctx context.Context) (sets.Set[string], error) {
+	live := sets.New[string]()
+	if a.opts.Pods == nil {
+		return live, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
+	defer cancel()
+	pods, err := a.opts.Pods.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of this node, to leave the kubelet the publish directories of those that still exist: %w", err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == a.opts.NodeName {
+			live.Insert(string(p.UID))
+		}
+	}
+	return live, nil
+}
+
 // pluginState is what the node plugin says about itself.
 type pluginState struct {
 	caps   fence.NodeCapabilitySet
@@ -526,7 +564,11 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	}
 	a.reportUnattributed(ctx, inv, fr)
 	vol := kubeletlayout.Volume{Driver: a.opts.DriverName, VolumeHandle: entry.VolumeHandle, PVName: entry.PersistentVolumeName}
-	steps := planCleanup(a.layout, vol, inv.Match(vol), ps.caps.CanStage())
+	live, err := a.livePods(ctx)
+	if err != nil {
+		return "", err
+	}
+	steps := leaveToKubelet(planCleanup(a.layout, vol, inv.Match(vol), ps.caps.CanStage()), live)
 	if err := a.execute(ctx, vol.VolumeHandle, steps, mode); err != nil {
 		switch mode {
 		case modePlain:
@@ -542,6 +584,9 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 		return "", fmt.Errorf("scanning the kubelet directory after the cleanup: %w", err)
 	}
 	if m := inv.Match(vol); !m.Empty() {
+		if pods := kubeletsToRemove(m, live); len(pods) > 0 {
+			return "", fmt.Errorf("unpublished, waiting for the kubelet to tear down the publish directories of pods %s, which still exist on this node (it cannot without their vol_data.json): %s", strings.Join(pods, ", "), strings.Join(m.Paths(a.layout), ", "))
+		}
 		return "", fmt.Errorf("leftovers remain after the cleanup: %s", strings.Join(m.Paths(a.layout), ", "))
 	}
 	summary := summarize(steps, mode)

@@ -18,6 +18,9 @@ package nodeagent
 
 import (
 	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 )
@@ -129,4 +132,25 @@ func planCleanup(l kubeletlayout.Layout, vol kubeletlayout.Volume, m kubeletlayo
 		steps = append(steps, step{kind: stepRemoveBlockVolume, specName: b.SpecName})
 	}
 	return steps
+}
+
+// leaveToKubelet drops from steps the removal of the publish directories of
+// the pods in live, which the kubelet removes itself (Agent.livePods): their
+// NodeUnpublishVolume stays.
+func leaveToKubelet(steps []step, live sets.Set[string]) []step {
+	return slices.DeleteFunc(steps, func(s step) bool {
+		return s.kind == stepRemovePodVolume && s.podVolume.Data != nil && live.Has(s.podVolume.PodUID)
+	})
+}
+
+// kubeletsToRemove returns the pods in live whose publish directories, with
+// their vol_data.json, remain in m.
+func kubeletsToRemove(m kubeletlayout.Match, live sets.Set[string]) []string {
+	pods := sets.New[string]()
+	for _, p := range m.PodVolumes {
+		if live.Has(p.PodUID) {
+			pods.Insert(p.PodUID)
+		}
+	}
+	return sets.List(pods)
 }
