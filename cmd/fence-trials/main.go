@@ -116,12 +116,17 @@ func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int
 	}
 	defer func() { c.Cleanup(failed > 0 || err != nil) }()
 	var run func(s trials.Schedule, seed int64) trials.Result
+	// usable says whether the nodes can run the next trial after one that
+	// failed: the KWOK trials make nodes of their own, the real ones share
+	// theirs.
+	usable := func() error { return nil }
 	if real {
 		env, err := trials.StartReal(ctx, c)
 		if err != nil {
 			return 0, err
 		}
 		run = func(s trials.Schedule, seed int64) trials.Result { return trials.RunReal(ctx, env, s, seed) }
+		usable = func() error { return env.Usable(ctx, controlPlaneGrace) }
 	} else {
 		// The mock driver logs every request (--v=5): the trials find in
 		// its log when each fence reached it.
@@ -152,6 +157,12 @@ func runTrials(ctx context.Context, schedules []trials.Schedule, n int, seed int
 				if err := c.APIReady(ctx, controlPlaneGrace); err != nil {
 					printTable(schedules, results)
 					return failed, fmt.Errorf("the control plane is not usable after trial seed=%d (%v): the run's %d other trials were not run", r.Seed, err, n*len(schedules)-len(results))
+				}
+			}
+			if r.Failed() {
+				if err := usable(); err != nil {
+					printTable(schedules, results)
+					return failed, fmt.Errorf("the nodes are not usable after trial seed=%d (%v): the run's %d other trials were not run", r.Seed, err, n*len(schedules)-len(results))
 				}
 			}
 		}

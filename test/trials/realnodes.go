@@ -684,3 +684,34 @@ func realRollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 	steps = append(steps, fmt.Sprintf("old leader terminating %.2fs after the update, Leases held by the new pod %.2fs later", terminated.Sub(rolled).Seconds(), t.stall.Seconds()))
 	return steps, t.waitControllerSettled(ctx)
 }
+
+// Usable waits up to timeout until every real node is Ready, schedulable
+// and holds nothing of a failover (the S6 leftovers). The trials share the
+// nodes: after a trial that failed and left one quarantined, every later
+// trial would fail in its setup and say nothing of the product, so a run
+// stops instead (cmd/fence-trials).
+func (env *RealEnv) Usable(ctx context.Context, timeout time.Duration) error {
+	t := &Trial{c: env.Cluster, real: env}
+	var left []string
+	err := framework.WaitFor(ctx, timeout, "the real nodes usable", func(ctx context.Context) (bool, error) {
+		left = nil
+		for _, name := range t.realNodeNames() {
+			n, err := env.Cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if !framework.NodeReady(n) {
+				left = append(left, name+": not Ready")
+			}
+			if n.Spec.Unschedulable {
+				left = append(left, name+": cordoned")
+			}
+			left = append(left, t.leftovers(ctx, name)...)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.Join(left, "; "))
+	}
+	return nil
+}
