@@ -830,6 +830,13 @@ func (c *Cluster) writeKubeletFiles(n *RealNode) error {
 	// test failing for the host's free space, not for what it tests. The
 	// memory threshold is the kubelet's default; setting any threshold
 	// drops the defaults of the others.
+	//
+	// Image garbage collection is off (a high threshold of 100%): the
+	// nodes' images are imported from this host's builds and never pulled
+	// (imagePullPolicy: Never), so an image the kubelet removed is gone for
+	// good. With the host's disk at 91% (other runs beside), the kubelets
+	// of a fence-trials run removed the writer's image, and its next writer
+	// failed with ErrImageNeverPull.
 	kc := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -862,6 +869,8 @@ nodeStatusReportFrequency: 4s
 shutdownGracePeriod: 0s
 maxPods: 30
 serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 evictionHard:
   memory.available: 100Mi
   nodefs.available: 1%%
