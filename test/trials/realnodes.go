@@ -160,6 +160,19 @@ func (t *Trial) runReal(ctx context.Context, res *Result) ([]string, error) {
 	t.stop = stop
 	go t.supervise(ctx, stop)
 	defer t.runAtEnd(ctx, res)
+	// A trial that ended early brings its nodes back all the same: the
+	// next trials share them (RealEnv.Usable).
+	defer func() {
+		for _, v := range t.victims {
+			if more, err := t.bringBack(ctx, v); err != nil {
+				res.Problems = append(res.Problems, "bringing "+v.node+" back after the trial: "+err.Error())
+			} else if len(more) > 0 {
+				t.mu.Lock()
+				t.supervised = append(t.supervised, "after the trial's end: "+strings.Join(more, ", "))
+				t.mu.Unlock()
+			}
+		}
+	}()
 	for i, w := range t.Rng.Perm(len(env.Workers))[:n] {
 		v, err := t.startRealWriter(ctx, i, env.Workers[w].Name)
 		if err != nil {
@@ -216,28 +229,42 @@ func (t *Trial) runReal(ctx context.Context, res *Result) ([]string, error) {
 		}
 	}
 	// Each replica runs (and writes) elsewhere, or, when its node came
-	// back first, anywhere; then its node comes back.
-	for _, v := range t.victims {
-		pod, err := t.waitReplacement(ctx, v)
-		if err != nil {
-			return steps, err
+	// back first, anywhere; then its node comes back. The replicas are
+	// followed together: the storm guard may fence the next node only once
+	// the first is back and released (two of the three real nodes are
+	// more than its default share).
+	err := framework.WaitFor(ctx, 300*time.Second, "every replica running and writing again", func(ctx context.Context) (bool, error) {
+		var waiting []string
+		for _, v := range t.victims {
+			if v.newNode != "" {
+				continue
+			}
+			pod, why := t.replacement(ctx, v)
+			if pod == nil {
+				waiting = append(waiting, why)
+				continue
+			}
+			if d, ok := v.rec.Since(timeline.NodeDown, timeline.AttachedElsewhere); ok {
+				res.Recovery = max(res.Recovery, d)
+			}
+			if d, ok := v.rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere); ok {
+				res.Failover = max(res.Failover, d)
+			}
+			if err := t.c.WaitWrites(ctx, t.ns, pod.Name, 3, 60*time.Second); err != nil {
+				return false, fmt.Errorf("the replacement on %s: %w", pod.Spec.NodeName, err)
+			}
+			v.newNode = pod.Spec.NodeName
+			steps = append(steps, fmt.Sprintf("%s writes on %s", v.pod, v.newNode))
+			more, err := t.bringBack(ctx, v)
+			steps = append(steps, more...)
+			if err != nil {
+				return false, err
+			}
 		}
-		if d, ok := v.rec.Since(timeline.NodeDown, timeline.AttachedElsewhere); ok {
-			res.Recovery = max(res.Recovery, d)
-		}
-		if d, ok := v.rec.Since(timeline.PodEvicted, timeline.AttachedElsewhere); ok {
-			res.Failover = max(res.Failover, d)
-		}
-		if err := t.c.WaitWrites(ctx, t.ns, pod.Name, 3, 60*time.Second); err != nil {
-			return steps, fmt.Errorf("the replacement on %s: %w", pod.Spec.NodeName, err)
-		}
-		v.newNode = pod.Spec.NodeName
-		steps = append(steps, fmt.Sprintf("%s writes on %s", v.pod, v.newNode))
-		more, err := t.bringBack(ctx, v)
-		steps = append(steps, more...)
-		if err != nil {
-			return steps, err
-		}
+		return len(waiting) == 0, errors.New(strings.Join(waiting, "; "))
+	})
+	if err != nil {
+		return steps, err
 	}
 	if h.AfterReturn != nil {
 		more, err := h.AfterReturn(ctx, t)
@@ -294,25 +321,19 @@ func (t *Trial) realNodeNames() []string {
 	return out
 }
 
-// waitReplacement waits for v's replacement pod Running elsewhere (or,
-// SameNodeOK, anywhere).
-func (t *Trial) waitReplacement(ctx context.Context, v *victim) (*corev1.Pod, error) {
-	var pod *corev1.Pod
-	err := framework.WaitFor(ctx, 300*time.Second, v.pod+" running again", func(ctx context.Context) (bool, error) {
-		p, err := t.c.Client.CoreV1().Pods(t.ns).Get(ctx, v.pod, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if p.UID == v.uid || p.Status.Phase != corev1.PodRunning {
-			return false, fmt.Errorf("pod %s (old: %t) %s on %q", p.Name, p.UID == v.uid, p.Status.Phase, p.Spec.NodeName)
-		}
-		if p.Spec.NodeName == v.node && !t.Schedule.SameNodeOK {
-			return false, fmt.Errorf("the replacement runs on the failed node %s", v.node)
-		}
-		pod = p
-		return true, nil
-	})
-	return pod, err
+// replacement returns v's replacement pod if it runs elsewhere (or,
+// SameNodeOK, anywhere), else nil and why not.
+func (t *Trial) replacement(ctx context.Context, v *victim) (*corev1.Pod, string) {
+	p, err := t.c.Client.CoreV1().Pods(t.ns).Get(ctx, v.pod, metav1.GetOptions{})
+	switch {
+	case err != nil:
+		return nil, err.Error()
+	case p.UID == v.uid || p.Status.Phase != corev1.PodRunning:
+		return nil, fmt.Sprintf("pod %s (old: %t) %s on %q", p.Name, p.UID == v.uid, p.Status.Phase, p.Spec.NodeName)
+	case p.Spec.NodeName == v.node && !t.Schedule.SameNodeOK:
+		return nil, fmt.Sprintf("the replacement of %s runs on the failed node %s", p.Name, v.node)
+	}
+	return p, ""
 }
 
 // bringBack powers v's node on, or connects it again, unless a schedule
