@@ -141,6 +141,22 @@ chaos:
 	./hack/capi-binaries.sh >/dev/null
 	$(GO) run $(GO_FLAGS) ./cmd/fence-trials -trials $(TRIALS)
 
+# The trials on real nodes (issue 41; as root): three nodes, each a kubelet
+# and containerd of its own, the product deployed from
+# deploy/kubernetes/mock-example, a container writing through the fence.
+# test-trials-real-run replays a handful of schedules with a fixed seed and
+# fails on any violation; `make chaos-real TRIALS=N` runs N trials of every
+# real-node schedule (`go run ./cmd/fence-trials --nodes=real
+# -schedules=list` lists them).
+TRIAL_REAL_SEED ?= 4100
+TRIAL_REAL_SCHEDULES ?= power-off,partition,power-off+kill-controller,partition+leader-loss,power-off+reboot-during-cleanup,power-off+node-plugin-crash-during-cleanup
+test-trials-real: test-realnodes-deps
+	$(MAKE) test-trials-real-run
+test-trials-real-run:
+	$(GO) run $(GO_FLAGS) ./cmd/fence-trials --nodes=real -seed $(TRIAL_REAL_SEED) -trials 1 -schedules $(TRIAL_REAL_SCHEDULES)
+chaos-real: test-realnodes-deps
+	$(GO) run $(GO_FLAGS) ./cmd/fence-trials --nodes=real -trials $(TRIALS)
+
 # The Helm chart (deploy/helm/csi-fence): linted, rendered and compared with
 # the kustomize build by Helm's own library. A Go module of its own
 # (deploy/helm/go.mod: Helm's dependency tree stays out of the product's), so
@@ -149,7 +165,7 @@ test-helm:
 	cd deploy/helm && $(GO) vet $(GO_FLAGS) ./... && $(GO) test $(GO_FLAGS) -count=1 ./...
 test-go: test-helm
 
-.PHONY: all test test-units test-lane-e2e test-lane-slow test-lane-nodes test-powerfence test-e2e test-e2e-deps test-e2e-slow test-e2e-rest test-bench-e2e test-realnodes test-realnodes-deps test-realnodes-run test-trials test-trials-run chaos demo demo-real-nodes bench-real-nodes test-helm
+.PHONY: all test test-units test-lane-e2e test-lane-slow test-lane-nodes test-powerfence test-e2e test-e2e-deps test-e2e-slow test-e2e-rest test-bench-e2e test-realnodes test-realnodes-deps test-realnodes-run test-trials test-trials-run test-trials-real test-trials-real-run chaos chaos-real demo demo-real-nodes bench-real-nodes test-helm
 
 # The product's main job on an embedded default: a local real control plane,
 # the mock driver, the sidecar, and a node failure that fails over.
