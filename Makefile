@@ -16,9 +16,10 @@ include release-tools/build.make
 #   test-lane-e2e    the control plane's binaries, then the e2e tests but the
 #                    slowest;
 #   test-lane-slow   Cluster API's manager, then the slowest e2e tests, then
-#                    fence-bench's;
-#   test-lane-nodes  containerd and the kubelet, then the real-node tests,
-#                    then the randomized trials.
+#                    fence-bench's, then the randomized trials on KWOK nodes;
+#   test-lane-nodes  containerd and the kubelet, then the real-node tests and
+#                    fence-bench's real-node smoke test, then the randomized
+#                    trials on real nodes.
 # On a cold machine the first half hour is mostly compilation on both cores,
 # which the lanes share: the Go build cache (one set of build flags, see
 # GO_FLAGS) and the binary caches (each build script waits for a run of
@@ -40,12 +41,12 @@ test-lane-slow:
 	./hack/capi-binaries.sh >/dev/null
 	./hack/e2e-binaries.sh >/dev/null
 	$(E2E_COMPILE)
-	$(MAKE) -k test-e2e-slow test-bench-e2e
+	$(MAKE) -k test-e2e-slow test-bench-e2e test-trials-run
 test-lane-nodes:
 	./hack/install-node-deps.sh
 	./hack/install-fence-agents.sh
 	./hack/node-binaries.sh >/dev/null
-	$(MAKE) -k test-realnodes-run test-trials-run
+	$(MAKE) -k test-realnodes-run test-trials-real-run
 
 # Compiles the e2e test binaries without running them, once: a second lane
 # arriving meanwhile waits for the first one's compilation (flock) instead of
@@ -110,7 +111,8 @@ test-bench-e2e:
 # TestRealNodesFenceByDetachPartition (the mock as a driver whose detach
 # revokes access, so declared on its CSIDriver: the writer fails over
 # fenced by a plain unpublish, which cuts the partitioned writer's FUSE
-# data path; 45 s to 85 s each); as root.
+# data path; 45 s to 85 s each), then fence-bench --nodes=real at its
+# smallest (TestBenchRealNodesSmoke, about 2.5 min); as root.
 test-realnodes: test-realnodes-deps
 	$(MAKE) test-realnodes-run
 
@@ -123,6 +125,7 @@ test-realnodes-deps:
 test-realnodes-run:
 	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
 	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop|FenceByDetachPowerOff|FenceByDetachPartition)?$$' ./test/e2e/
+	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 10m -run '^TestBenchRealNodesSmoke$$' ./test/bench/
 
 # Randomized failover trials (cmd/fence-trials): one trial of every fault
 # schedule with fixed seeds, so that CI replays the same ones. `make chaos
