@@ -101,14 +101,17 @@ var (
 	// NodeAgentRules are what the node role needs (base/rbac-node.yaml):
 	// read its node's FencingRequest, record the cleanup, post Events, and
 	// read the CSINodes live to clean a volume fenced under its node's
-	// previous CSI node ID, and read a driver's CSIDriver live to clean a
-	// volume its detach fenced (contract.UnpublishRevokesAccessAnnotation).
+	// previous CSI node ID, read a driver's CSIDriver live to clean a
+	// volume its detach fenced (contract.UnpublishRevokesAccessAnnotation),
+	// and list its node's pods live: a pod still there keeps its publish
+	// directories, which only the kubelet may remove.
 	NodeAgentRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource + "/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	}
 )
 
