@@ -456,11 +456,11 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 	return nil
 }
 
-// livePods returns the UIDs of the pods that exist on this node now (none
-// without Options.Pods).
+// livePods returns the UIDs of the pods on this node that are being deleted
+// now (none without Options.Pods).
 //
-// A pod still in the API (Terminating: the failover fences only the volumes
-// of pods marked for deletion) when its node comes back is one the kubelet
+// A pod still in the API and Terminating (the failover fences the volumes of
+// pods marked for deletion) when its node comes back is one the kubelet
 // tears down itself, with the volumes it reconstructed from the disk at
 // start, and it deletes the pod only once they are unmounted. Its unmounter
 // reads the publish directory's vol_data.json: had the agent removed it, the
@@ -468,7 +468,10 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 // replacement never created (seen on real nodes, issue 41: the node back
 // mid-fence). So the agent unpublishes such a pod's volume (force, as
 // always) but leaves the directory to the kubelet, and records the volume
-// clean once the kubelet removed it.
+// clean once the kubelet removed it. A pod that is not being deleted (an
+// admin's FencingRequest fences a Ready node under running pods) would keep
+// its directory, and the node its quarantine, for as long as it runs: its
+// directory is removed as before.
 func (a *Agent) livePods(ctx context.Context) (sets.Set[string], error) {
 	live := sets.New[string]()
 	if a.opts.Pods == nil {
@@ -481,7 +484,7 @@ func (a *Agent) livePods(ctx context.Context) (sets.Set[string], error) {
 		return nil, fmt.Errorf("listing the pods of this node, to leave the kubelet the publish directories of those that still exist: %w", err)
 	}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == a.opts.NodeName {
+		if p.Spec.NodeName == a.opts.NodeName && p.DeletionTimestamp != nil {
 			live.Insert(string(p.UID))
 		}
 	}

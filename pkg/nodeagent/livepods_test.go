@@ -41,11 +41,15 @@ func TestLeavesLivePodsDirectoryToKubelet(t *testing.T) {
 	e := newEnv(t)
 	e.startMockDriver(driver.Config{})
 	e.attach("vol-a")
-	e.mount("vol-a", "pv-a", true, "pod-live", "pod-gone")
+	e.mount("vol-a", "pv-a", true, "pod-live", "pod-gone", "pod-running")
 	e.fence("vol-a", "pv-a")
 	pods := e.csiNodes.CoreV1().Pods("ns")
+	deleting := metav1.Now()
 	for _, p := range []*v1.Pod{
-		{ObjectMeta: metav1.ObjectMeta{Name: "live", UID: types.UID("pod-live")}, Spec: v1.PodSpec{NodeName: testNode}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "live", UID: types.UID("pod-live"), DeletionTimestamp: &deleting, Finalizers: []string{"test"}}, Spec: v1.PodSpec{NodeName: testNode}},
+		// Running, not being deleted (an admin's fence of a Ready node):
+		// nothing would ever remove its directory, so the agent does.
+		{ObjectMeta: metav1.ObjectMeta{Name: "running", UID: types.UID("pod-running")}, Spec: v1.PodSpec{NodeName: testNode}},
 		// Same UID space, another node: not this kubelet's.
 		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", UID: types.UID("pod-gone")}, Spec: v1.PodSpec{NodeName: "other-node"}},
 	} {
@@ -61,7 +65,7 @@ func TestLeavesLivePodsDirectoryToKubelet(t *testing.T) {
 	e.waitCleanupError("vol-a", "waiting for the kubelet")
 	liveData := filepath.Join(l.PodVolumeDir("pod-live", "pv-a"), kubeletlayout.VolDataFileName)
 	mustExist(t, liveData)
-	mustBeGone(t, l.PodVolumeDir("pod-gone", "pv-a"), l.StagingDir(testDriver, "vol-a"))
+	mustBeGone(t, l.PodVolumeDir("pod-gone", "pv-a"), l.PodVolumeDir("pod-running", "pv-a"), l.StagingDir(testDriver, "vol-a"))
 	if p := e.publication("vol-a"); p != nil && slices.Contains(p.Published, l.PublishPath("pod-live", "pv-a")) {
 		t.Errorf("the live pod's volume was not unpublished: %+v", p)
 	}
