@@ -126,12 +126,13 @@ func (g *Group[V]) Gathering(k string) int {
 }
 
 // run performs r; then the next read of k, if callers gathered for it
-// meanwhile, starts in a goroutine of its own (r's callers have their
-// result and go on); else the key is idle again.
+// meanwhile, starts in a goroutine of its own; else the key is idle again.
+// The key's state is settled before r's callers get their result, so a
+// caller that asks again at once finds the key idle and starts a read,
+// rather than queueing behind a read that has already ended.
 func (g *Group[V]) run(k string, r *read[V], fetch func(context.Context) (V, error)) {
 	r.val, r.err = fetch(r.rctx)
 	r.cancel()
-	close(r.done)
 	g.mu.Lock()
 	st := g.keys[k]
 	next := st.next
@@ -140,6 +141,7 @@ func (g *Group[V]) run(k string, r *read[V], fetch func(context.Context) (V, err
 		delete(g.keys, k)
 	}
 	g.mu.Unlock()
+	close(r.done)
 	if next != nil {
 		go g.run(k, next, fetch)
 	}
