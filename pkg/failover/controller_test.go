@@ -19,7 +19,6 @@ package failover
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -282,39 +281,48 @@ func TestSafeDetachOrder(t *testing.T) {
 	}
 }
 
-// The fenced attachment of a force-deleted pod goes right after the pod,
-// before the volume leaves the node's volumesInUse (which lets the
-// attach/detach controller detach it: its detach then finds nothing to wait
-// for). While a pod on the node may still use the volume, it stays.
-func TestFencedAttachmentReleasedOnceItsPodsAreGone(t *testing.T) {
+// A force-deleted pod's fenced attachment goes as the pod goes: after the
+// volume left the node's volumesInUse, and once the pod GC's live read found
+// the node down, before the pod is marked Failed. That status write lets the
+// attach/detach controller detach the volume at its next reconcile; its
+// detach then finds the attachment gone and does not poll for it. While a
+// pod on the node that this pass does not delete uses the volume, the
+// attachment stays.
+func TestFencedAttachmentReleasedAsItsLastPodGoes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// refuse: pods whose delete the apiserver refuses.
-		refuse []string
-		// secondPod: another Terminating pod on the node using the same claim.
-		secondPod    bool
-		wantReleased bool
+		// secondPod: another Terminating pod on the node using the
+		// same claim, deleted in the same pass or kept (secondStays).
+		secondPod, secondStays bool
+		wantReleased           bool
 	}{
 		{name: "its pod force-deleted", wantReleased: true},
-		{name: "its pod's delete refused", refuse: []string{"db-0"}},
 		{name: "both pods of the claim force-deleted", secondPod: true, wantReleased: true},
-		{name: "the other pod of the claim still there", secondPod: true, refuse: []string{"db-1"}},
+		{name: "another pod of the claim stays on the node", secondPod: true, secondStays: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := objects(v1.ConditionUnknown, true)
 			if tc.secondPod {
-				objs = append(objs, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-1", Namespace: "ns", UID: "u9", DeletionTimestamp: ptr.To(metav1.Now())},
-					Spec: v1.PodSpec{NodeName: "n1", Volumes: []v1.Volume{pvcVol("data")}}})
+				p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-1", Namespace: "ns", UID: "u9", DeletionTimestamp: ptr.To(metav1.Now())},
+					Spec: v1.PodSpec{NodeName: "n1", Volumes: []v1.Volume{pvcVol("data")}}}
+				if tc.secondStays {
+					// Its other volume, of a driver nothing fences,
+					// keeps it on the node.
+					other := volumeUser{node: "n1", driver: "other.example.com", pod: "db-1", uid: "u9", claim: "data3", pv: "pv3", handle: "h3", va: "va3"}.objects()
+					p.Spec.Volumes = append(p.Spec.Volumes, pvcVol("data3"))
+					objs = append(objs, other[1:]...)
+				}
+				objs = append(objs, p)
 			}
 			e := newEnv(t, objs, true)
-			e.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				if slices.Contains(tc.refuse, a.(k8stesting.DeleteAction).GetName()) {
-					return true, nil, errors.New("apiserver unavailable")
-				}
-				return false, nil, nil
-			})
 			e.client.PrependReactor("delete", "volumeattachments", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				e.steps.add("release " + a.(k8stesting.DeleteAction).GetName())
+				return false, nil, nil
+			})
+			e.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "status" {
+					e.steps.add("failed " + a.(k8stesting.PatchAction).GetName())
+				}
 				return false, nil, nil
 			})
 			e.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -324,8 +332,8 @@ func TestFencedAttachmentReleasedOnceItsPodsAreGone(t *testing.T) {
 				return false, nil, nil
 			})
 			_ = e.sync(t)
-			if e.csi.fenced("h1") == 0 {
-				t.Fatalf("no fence: %v", e.steps.log)
+			if e.csi.fenced("h1") == 0 || e.steps.index("delete db-0") < 0 {
+				t.Fatalf("db-0's volume not fenced or db-0 not deleted: %v", e.steps.log)
 			}
 			_, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{})
 			if released := apierrors.IsNotFound(err); released != tc.wantReleased {
@@ -334,17 +342,22 @@ func TestFencedAttachmentReleasedOnceItsPodsAreGone(t *testing.T) {
 			if !tc.wantReleased {
 				return
 			}
-			d, r, u := e.steps.index("delete db-0"), e.steps.index("release va1"), e.steps.index("volumesInUse")
-			if !(u >= 0 && u < d && d < r) {
-				t.Errorf("want volumesInUse released, then the pod deleted, then its attachment: %v", e.steps.log)
+			// The last of the claim's pods to go frees the volume.
+			last := "db-0"
+			if tc.secondPod && e.steps.index("failed db-1") > e.steps.index("failed db-0") {
+				last = "db-1"
+			}
+			u, r, f, d := e.steps.index("volumesInUse"), e.steps.index("release va1"), e.steps.index("failed "+last), e.steps.index("delete "+last)
+			if !(u >= 0 && u < r && r < f && f < d) {
+				t.Errorf("want volumesInUse released, then the attachment, then %s marked Failed and deleted: %v", last, e.steps.log)
 			}
 		})
 	}
 }
 
 // A node's pods go in parallel, and each pod's fenced attachment goes as
-// soon as that pod is gone: a pod whose delete hangs holds up neither the
-// other pods nor their volumes.
+// that pod goes: a pod whose delete hangs holds up neither the other pods
+// nor their volumes.
 func TestEachPodsAttachmentReleasedAsItGoes(t *testing.T) {
 	objs := objects(v1.ConditionUnknown, true)
 	objs[0].(*v1.Node).Status.VolumesInUse = append(objs[0].(*v1.Node).Status.VolumesInUse, "kubernetes.io/csi/"+driver+"^h2")
@@ -365,11 +378,11 @@ func TestEachPodsAttachmentReleasedAsItGoes(t *testing.T) {
 	}}, true)
 	done := make(chan error, 1)
 	go func() { done <- c.sync(ctx, "n1") }()
-	testpoll.Until(t, "db-1 and its attachment gone while db-0's delete hangs", func() bool {
-		return e.steps.index("release va2") >= 0
+	testpoll.Until(t, "db-1 and both attachments gone while db-0's delete hangs", func() bool {
+		return e.steps.index("delete db-1") >= 0 && e.steps.index("release va1") >= 0 && e.steps.index("release va2") >= 0
 	})
-	if e.steps.index("release va1") >= 0 {
-		t.Errorf("db-0's attachment released before db-0 went: %v", e.steps.log)
+	if e.steps.index("delete db-0") >= 0 {
+		t.Errorf("db-0 deleted while its delete hangs: %v", e.steps.log)
 	}
 	close(hang)
 	if err := <-done; err != nil {

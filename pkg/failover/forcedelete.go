@@ -37,11 +37,13 @@ import (
 
 // deleteFenced is the pod GC's SafeDetach rule: each candidate whose every
 // volume is confirmed fenced (or whose node is confirmed off) goes, if the
-// node is still down by a live read (S3, in the guarded delete). Right
-// after a pod goes, the fenced attachments of the volumes that no pod left
-// on the node (pods, the cache's) uses go too: each volume is free to
-// attach elsewhere as soon as its last pod is gone, not when the node's
-// last pod is.
+// node is still down by a live read (S3, in the guarded delete). As a pod
+// goes, once that live read found the node down and before the pod is
+// marked Failed, the fenced attachments of the volumes that no other pod on
+// the node (pods, the cache's) still uses go too: each volume is free to
+// attach elsewhere as soon as its last pod goes, not when the node's last
+// pod does, and the attach/detach controller's detach, which the pod's
+// Failed phase starts, finds the attachment gone and does not wait for it.
 func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencingv1alpha1.FencingRequest, candidates []candidate, pods []*v1.Pod) error {
 	nodeOff := c.nodeFencedLive(ctx, node, fr)
 	var ready []*v1.Pod
@@ -68,18 +70,17 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 	}
 	var (
 		mu         sync.Mutex
-		deleted    = map[types.UID]bool{}
+		going      = map[types.UID]bool{}
 		releaseErr error
 	)
 	c.forceDeleteAll(ctx, node.Name, ready, func(*v1.Pod) string { return podgc.ReasonSafeDetach }, func(p *v1.Pod) {
-		c.eligible.deleted(p)
 		// The pods that share a volume decide under one lock: the
 		// last of them to go frees it.
 		mu.Lock()
-		deleted[p.UID] = true
+		going[p.UID] = true
 		freed := map[string]bool{}
 		for _, pv := range pvsOf[p.UID] {
-			if !slices.ContainsFunc(users[pv], func(uid types.UID) bool { return !deleted[uid] }) {
+			if !slices.ContainsFunc(users[pv], func(uid types.UID) bool { return !going[uid] }) {
 				freed[pv] = true
 			}
 		}
@@ -89,7 +90,7 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 			releaseErr = errors.Join(releaseErr, err)
 			mu.Unlock()
 		}
-	})
+	}, c.eligible.deleted)
 	return errors.Join(cacheErr, releaseErr)
 }
 
@@ -119,8 +120,10 @@ const forceDeleteWorkers = 64
 
 // forceDeleteAll hands each pod to the pod GC's one guarded delete, which
 // reads the node live and refuses if it is alive (S3), for the reason that
-// reason gives it, forceDeleteWorkers at a time; gone is called after each
-// pod that went, from the worker that deleted it.
+// reason gives it, forceDeleteWorkers at a time. From the worker that
+// deletes a pod, going is called once the live read found the node down,
+// before the pod is marked Failed (podgc.GC.ForceDelete), and gone after
+// the pod went; either may be nil.
 //
 // The pods that asked for their termination reason (termreason.OptedIn)
 // get it recorded in the node's FencingRequest first, in one write: their
@@ -128,7 +131,7 @@ const forceDeleteWorkers = 64
 // ServiceAccount token bound to it are gone from the API, and the node's
 // agent serves the reason from the record. A record that cannot be written
 // does not hold up the failover: those hooks get Unknown.
-func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods []*v1.Pod, reason func(*v1.Pod) string, gone func(*v1.Pod)) {
+func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods []*v1.Pod, reason func(*v1.Pod) string, going, gone func(*v1.Pod)) {
 	var record []fencingv1alpha1.ForceDeletedPod
 	for _, pod := range pods {
 		if termreason.OptedIn(pod) {
@@ -142,7 +145,11 @@ func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods [
 	workqueue.ParallelizeUntil(ctx, forceDeleteWorkers, len(pods), func(i int) {
 		pod, why := pods[i], reason(pods[i])
 		msg := fmt.Sprintf("csi-fence-attacher: node %s is not Ready (%s)", nodeName, why)
-		if err := c.pgc.ForceDelete(ctx, pod, why, podgc.TerminationReason(pod), msg); err != nil {
+		var before func()
+		if going != nil {
+			before = func() { going(pod) }
+		}
+		if err := c.pgc.ForceDelete(ctx, pod, why, podgc.TerminationReason(pod), msg, before); err != nil {
 			klog.FromContext(ctx).Error(err, "Pod not force-deleted", "pod", klog.KObj(pod), "reason", why)
 			return
 		}

@@ -166,5 +166,5 @@ func (c *Controller) honourSignals(ctx context.Context, node *v1.Node, pods []*v
 			return podgc.ReasonOutOfService
 		}
 		return podgc.ReasonFencingComplete
-	}, nil)
+	}, nil, nil)
 }

@@ -176,13 +176,11 @@ func (c *Controller) deleteFencedAttachments(ctx context.Context, vas []*storage
 // it is va's only finalizer and va was published under no other node ID
 // than the one it names: what the attacher's detach of a fenced volume
 // does (it calls nothing of the driver), without its informer's round
-// trip and live reads. Left to the attacher, the attachment outlived the
-// pod by about 50 ms on real nodes, long enough for the attach/detach
-// controller's detach (at its next 100 ms reconcile once the pod is gone)
-// to find it still there and then poll for it to go, the first time
-// after 500 ms: the volume attached elsewhere half a second later. The
-// patch tests the finalizers and the UID it decided about; anything else,
-// an error included, is left to the attacher, which removes it as before.
+// trip and live reads: an attachment the attach/detach controller's detach
+// finds still there, it polls for, the first time after 500 ms
+// (docs/benchmarks-and-trials.md, "On real nodes"). The patch tests the
+// finalizers and the UID it decided about; anything else, an error
+// included, is left to the attacher, which removes it as before.
 func (c *Controller) letGo(ctx context.Context, va *storagev1.VolumeAttachment) {
 	finalizer := contract.AttacherFinalizer(va.Spec.Attacher)
 	if !slices.Equal(va.Finalizers, []string{finalizer}) {

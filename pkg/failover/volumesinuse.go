@@ -36,8 +36,9 @@ import (
 // the node, whatever its pods do. It runs before the pod GC: the attach/detach
 // controller attaches a volume elsewhere only once it has detached it here,
 // which a volume still listed would hold up until the node's last pod is
-// gone; and the pod GC deletes each pod's fenced attachment right after the
-// pod, well within the attach/detach controller's 100 ms loop.
+// gone; and the pod GC deletes each pod's fenced attachment before the
+// pod's Failed phase lets that controller detach it
+// (releaseFencedAttachments).
 func (c *Controller) releaseVolumesInUse(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest) error {
 	if fr == nil {
 		return nil
@@ -80,14 +81,17 @@ func fencedUnique(fr *fencingv1alpha1.FencingRequest, unique string) bool {
 
 // releaseFencedAttachments deletes the VolumeAttachments among vas (a dead
 // node's) of the volumes in freed (PV names: their last pod on the node is
-// gone, force-deleted by this pass, which the cache may not know yet) that
-// are fenced there. The attach/detach controller would delete them too,
-// once the pods are gone from its cache and the volumes from the node's
-// volumesInUse, but its detach then polls for the attachment to go, first
-// after half a second: deleted here first, its delete finds nothing and it
-// attaches the volume elsewhere at its next reconcile. A pod the cache still
-// misses is no danger: the attachment would be created again, and no
-// publish reaches a node where a volume is fenced (S2).
+// going, force-deleted by this pass, its node found down by a live read)
+// that are fenced there. The attach/detach controller would delete them
+// too, once it sees the pods terminated and the volumes gone from the
+// node's volumesInUse, but its detach then polls for the attachment to go,
+// first after half a second: deleted here before the pod is marked Failed,
+// its delete finds nothing and it attaches the volume elsewhere at its next
+// reconcile. An attachment released for a pod whose status write or delete
+// then fails, or for a pod the cache still misses, is no danger: the volume
+// is fenced, so the attach/detach controller, if it creates the attachment
+// again before the pod goes, gets no publish to a node where a volume is
+// fenced (S2), and the next pass deletes the pod.
 func (c *Controller) releaseFencedAttachments(ctx context.Context, nodeName string, fr *fencingv1alpha1.FencingRequest, vas []*storagev1.VolumeAttachment, freed map[string]bool) error {
 	if len(freed) == 0 {
 		return nil

@@ -297,11 +297,20 @@ func (g *GC) NodeDown(ctx context.Context, nodeName string) error {
 // cache may be about a pod that is gone and replaced under the same name
 // (a StatefulSet's), on a healthy node, which must not be touched. A pod
 // that is gone already is no error.
-func (g *GC) ForceDelete(ctx context.Context, pod *v1.Pod, reason, terminationReason, message string) error {
+//
+// going, if not nil, is called once the node is found down and before the
+// pod's status is written: what must be done before anyone sees the pod
+// terminated. The attach/detach controller drops a pod from its desired
+// state on its Failed phase, before the delete, and detaches its volumes at
+// its next reconcile.
+func (g *GC) ForceDelete(ctx context.Context, pod *v1.Pod, reason, terminationReason, message string, going func()) error {
 	logger := klog.FromContext(ctx)
 	if err := g.NodeDown(ctx, pod.Spec.NodeName); err != nil {
 		forceDeletePodsRefused.WithLabelValues(reason).Inc()
 		return fmt.Errorf("not force-deleting pod %s: %w", klog.KObj(pod), err)
+	}
+	if going != nil {
+		going()
 	}
 	// One write records why, before the delete: the termination reason
 	// (an annotation, which the pod status subresource accepts) with the

@@ -19,6 +19,7 @@ package podgc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -185,7 +186,7 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 	client := fake.NewClientset(down, p)
 	rec := record.NewFakeRecorder(10)
 	g := &GC{Client: client, Recorder: rec, Health: nodehealth.NewObserver(client)}
-	if err := g.ForceDelete(context.Background(), p, ReasonSafeDetach, contract.TerminationEviction, "test"); err != nil {
+	if err := g.ForceDelete(context.Background(), p, ReasonSafeDetach, contract.TerminationEviction, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	// The Event says which termination reason the pod's hooks get.
@@ -212,6 +213,47 @@ func TestForceDeleteNamesThePodsUID(t *testing.T) {
 	}
 	if writes != 2 {
 		t.Errorf("want the status (with the termination reason) and the delete written; got %d writes: %v", writes, client.Actions())
+	}
+}
+
+// going runs once the node is found down, before any write of the pod (the
+// Failed phase is what starts the attach/detach controller's detach), and
+// not at all for a node that is alive.
+func TestForceDeleteGoingBeforeThePodsWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ready     v1.ConditionStatus
+		wantGoing bool
+	}{
+		{name: "node down", ready: v1.ConditionUnknown, wantGoing: true},
+		{name: "node alive", ready: v1.ConditionTrue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pod()
+			p.UID, p.Spec.NodeName = "uid-1", "n1"
+			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+				Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: tc.ready}}}}
+			client := fake.NewClientset(node, p)
+			g := &GC{Client: client, Recorder: record.NewFakeRecorder(10), Health: nodehealth.NewObserver(client)}
+			writesBefore := -1
+			err := g.ForceDelete(context.Background(), p, ReasonSafeDetach, contract.TerminationEviction, "test", func() {
+				writesBefore = 0
+				for _, a := range client.Actions() {
+					if a.GetResource().Resource == "pods" && a.GetVerb() != "get" && a.GetVerb() != "list" {
+						writesBefore++
+					}
+				}
+			})
+			if going := writesBefore >= 0; going != tc.wantGoing {
+				t.Fatalf("going called: %v, want %v (err %v)", going, tc.wantGoing, err)
+			}
+			if tc.wantGoing && (err != nil || writesBefore != 0) {
+				t.Errorf("going after %d writes of the pod (err %v), want before any", writesBefore, err)
+			}
+			if !tc.wantGoing && !errors.Is(err, ErrNodeAlive) {
+				t.Errorf("err = %v, want ErrNodeAlive", err)
+			}
+		})
 	}
 }
 
