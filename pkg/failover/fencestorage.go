@@ -84,15 +84,11 @@ func (c *Controller) fenceMode(ctx context.Context) (fencemode.Mode, error) {
 // delays a failover (the fence itself reads live and sends nothing unless
 // the declaration holds), it moves nothing.
 func (c *Controller) cachedFenceMode() fencemode.Mode {
-	if c.opts.CanFence {
-		return fencemode.FenceField
-	}
 	d, err := c.drivers.Get(c.opts.DriverName)
 	if err != nil {
-		return fencemode.None
+		d = nil
 	}
-	declared, _ := fencemode.Declared(d) // a bad value is said where it is read live
-	return fencemode.Of(false, declared)
+	return fencemode.OfDriver(d, c.opts.CanFence) // a bad value is said where it is read
 }
 
 // unsettled reports whether the record holds an entry of driver (any driver

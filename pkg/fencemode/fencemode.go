@@ -171,16 +171,22 @@ func (r *Reader) Mode(ctx context.Context, canFence bool) (Mode, error) {
 // for the steps that may read a cache (see the package's comment). It says
 // a bad value as Mode does, once per change.
 func (r *Reader) Cached(ctx context.Context, d *storagev1.CSIDriver, canFence bool) Mode {
-	if canFence {
-		return FenceField
+	if !canFence {
+		if _, bad := Declared(d); bad != nil {
+			r.say(ctx, d, bad.Error(), nil)
+		} else {
+			r.say(ctx, nil, "", nil)
+		}
 	}
+	return OfDriver(d, canFence)
+}
+
+// OfDriver is the mode of a driver that advertises UNPUBLISH_FENCE or not
+// (canFence) and whose CSIDriver is d (nil: none), a bad declaration taken
+// as none; it says nothing. For a step that may read a cache.
+func OfDriver(d *storagev1.CSIDriver, canFence bool) Mode {
 	declared, bad := Declared(d)
-	if bad != nil {
-		r.say(ctx, d, bad.Error(), nil)
-		return None
-	}
-	r.say(ctx, nil, "", nil)
-	return Of(false, declared)
+	return Of(canFence, declared && bad == nil)
 }
 
 // say logs notice (and records it on d, when given) if it differs from the

@@ -140,7 +140,7 @@ func TestOf(t *testing.T) {
 }
 
 // Cached reads the declaration from a cached CSIDriver with the same rules,
-// and says a bad value once per change.
+// and says a bad value once per change; OfDriver decides as Cached does.
 func TestCached(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	recorder := record.NewFakeRecorder(10)
@@ -158,6 +158,11 @@ func TestCached(t *testing.T) {
 		{d: bad, want: None}, // said already
 		{d: bad, canFence: true, want: FenceField},
 	} {
+		// OfDriver decides the same and says nothing (the Events
+		// counted are Cached's).
+		if got := OfDriver(tc.d, tc.canFence); got != tc.want {
+			t.Errorf("OfDriver(%v, %v) = %q, want %q", tc.d, tc.canFence, got, tc.want)
+		}
 		if got := r.Cached(ctx, tc.d, tc.canFence); got != tc.want {
 			t.Errorf("Cached(%v, %v) = %q, want %q", tc.d, tc.canFence, got, tc.want)
 		}
