@@ -239,6 +239,17 @@ func (t *Trial) runReal(ctx context.Context, res *Result) ([]string, error) {
 			if v.newNode != "" {
 				continue
 			}
+			if on := t.heldOnFailedNode(ctx, v); on != "" {
+				// The storm guard fences that node only once v's
+				// is back and released: bring v's back first.
+				steps = append(steps, fmt.Sprintf("the replacement of %s is bound to %s, which failed too", v.pod, on))
+				more, err := t.bringBack(ctx, v)
+				steps = append(steps, more...)
+				if err != nil {
+					return false, err
+				}
+				v.backEarly = true
+			}
 			pod, why := t.replacement(ctx, v)
 			if pod == nil {
 				waiting = append(waiting, why)
@@ -330,10 +341,31 @@ func (t *Trial) replacement(ctx context.Context, v *victim) (*corev1.Pod, string
 		return nil, err.Error()
 	case p.UID == v.uid || p.Status.Phase != corev1.PodRunning:
 		return nil, fmt.Sprintf("pod %s (old: %t) %s on %q", p.Name, p.UID == v.uid, p.Status.Phase, p.Spec.NodeName)
-	case p.Spec.NodeName == v.node && !t.Schedule.SameNodeOK:
+	case p.Spec.NodeName == v.node && !t.Schedule.SameNodeOK && !v.backEarly:
 		return nil, fmt.Sprintf("the replacement of %s runs on the failed node %s", p.Name, v.node)
 	}
 	return p, ""
+}
+
+// heldOnFailedNode returns the node of another victim, failed and not back,
+// that v's replacement is bound to, or "". The scheduler may bind it there
+// when that node's failure is not yet noticed (no unreachable taint): both
+// nodes fail within a second, and each goes NotReady up to a lease renewal
+// period apart.
+func (t *Trial) heldOnFailedNode(ctx context.Context, v *victim) string {
+	if !v.down {
+		return ""
+	}
+	p, err := t.c.Client.CoreV1().Pods(t.ns).Get(ctx, v.pod, metav1.GetOptions{})
+	if err != nil || p.UID == v.uid || p.Spec.NodeName == "" || p.Status.Phase != corev1.PodPending {
+		return ""
+	}
+	for _, u := range t.victims {
+		if u != v && u.down && u.node == p.Spec.NodeName {
+			return u.node
+		}
+	}
+	return ""
 }
 
 // bringBack powers v's node on, or connects it again, unless a schedule

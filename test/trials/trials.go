@@ -286,9 +286,12 @@ type victim struct {
 	uid     types.UID
 	down    bool
 	newNode string
-	rec     *timeline.Recorder
-	writer  *scenario.Writer
-	moved   bool
+	// backEarly: its node was brought back before its replacement ran,
+	// which may then run there again (realnodes.go, heldOnFailedNode).
+	backEarly bool
+	rec       *timeline.Recorder
+	writer    *scenario.Writer
+	moved     bool
 }
 
 func (t *Trial) run(ctx context.Context, log framework.Logger, res *Result) ([]string, error) {
