@@ -821,6 +821,13 @@ func (c *Cluster) writeKubeletFiles(n *RealNode) error {
 	// well inside the control plane's 10 s grace period (40 s, the default,
 	// would renew every 10 s and flap).
 	//
+	// The node status is computed every second and sent when it changed
+	// (else every 4 s): a kubelet mounts a volume only once a status it
+	// sent lists the volume in use, so a replacement pod's volume waits for
+	// the next status computed after the pod arrived: up to 10 s with the
+	// kubelet's default, which docs/deploying.md advises against for fast
+	// failover (docs/benchmarks-and-trials.md, "On real nodes").
+	//
 	// Disk eviction only when the host's disk is all but full: the nodes
 	// share it with everything else the host runs (other test runs, their
 	// caches), and the kubelet's default thresholds (imagefs.available 15%,
@@ -864,7 +871,7 @@ podLogsDir: %q
 volumePluginDir: %q
 resolvConf: %q
 nodeLeaseDurationSeconds: 10
-nodeStatusUpdateFrequency: 4s
+nodeStatusUpdateFrequency: 1s
 nodeStatusReportFrequency: 4s
 shutdownGracePeriod: 0s
 maxPods: 30
