@@ -195,14 +195,16 @@ func (k *killSwitch) done() []string {
 
 // The failover's half of the same: the process that fails n1 over is killed
 // after its first k writes, for every k up to the number a failover takes.
-// At the crash the pod is gone only if its volume is recorded fenced and
-// the node quarantined (S1, S8); the restarted process finishes the
-// failover with one more fence at most for the volume (fenced at most once
-// per process).
+// At the crash the pod and its attachment are gone only if its volume is
+// recorded fenced and the node quarantined (S1, S8); the restarted process
+// finishes the failover (the pod deleted, the attachment released, also
+// when the crash came between the release and the pod's writes) with one
+// more fence at most for the volume (fenced at most once per process).
 func TestCrashAtEveryWriteOfTheFailover(t *testing.T) {
 	crashAtEveryWrite(t, "failover", func(t *testing.T) *env { return newEnv(t, objects(v1.ConditionUnknown, true), true) },
 		func(t *testing.T, e *env, kill *killSwitch) {
-			if e.steps.index("delete db-0") < 0 {
+			_, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{})
+			if e.steps.index("delete db-0") < 0 && !apierrors.IsNotFound(err) {
 				return
 			}
 			fr, err := e.fr.Get(context.Background(), "n1")
@@ -213,6 +215,9 @@ func TestCrashAtEveryWriteOfTheFailover(t *testing.T) {
 		func(t *testing.T, e *env, kill *killSwitch) {
 			if fr := e.record(t); !fencerecord.IsFenced(fr, driver, "h1") || e.steps.index("delete db-0") < 0 {
 				t.Fatalf("killed after %d writes (%v): not failed over after the restart: %v", kill.after, kill.done(), e.steps.log)
+			}
+			if _, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("killed after %d writes (%v): the fenced attachment not released after the restart: %v", kill.after, kill.done(), err)
 			}
 			if n := e.csi.fenced("h1"); n > 2 {
 				t.Errorf("h1 fenced %d times", n)
