@@ -73,16 +73,7 @@ func (o *explainOptions) Complete(_ *cobra.Command, args []string) error {
 func (o *explainOptions) Validate() error { return validateViewOutput("explain", o.output) }
 
 func (o *explainOptions) Run(ctx context.Context) error {
-	kube, dyn, err := o.kube.clients()
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := o.kube.withTimeout(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return o.run(ctx, kube, dyn)
+	return o.kube.run(ctx, o.run)
 }
 
 func (o *explainOptions) run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) error {

@@ -78,16 +78,7 @@ func (o *fenceOptions) Complete(_ *cobra.Command, args []string) error {
 func (o *fenceOptions) Validate() error { return nil }
 
 func (o *fenceOptions) Run(ctx context.Context) error {
-	kube, dyn, err := o.kube.clients()
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := o.kube.withTimeout(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return o.run(ctx, kube, dyn)
+	return o.kube.run(ctx, o.run)
 }
 
 // describe says what an existing FencingRequest is, for refusals.

@@ -110,6 +110,21 @@ func (k *kubeOptions) withTimeout(ctx context.Context) (context.Context, context
 	return ctx, cancel, nil
 }
 
+// run is a verb's Run once completed: fn with the clients of the
+// kubeconfig flags, its context bounded by --request-timeout.
+func (k *kubeOptions) run(ctx context.Context, fn func(context.Context, kubernetes.Interface, dynamic.Interface) error) error {
+	kube, dyn, err := k.clients()
+	if err != nil {
+		return err
+	}
+	ctx, cancel, err := k.withTimeout(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return fn(ctx, kube, dyn)
+}
+
 // completeNodeNames completes the NODE argument of fence, release and
 // timeline with the cluster's node names (the verb's kubeconfig flags
 // given so far apply).

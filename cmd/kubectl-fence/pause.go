@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-fence/fence-attacher/pkg/fenceview"
@@ -84,20 +85,13 @@ func (o *switchOptions) Validate() error {
 }
 
 func (o *switchOptions) Run(ctx context.Context) error {
-	kube, _, err := o.kube.clients()
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := o.kube.withTimeout(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
 	var reason *string
 	if o.verb == "pause" {
 		reason = &o.reason
 	}
-	return o.setPaused(ctx, kube, reason)
+	return o.kube.run(ctx, func(ctx context.Context, kube kubernetes.Interface, _ dynamic.Interface) error {
+		return o.setPaused(ctx, kube, reason)
+	})
 }
 
 // setPaused sets (reason) or removes (nil) the pause switch on the storm

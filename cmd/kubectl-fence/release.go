@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -72,16 +73,7 @@ func (o *releaseOptions) Complete(_ *cobra.Command, args []string) error {
 func (o *releaseOptions) Validate() error { return nil }
 
 func (o *releaseOptions) Run(ctx context.Context) error {
-	_, dyn, err := o.kube.clients()
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := o.kube.withTimeout(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return o.run(ctx, dyn)
+	return o.kube.run(ctx, o.run)
 }
 
 // run withdraws the admin's FencingRequest for the node through its
@@ -93,7 +85,7 @@ func (o *releaseOptions) Run(ctx context.Context) error {
 // deleted: it stays as the record of what was done. The failover's
 // automatic record is refused: the controller releases that node itself
 // once it is clean.
-func (o *releaseOptions) run(ctx context.Context, dyn dynamic.Interface) error {
+func (o *releaseOptions) run(ctx context.Context, _ kubernetes.Interface, dyn dynamic.Interface) error {
 	out := o.write.messages(o.IOStreams)
 	frs := fencingv1alpha1.NewClient(dyn)
 	var updated, withdrawn *fencingv1alpha1.FencingRequest

@@ -68,16 +68,7 @@ func (o *statusOptions) Complete(_ *cobra.Command, args []string) error {
 func (o *statusOptions) Validate() error { return validateViewOutput("status", o.output) }
 
 func (o *statusOptions) Run(ctx context.Context) error {
-	kube, dyn, err := o.kube.clients()
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := o.kube.withTimeout(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return o.run(ctx, kube, dyn)
+	return o.kube.run(ctx, o.run)
 }
 
 func (o *statusOptions) run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) error {

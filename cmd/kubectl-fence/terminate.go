@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-fence/fence-attacher/pkg/termreason"
@@ -134,19 +135,10 @@ func (o *terminateOptions) Validate() error {
 }
 
 func (o *terminateOptions) Run(ctx context.Context) error {
-	kube, _, err := o.kube.clients()
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := o.kube.withTimeout(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return o.run(ctx, kube)
+	return o.kube.run(ctx, o.run)
 }
 
-func (o *terminateOptions) run(ctx context.Context, kube kubernetes.Interface) error {
+func (o *terminateOptions) run(ctx context.Context, kube kubernetes.Interface, _ dynamic.Interface) error {
 	if o.warning != "" {
 		fmt.Fprintln(o.ErrOut, o.warning)
 	}

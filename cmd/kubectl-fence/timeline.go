@@ -59,16 +59,7 @@ func (o *timelineOptions) Complete(_ *cobra.Command, args []string) error {
 func (o *timelineOptions) Validate() error { return validateViewOutput("timeline", o.output) }
 
 func (o *timelineOptions) Run(ctx context.Context) error {
-	kube, dyn, err := o.kube.clients()
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := o.kube.withTimeout(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return o.run(ctx, kube, dyn)
+	return o.kube.run(ctx, o.run)
 }
 
 func (o *timelineOptions) run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) error {
