@@ -25,7 +25,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -36,16 +35,12 @@ import (
 
 // fenceOptions are fence's flags and NODE (a Node, cluster-scoped: no -n).
 type fenceOptions struct {
-	genericiooptions.IOStreams
-	kube  *kubeOptions
-	write *writeOptions
-
-	node   string
+	nodeWriteOptions
 	reason string
 }
 
 func newFenceCommand(f *factory) *cobra.Command {
-	o := &fenceOptions{IOStreams: f.IOStreams}
+	o := &fenceOptions{nodeWriteOptions: nodeWriteOptions{IOStreams: f.IOStreams, verb: "fence"}}
 	cmd := &cobra.Command{
 		Use:   "fence NODE [--reason=REASON]",
 		Short: "Create the admin's FencingRequest for the node (fences its storage even when it is Ready)",
@@ -60,22 +55,9 @@ new one replaces. --as impersonates (break-glass roles).`,
 		RunE: runVerb(o),
 	}
 	cmd.Flags().StringVar(&o.reason, "reason", "", "Why the node is fenced (the FencingRequest's spec.reason)")
-	o.kube = addKubeFlags(f, cmd, false)
-	o.write = addWriteFlags(cmd)
-	cmd.ValidArgsFunction = o.kube.completeNodeNames
+	o.addFlags(f, cmd)
 	return cmd
 }
-
-func (o *fenceOptions) Complete(_ *cobra.Command, args []string) error {
-	node, err := oneNode("fence", args)
-	if err != nil {
-		return err
-	}
-	o.node = node
-	return o.write.complete()
-}
-
-func (o *fenceOptions) Validate() error { return nil }
 
 func (o *fenceOptions) Run(ctx context.Context) error {
 	return o.kube.run(ctx, o.run)

@@ -242,6 +242,37 @@ func (w *writeOptions) printObject(obj runtime.Object, out io.Writer) error {
 	return w.printer.PrintObj(obj, out)
 }
 
+// nodeWriteOptions are what fence and release share: NODE (a Node,
+// cluster-scoped: no -n), the kubeconfig flags and the write flags, and
+// the Complete and Validate of a verb that writes for one node.
+type nodeWriteOptions struct {
+	genericiooptions.IOStreams
+	kube  *kubeOptions
+	write *writeOptions
+
+	verb string
+	node string
+}
+
+// addFlags adds the kubeconfig and write flags, and completes NODE with
+// the cluster's node names.
+func (o *nodeWriteOptions) addFlags(f *factory, cmd *cobra.Command) {
+	o.kube = addKubeFlags(f, cmd, false)
+	o.write = addWriteFlags(cmd)
+	cmd.ValidArgsFunction = o.kube.completeNodeNames
+}
+
+func (o *nodeWriteOptions) Complete(_ *cobra.Command, args []string) error {
+	node, err := oneNode(o.verb, args)
+	if err != nil {
+		return err
+	}
+	o.node = node
+	return o.write.complete()
+}
+
+func (o *nodeWriteOptions) Validate() error { return nil }
+
 // runVerb is a verb's RunE: Complete, Validate, Run, as kubectl's
 // commands.
 func runVerb(o interface {

@@ -24,7 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -34,15 +33,11 @@ import (
 
 // releaseOptions are release's flags and NODE (cluster-scoped: no -n).
 type releaseOptions struct {
-	genericiooptions.IOStreams
-	kube  *kubeOptions
-	write *writeOptions
-
-	node string
+	nodeWriteOptions
 }
 
 func newReleaseCommand(f *factory) *cobra.Command {
-	o := &releaseOptions{IOStreams: f.IOStreams}
+	o := &releaseOptions{nodeWriteOptions: nodeWriteOptions{IOStreams: f.IOStreams, verb: "release"}}
 	cmd := &cobra.Command{
 		Use:   "release NODE",
 		Short: "Withdraw the admin's FencingRequest (spec.released; the node leaves quarantine once its volumes are cleaned, the request stays as the record)",
@@ -55,22 +50,9 @@ node itself. --as impersonates (break-glass roles).`,
 		Example: "  kubectl fence release node-a\n  kubectl fence release node-a --dry-run=client",
 		RunE:    runVerb(o),
 	}
-	o.kube = addKubeFlags(f, cmd, false)
-	o.write = addWriteFlags(cmd)
-	cmd.ValidArgsFunction = o.kube.completeNodeNames
+	o.addFlags(f, cmd)
 	return cmd
 }
-
-func (o *releaseOptions) Complete(_ *cobra.Command, args []string) error {
-	node, err := oneNode("release", args)
-	if err != nil {
-		return err
-	}
-	o.node = node
-	return o.write.complete()
-}
-
-func (o *releaseOptions) Validate() error { return nil }
 
 func (o *releaseOptions) Run(ctx context.Context) error {
 	return o.kube.run(ctx, o.run)
