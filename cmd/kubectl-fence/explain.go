@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -33,9 +32,7 @@ import (
 // -n (and -A); the logic and the output are pkg/fenceview.Explain's, which
 // asks pkg/protection, the failover's own decisions.
 type explainOptions struct {
-	genericiooptions.IOStreams
-	kube       *kubeOptions
-	output     string
+	viewOptions
 	stormGuard string
 	all        bool
 	grace      time.Duration
@@ -43,7 +40,7 @@ type explainOptions struct {
 }
 
 func newExplainCommand(f *factory) *cobra.Command {
-	o := &explainOptions{IOStreams: f.IOStreams}
+	o := &explainOptions{viewOptions: viewOptions{IOStreams: f.IOStreams, verb: "explain"}}
 	cmd := &cobra.Command{
 		Use:   "explain [pod/NAME|sts/NAME|deploy/NAME|ns/NAME]",
 		Short: "Would these pods fail over if their node died now: through which backend, after how long, and if not, why",
@@ -69,8 +66,6 @@ func (o *explainOptions) Complete(_ *cobra.Command, args []string) error {
 	o.target, err = fenceview.ParseTarget(args, ns, o.all)
 	return err
 }
-
-func (o *explainOptions) Validate() error { return validateViewOutput("explain", o.output) }
 
 func (o *explainOptions) Run(ctx context.Context) error {
 	return o.kube.run(ctx, o.run)

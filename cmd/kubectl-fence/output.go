@@ -23,6 +23,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 )
 
@@ -30,6 +31,17 @@ import (
 // objects (a table, or the same fields as JSON or YAML for scripts), so
 // cli-runtime's object printers do not apply.
 var viewFormats = []string{"table", "json", "yaml"}
+
+// viewOptions are what the view verbs (status, timeline, explain) share:
+// the kubeconfig flags, -o, and the Validate that checks it.
+type viewOptions struct {
+	genericiooptions.IOStreams
+	kube   *kubeOptions
+	verb   string
+	output string
+}
+
+func (o *viewOptions) Validate() error { return validateViewOutput(o.verb, o.output) }
 
 // addViewOutputFlag adds -o/--output to a view verb.
 func addViewOutputFlag(cmd *cobra.Command, output *string) {

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -33,15 +32,13 @@ import (
 // FencingRequests) and the storm guard's Lease, whose namespace is the
 // sidecars' --storm-guard-namespace, not the user's: no -n.
 type statusOptions struct {
-	genericiooptions.IOStreams
-	kube       *kubeOptions
-	output     string
+	viewOptions
 	stormGuard string
 	now        func() time.Time
 }
 
 func newStatusCommand(f *factory) *cobra.Command {
-	o := &statusOptions{IOStreams: f.IOStreams, now: f.now}
+	o := &statusOptions{viewOptions: viewOptions{IOStreams: f.IOStreams, verb: "status"}, now: f.now}
 	cmd := &cobra.Command{
 		Use:               "status",
 		Short:             "Nodes fenced or quarantined, their records, volumes and the storm guard",
@@ -64,8 +61,6 @@ func addStormGuardFlag(cmd *cobra.Command, ns *string) {
 func (o *statusOptions) Complete(_ *cobra.Command, args []string) error {
 	return noArgs("status", args)
 }
-
-func (o *statusOptions) Validate() error { return validateViewOutput("status", o.output) }
 
 func (o *statusOptions) Run(ctx context.Context) error {
 	return o.kube.run(ctx, o.run)

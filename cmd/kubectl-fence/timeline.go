@@ -20,7 +20,6 @@ import (
 	"context"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -30,14 +29,12 @@ import (
 
 // timelineOptions are timeline's flags and NODE (cluster-scoped: no -n).
 type timelineOptions struct {
-	genericiooptions.IOStreams
-	kube   *kubeOptions
-	output string
-	node   string
+	viewOptions
+	node string
 }
 
 func newTimelineCommand(f *factory) *cobra.Command {
-	o := &timelineOptions{IOStreams: f.IOStreams}
+	o := &timelineOptions{viewOptions: viewOptions{IOStreams: f.IOStreams, verb: "timeline"}}
 	cmd := &cobra.Command{
 		Use:     "timeline NODE",
 		Short:   "The steps of a node's failover, from its record, conditions, taints and Events",
@@ -55,8 +52,6 @@ func (o *timelineOptions) Complete(_ *cobra.Command, args []string) error {
 	o.node = node
 	return err
 }
-
-func (o *timelineOptions) Validate() error { return validateViewOutput("timeline", o.output) }
 
 func (o *timelineOptions) Run(ctx context.Context) error {
 	return o.kube.run(ctx, o.run)
