@@ -125,34 +125,42 @@ func (k *kubeOptions) run(ctx context.Context, fn func(context.Context, kubernet
 	return fn(ctx, kube, dyn)
 }
 
-// completeNodeNames completes the NODE argument of fence, release and
-// timeline with the cluster's node names (the verb's kubeconfig flags
-// given so far apply).
-func (k *kubeOptions) completeNodeNames(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+// completeArg completes a verb's one argument with the names list reads
+// from the cluster (the verb's kubeconfig flags given so far apply):
+// nothing after the first argument, an error directive when list fails.
+func (k *kubeOptions) completeArg(cmd *cobra.Command, args []string, list func(context.Context, kubernetes.Interface) ([]string, error)) ([]string, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	kube, _, err := k.clients()
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	ctx, cancel, err := k.withTimeout(cmd.Context())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	defer cancel()
-	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
 	var names []string
-	for _, n := range nodes.Items {
-		if strings.HasPrefix(n.Name, toComplete) {
-			names = append(names, n.Name)
-		}
+	err := k.run(cmd.Context(), func(ctx context.Context, kube kubernetes.Interface, _ dynamic.Interface) error {
+		var err error
+		names, err = list(ctx, kube)
+		return err
+	})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
 	}
-	sort.Strings(names)
 	return names, cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeNodeNames completes the NODE argument of fence, release and
+// timeline with the cluster's node names.
+func (k *kubeOptions) completeNodeNames(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	return k.completeArg(cmd, args, func(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, n := range nodes.Items {
+			if strings.HasPrefix(n.Name, toComplete) {
+				names = append(names, n.Name)
+			}
+		}
+		sort.Strings(names)
+		return names, nil
+	})
 }
 
 // dryRun is --dry-run: none, client or server, as kubectl's.

@@ -174,31 +174,21 @@ func (o *terminateOptions) done() string {
 
 // completePods completes pod/NAME with the pods of the namespace.
 func (o *terminateOptions) completePods(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	kube, _, err := o.kube.clients()
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	ns, err := o.kube.namespace()
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	ctx, cancel, err := o.kube.withTimeout(cmd.Context())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	defer cancel()
-	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	var names []string
-	for _, p := range pods.Items {
-		if n := "pod/" + p.Name; strings.HasPrefix(n, toComplete) {
-			names = append(names, n)
+	return o.kube.completeArg(cmd, args, func(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+		ns, err := o.kube.namespace()
+		if err != nil {
+			return nil, err
 		}
-	}
-	return names, cobra.ShellCompDirectiveNoFileComp
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, p := range pods.Items {
+			if n := "pod/" + p.Name; strings.HasPrefix(n, toComplete) {
+				names = append(names, n)
+			}
+		}
+		return names, nil
+	})
 }
