@@ -68,6 +68,10 @@ import (
 //     its csi-fence-attacher may run another image built here
 //     (ControllerAttacherImage: the one with the fence agents).
 //
+// With NamePrefix, the overlay installs the example once more as a second
+// driver, as docs/deploying.md has one installed beside another: the same
+// manifests, every name but the CRDs' prefixed.
+//
 // The overlay is written to <work dir>/deploy-real/kustomization.yaml and
 // rendered with kustomize's library (RenderKustomization), as `kubectl
 // apply -k` renders it; its patches fail the render when the shipped
@@ -106,10 +110,25 @@ type RealDeployOptions struct {
 	// role's csi-fence-attacher) from the node DaemonSet: nothing cleans a
 	// node that comes back, so its quarantine must stay.
 	NoNodeAgent bool
+	// NamePrefix, if set, installs the example once more as another
+	// driver, beside the one deployed without it, as docs/deploying.md
+	// has a second driver installed: kustomize's namePrefix on every
+	// object but the CRDs (shared, the same), so that its ClusterRoles,
+	// bindings, admission policy, Role and Service of the shared Leases'
+	// namespace do not rebind the first driver's. The driver is then
+	// NamePrefix+DriverName, as its CSIDriver is renamed (the mock's
+	// --driver-name, its plugin directory and registration path follow),
+	// the node agents' admission policy names its prefixed ServiceAccount,
+	// and its array is a state directory of its own.
+	NamePrefix string
 }
 
 // RealDeployment is the mock example deployed on real nodes.
 type RealDeployment struct {
+	// Driver is the CSI driver's name (DriverName, or with NamePrefix).
+	Driver string
+	// NamePrefix is the prefix of the deployment's object names.
+	NamePrefix string
 	// StateDir is the mock array's state on the host: the pods' hostPath.
 	StateDir string
 	// Overlay is the directory of the kustomization applied.
@@ -138,7 +157,12 @@ func (c *Cluster) DeployMockExample(ctx context.Context, nodes []*RealNode, opts
 			return nil, err
 		}
 	}
-	d := &RealDeployment{StateDir: filepath.Join(c.WorkDir, "mock-state"), Overlay: filepath.Join(c.WorkDir, "deploy-real")}
+	d := &RealDeployment{
+		Driver:     opts.NamePrefix + DriverName,
+		NamePrefix: opts.NamePrefix,
+		StateDir:   filepath.Join(c.WorkDir, opts.NamePrefix+"mock-state"),
+		Overlay:    filepath.Join(c.WorkDir, opts.NamePrefix+"deploy-real"),
+	}
 	if err := os.MkdirAll(d.StateDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -159,10 +183,10 @@ func (c *Cluster) DeployMockExample(ctx context.Context, nodes []*RealNode, opts
 	if d.Objects, err = c.ApplyKustomization(ctx, rel, ApplyOptions{}); err != nil {
 		return nil, err
 	}
-	if err := c.waitExample(ctx, nodes, 3*time.Minute); err != nil {
+	if err := c.waitExample(ctx, d, nodes, 3*time.Minute); err != nil {
 		return nil, err
 	}
-	c.log.Logf("mock example deployed on real nodes %s in %.1fs (overlay %s)", strings.Join(nodeNames(nodes), ", "),
+	c.log.Logf("mock example (driver %s) deployed on real nodes %s in %.1fs (overlay %s)", d.Driver, strings.Join(nodeNames(nodes), ", "),
 		time.Since(begin).Seconds(), d.Overlay)
 	return d, nil
 }
@@ -210,14 +234,24 @@ func realNodeOverlay(overlay, nodesDir, stateDir string, opts RealDeployOptions)
 		return "", err
 	}
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
-	plugin := "$(NODE_NAME)/kubelet/plugins/" + DriverName
+	driver := opts.NamePrefix + DriverName
+	plugin := "$(NODE_NAME)/kubelet/plugins/" + driver
+	nodeArgs, ctlArgs := opts.MockNodeArgs, opts.MockControllerArgs
+	if opts.NamePrefix != "" {
+		// The mock's name is its CSIDriver's, which the prefix renames.
+		named := "--driver-name=" + driver
+		nodeArgs, ctlArgs = append([]string{named}, nodeArgs...), append([]string{named}, ctlArgs...)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
 - %s
-images:
 `, example)
+	if opts.NamePrefix != "" {
+		fmt.Fprintf(&b, "namePrefix: %s\n", q(opts.NamePrefix))
+	}
+	b.WriteString("images:\n")
 	for _, cmd := range []string{"csi-fence-attacher", "csi-fence-mock", "csi-fence-prestop-webhook"} {
 		fmt.Fprintf(&b, "- {name: %s/%s, newName: %s/%s, newTag: %s}\n", ShippedImageRegistry, cmd, ProductImageRegistry, cmd, ProductImageTag)
 	}
@@ -239,7 +273,7 @@ images:
 		// The last --data-path given wins.
 		fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockIdx, q("--data-path="+opts.DataPath))
 	}
-	for _, a := range opts.MockNodeArgs {
+	for _, a := range nodeArgs {
 		fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockIdx, q(a))
 	}
 	fmt.Fprintf(&b, `- target: {kind: DaemonSet, name: %s}
@@ -280,7 +314,7 @@ images:
           - name: state
             hostPath: {path: %s, type: Directory}
 `, exampleNode, exampleNode, q(plugin), q(nodesDir), q(AttacherImage),
-		q("--kubelet-registration-path="+filepath.Join(nodesDir, "$(NODE_NAME)", "kubelet", "plugins", DriverName, "csi.sock")),
+		q("--kubelet-registration-path="+filepath.Join(nodesDir, "$(NODE_NAME)", "kubelet", "plugins", driver, "csi.sock")),
 		q(plugin), q(plugin), q(nodesDir), q(nodesDir), q(nodesDir), q(nodesDir), q(stateDir))
 	// The controller Deployment.
 	fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
@@ -298,12 +332,12 @@ images:
 	if opts.ControllerNode != "" {
 		fmt.Fprintf(&b, "          nodeName: %s\n", q(opts.ControllerNode))
 	}
-	if len(opts.MockControllerArgs) > 0 {
+	if len(ctlArgs) > 0 {
 		fmt.Fprintf(&b, `- target: {kind: Deployment, name: %s}
   patch: |-
     - {op: test, path: /spec/template/spec/containers/%d/name, value: %s}
 `, exampleController, mockCtlIdx, q(mockCtlName))
-		for _, a := range opts.MockControllerArgs {
+		for _, a := range ctlArgs {
 			fmt.Fprintf(&b, "    - {op: add, path: /spec/template/spec/containers/%d/args/-, value: %s}\n", mockCtlIdx, q(a))
 		}
 	}
@@ -339,6 +373,30 @@ images:
 			fmt.Fprintf(&b, "        %s: %s\n", q(k), q(opts.CSIDriverAnnotations[k]))
 		}
 	}
+	if opts.NamePrefix != "" {
+		// The prefix renames the node agents' ServiceAccount, which
+		// kustomize follows into the bindings' subjects but not into the
+		// admission policy's expression, a string that names it: without
+		// this, the policy would guard the first driver's agents twice and
+		// this driver's not at all.
+		policy, expr, err := examplePolicy(base)
+		if err != nil {
+			return "", err
+		}
+		sa, err := exampleServiceAccount(base, "DaemonSet", exampleNode)
+		if err != nil {
+			return "", err
+		}
+		quoted := "'" + sa + "'"
+		if strings.Count(expr, quoted) != 1 {
+			return "", fmt.Errorf("deploy/kubernetes/mock-example: the admission policy %s does not name the node agents' ServiceAccount %s once: %s", policy, quoted, expr)
+		}
+		fmt.Fprintf(&b, `- target: {kind: ValidatingAdmissionPolicy, name: %s}
+  patch: |-
+    - {op: test, path: /spec/matchConditions/0/expression, value: %s}
+    - {op: replace, path: /spec/matchConditions/0/expression, value: %s}
+`, policy, q(expr), q(strings.Replace(expr, quoted, "'"+opts.NamePrefix+sa+"'", 1)))
+	}
 	if opts.NoNodeAgent {
 		// Last: the patches above name the container.
 		fmt.Fprintf(&b, `- target: {kind: DaemonSet, name: %s}
@@ -359,30 +417,28 @@ images:
 // waitExample waits until the controller Deployment has a ready pod and
 // each node's kubelet lists the driver in its CSINode, giving up early, with
 // the pod's state, when a container of the example keeps failing.
-func (c *Cluster) waitExample(ctx context.Context, nodes []*RealNode, timeout time.Duration) error {
-	return waitFor(ctx, timeout, 500*time.Millisecond, "the mock example running on the real nodes", func(ctx context.Context) (bool, error) {
-		pods, err := c.Client.CoreV1().Pods(exampleNamespace).List(ctx, metav1.ListOptions{
-			LabelSelector: labels.Set{"app": "csi-fence-mock-controller"}.String()})
+func (c *Cluster) waitExample(ctx context.Context, d *RealDeployment, nodes []*RealNode, timeout time.Duration) error {
+	return waitFor(ctx, timeout, 500*time.Millisecond, "the mock example ("+d.Driver+") running on the real nodes", func(ctx context.Context) (bool, error) {
+		pods, err := d.pods(ctx, c, "csi-fence-mock-controller", exampleController)
 		if err != nil {
 			return false, err
 		}
 		ready := false
-		for i := range pods.Items {
-			if err := crashing(&pods.Items[i]); err != nil {
+		for _, p := range pods {
+			if err := crashing(p); err != nil {
 				return false, err
 			}
-			ready = ready || podReady(&pods.Items[i])
+			ready = ready || podReady(p)
 		}
 		if !ready {
-			return false, fmt.Errorf("no ready controller pod among %d", len(pods.Items))
+			return false, fmt.Errorf("no ready controller pod among %d", len(pods))
 		}
-		nodePods, err := c.Client.CoreV1().Pods(exampleNamespace).List(ctx, metav1.ListOptions{
-			LabelSelector: labels.Set{"app": "csi-fence-mock-node"}.String()})
+		nodePods, err := d.pods(ctx, c, "csi-fence-mock-node", exampleNode)
 		if err != nil {
 			return false, err
 		}
-		for i := range nodePods.Items {
-			if err := crashing(&nodePods.Items[i]); err != nil {
+		for _, p := range nodePods {
+			if err := crashing(p); err != nil {
 				return false, err
 			}
 		}
@@ -391,12 +447,30 @@ func (c *Cluster) waitExample(ctx context.Context, nodes []*RealNode, timeout ti
 			if err != nil {
 				return false, fmt.Errorf("CSINode %s: %w", n.Name, err)
 			}
-			if !csiNodeHas(cn, DriverName) {
-				return false, fmt.Errorf("the kubelet of %s has not registered %s yet", n.Name, DriverName)
+			if !csiNodeHas(cn, d.Driver) {
+				return false, fmt.Errorf("the kubelet of %s has not registered %s yet", n.Name, d.Driver)
 			}
 		}
 		return true, nil
 	})
+}
+
+// pods returns the pods of the deployment's workload named workload (the
+// example's name, before the prefix) whose label app is app: each
+// deployment of the example (NamePrefix) labels its pods alike, their
+// names tell them apart.
+func (d *RealDeployment) pods(ctx context.Context, c *Cluster, app, workload string) ([]*corev1.Pod, error) {
+	list, err := c.Client.CoreV1().Pods(exampleNamespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{"app": app}.String()})
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		if strings.HasPrefix(list.Items[i].Name, d.NamePrefix+workload+"-") {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
 }
 
 func csiNodeHas(cn *storagev1.CSINode, driver string) bool {
@@ -468,7 +542,7 @@ func (c *Cluster) StaticVolume(ctx context.Context, d *RealDeployment, id, names
 			StorageClassName:              storageClass,
 			ClaimRef:                      &corev1.ObjectReference{Namespace: namespace, Name: claim},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: DriverName, VolumeHandle: id,
+				Driver: d.Driver, VolumeHandle: id,
 			}},
 		},
 	}
@@ -497,6 +571,38 @@ func exampleArg(objs []*unstructured.Unstructured, kind, name string, i int, arg
 		return 0, fmt.Errorf("deploy/kubernetes/mock-example: container %d of %s %s has no argument %s", i, kind, name, arg)
 	}
 	return 0, fmt.Errorf("deploy/kubernetes/mock-example has no %s %s with a container %d", kind, name, i)
+}
+
+// examplePolicy returns the name of the example's ValidatingAdmissionPolicy
+// and the expression of its first match condition.
+func examplePolicy(objs []*unstructured.Unstructured) (string, string, error) {
+	for _, o := range objs {
+		if o.GetKind() != "ValidatingAdmissionPolicy" {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+		if len(conds) == 0 {
+			break
+		}
+		m, _ := conds[0].(map[string]any)
+		expr, _ := m["expression"].(string)
+		return o.GetName(), expr, nil
+	}
+	return "", "", fmt.Errorf("deploy/kubernetes/mock-example has no ValidatingAdmissionPolicy with a match condition")
+}
+
+// exampleServiceAccount returns the ServiceAccount of the pods of the
+// example's kind/name.
+func exampleServiceAccount(objs []*unstructured.Unstructured, kind, name string) (string, error) {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			if sa, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "serviceAccountName"); sa != "" {
+				return sa, nil
+			}
+			break
+		}
+	}
+	return "", fmt.Errorf("deploy/kubernetes/mock-example: %s %s names no ServiceAccount", kind, name)
 }
 
 // exampleContainer returns the index and name of the first container of

@@ -20,12 +20,15 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -188,6 +191,21 @@ func TestRealNodeOverlayControllerAttacherImage(t *testing.T) {
 // its object of kind into out.
 func renderOverlayObject(t *testing.T, opts RealDeployOptions, kind string, out any) {
 	t.Helper()
+	for _, o := range renderOverlay(t, opts) {
+		if o.GetKind() != kind {
+			continue
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no %s in the overlay", kind)
+}
+
+// renderOverlay renders the real-node overlay with opts.
+func renderOverlay(t *testing.T, opts RealDeployOptions) []*unstructured.Unstructured {
+	t.Helper()
 	overlay := filepath.Join(t.TempDir(), "deploy-real")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		t.Fatal(err)
@@ -207,16 +225,7 @@ func renderOverlayObject(t *testing.T, opts RealDeployOptions, kind string, out 
 	if err != nil {
 		t.Fatalf("%v\n%s", err, kust)
 	}
-	for _, o := range objs {
-		if o.GetKind() != kind {
-			continue
-		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Fatalf("no %s in the overlay", kind)
+	return objs
 }
 
 // DataPath replaces the example's --data-path of the node plugin: the last
@@ -285,5 +294,102 @@ func TestRealNodeOverlayMockNodeArgsAndCSIDriver(t *testing.T) {
 	want := map[string]string{"csi-fence.io/safe-detach": "true", "csi-fence.io/unpublish-revokes-access": "true"}
 	if !maps.Equal(d.Annotations, want) {
 		t.Errorf("CSIDriver %s annotations %v, want %v", d.Name, d.Annotations, want)
+	}
+}
+
+// A second driver's install (NamePrefix) shares nothing with the first
+// but the CRDs, which are the same: every other object's name is
+// prefixed, so that applying it rebinds none of the first's roles. Its
+// driver is named after its CSIDriver in the mock's arguments and the
+// kubelet's plugin paths, its pods run as its own ServiceAccounts, bound to
+// its roles, and the admission policy keeps its own node agents (and only
+// them) to their node's record.
+func TestRealNodeOverlayNamePrefix(t *testing.T) {
+	const prefix = "trial2-"
+	driver := prefix + DriverName
+	first, second := renderOverlay(t, RealDeployOptions{}), renderOverlay(t, RealDeployOptions{NamePrefix: prefix})
+	key := func(o *unstructured.Unstructured) string {
+		return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+	}
+	firsts := map[string]*unstructured.Unstructured{}
+	for _, o := range first {
+		firsts[key(o)] = o
+	}
+	serviceAccounts := map[string]bool{}
+	for _, o := range second {
+		if o.GetKind() == "ServiceAccount" {
+			serviceAccounts[o.GetName()] = true
+		}
+	}
+	for _, o := range second {
+		if o.GetKind() == "CustomResourceDefinition" {
+			if f := firsts[key(o)]; f == nil || !reflect.DeepEqual(f.Object, o.Object) {
+				t.Errorf("%s differs from the first install's", key(o))
+			}
+			continue
+		}
+		if firsts[key(o)] != nil {
+			t.Errorf("%s is the first install's too: applying the second would change it", key(o))
+		}
+		if !strings.HasPrefix(o.GetName(), prefix) {
+			t.Errorf("%s: name not prefixed", key(o))
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if m, _ := s.(map[string]any); m["kind"] == "ServiceAccount" && !serviceAccounts[m["name"].(string)] {
+				t.Errorf("%s binds ServiceAccount %v, not one of the install's %v", key(o), m["name"], serviceAccounts)
+			}
+		}
+	}
+	d := &storagev1.CSIDriver{}
+	renderOverlayObject(t, RealDeployOptions{NamePrefix: prefix}, "CSIDriver", d)
+	if d.Name != driver {
+		t.Errorf("CSIDriver %s, want %s", d.Name, driver)
+	}
+	ds := &appsv1.DaemonSet{}
+	renderOverlayObject(t, RealDeployOptions{NamePrefix: prefix}, "DaemonSet", ds)
+	dep := &appsv1.Deployment{}
+	renderOverlayObject(t, RealDeployOptions{NamePrefix: prefix}, "Deployment", dep)
+	for _, p := range []struct {
+		kind string
+		spec corev1.PodSpec
+	}{{"DaemonSet", ds.Spec.Template.Spec}, {"Deployment", dep.Spec.Template.Spec}} {
+		if !serviceAccounts[p.spec.ServiceAccountName] {
+			t.Errorf("%s runs as %s, not one of the install's ServiceAccounts %v", p.kind, p.spec.ServiceAccountName, serviceAccounts)
+		}
+		for _, c := range p.spec.Containers {
+			if c.Image == MockImage && !slices.Contains(c.Args, "--driver-name="+driver) {
+				t.Errorf("%s's mock %s is not named %s: %v", p.kind, c.Name, driver, c.Args)
+			}
+		}
+	}
+	var paths []string
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		paths = append(paths, c.Args...)
+		for _, m := range c.VolumeMounts {
+			if m.Name == "socket-dir" {
+				paths = append(paths, m.SubPathExpr)
+			}
+		}
+	}
+	for _, want := range []string{"$(NODE_NAME)/kubelet/plugins/" + driver, "--kubelet-registration-path=/tmp/fence-e2e-x/nodes/$(NODE_NAME)/kubelet/plugins/" + driver + "/csi.sock"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("node DaemonSet lacks %q: %v", want, paths)
+		}
+	}
+	for _, p := range paths {
+		if strings.Contains(p, "/"+DriverName) {
+			t.Errorf("node DaemonSet still has the first driver's plugin path: %s", p)
+		}
+	}
+	for _, o := range second {
+		if o.GetKind() != "ValidatingAdmissionPolicy" {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+		expr, _ := conds[0].(map[string]any)["expression"].(string)
+		if !strings.Contains(expr, "'"+ds.Spec.Template.Spec.ServiceAccountName+"'") {
+			t.Errorf("policy %s does not name the node agents' ServiceAccount %s: %s", o.GetName(), ds.Spec.Template.Spec.ServiceAccountName, expr)
+		}
 	}
 }
