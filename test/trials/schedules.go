@@ -268,13 +268,15 @@ func (t *Trial) firstFence(ctx context.Context, since time.Time) (time.Time, err
 // it), by namespace/name.
 func (t *Trial) leaderLeases(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	driver := contract.SanitizeDriverName(framework.DriverName)
+	// By its exact name: a second driver's Lease may end alike (on real
+	// nodes, t2-fence.csi-fence.io's).
+	name := contract.AttacherLeaseName(framework.DriverName)
 	list, err := t.c.Client.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	for _, l := range list.Items {
-		if strings.HasSuffix(l.Name, driver) {
+		if l.Name == name {
 			out[l.Namespace+"/"+l.Name] = ptr.Deref(l.Spec.HolderIdentity, "")
 		}
 	}
