@@ -27,11 +27,15 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
+	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/images/writer/records"
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
@@ -68,6 +72,12 @@ type RealEnv struct {
 	// not this product's), but may run a replacement.
 	Controller *framework.RealNode
 	Deployment *framework.RealDeployment
+	// Second is the example installed once more as a second driver
+	// (realSecondPrefix), on the first trial that needs it
+	// (Schedule.SecondDriver; nil until then). It stays: the trials of
+	// other schedules use the first driver's volumes only, and kill the
+	// first driver's processes only.
+	Second *framework.RealDeployment
 }
 
 // realPrefix names the real nodes (framework.RealNodeOptions.Prefix);
@@ -80,15 +90,30 @@ const (
 // realWorkers is how many nodes a trial may fail at once (two-nodes).
 const realWorkers = 2
 
+// realSecondPrefix is the name prefix of the second driver's install
+// (framework.RealDeployOptions.NamePrefix): the driver is
+// t2-fence.csi-fence.io. Short: its registration socket's path below a
+// real node's kubelet root is within a unix socket's 107 bytes with a
+// -workdir like /work/rt2d (trial2- made it 108).
+const realSecondPrefix = "t2-"
+
+// socketFits returns an error when the registration socket of driver on
+// the real nodes of c would be longer than a unix socket path may be: the
+// kubelet's plugin watcher dials it below its root, a longer path fails
+// with "invalid argument", and the driver never registers.
+func socketFits(c *framework.Cluster, driver string) error {
+	sock := filepath.Join(c.NodesDir(), realPrefix+"-0", "kubelet", "plugins_registry", driver+"-reg.sock")
+	if len(sock) > maxSocketPath {
+		return fmt.Errorf("the work dir %s is too deep for real nodes: the registration socket %s would be %d bytes, a unix socket path has at most %d (pick a shorter -workdir)", c.WorkDir, sock, len(sock), maxSocketPath)
+	}
+	return nil
+}
+
 // StartReal starts the real nodes on c and deploys the mock example on
 // them, its controller on a node of its own.
 func StartReal(ctx context.Context, c *framework.Cluster) (*RealEnv, error) {
-	// The kubelet's plugin watcher dials the registrar's socket below its
-	// root: a path longer than a unix socket's 107 bytes fails with "invalid
-	// argument", and the driver never registers.
-	sock := filepath.Join(c.NodesDir(), realPrefix+"-0", "kubelet", "plugins_registry", framework.DriverName+"-reg.sock")
-	if len(sock) > maxSocketPath {
-		return nil, fmt.Errorf("the work dir %s is too deep for real nodes: the registration socket %s would be %d bytes, a unix socket path has at most %d (pick a shorter -workdir)", c.WorkDir, sock, len(sock), maxSocketPath)
+	if err := socketFits(c, framework.DriverName); err != nil {
+		return nil, err
 	}
 	nodes, err := c.StartRealNodes(ctx, realWorkers+1, framework.RealNodeOptions{Prefix: realPrefix, ProductImages: true})
 	if err != nil {
@@ -100,6 +125,35 @@ func StartReal(ctx context.Context, c *framework.Cluster) (*RealEnv, error) {
 		return nil, err
 	}
 	return &RealEnv{Cluster: c, Workers: nodes[:len(nodes)-1], Controller: ctrl, Deployment: dep}, nil
+}
+
+// secondDriver returns the second driver's install, deploying it on the
+// real nodes first if it is not there yet, its controller on the first's
+// node; the steps say when it was deployed.
+func (env *RealEnv) secondDriver(ctx context.Context) (*framework.RealDeployment, []string, error) {
+	if env.Second != nil {
+		return env.Second, nil, nil
+	}
+	if err := socketFits(env.Cluster, realSecondPrefix+framework.DriverName); err != nil {
+		return nil, nil, err
+	}
+	begin := time.Now()
+	nodes := append(slices.Clone(env.Workers), env.Controller)
+	d, err := env.Cluster.DeployMockExample(ctx, nodes, framework.RealDeployOptions{ControllerNode: env.Controller.Name, NamePrefix: realSecondPrefix})
+	if err != nil {
+		return nil, nil, fmt.Errorf("deploying the second driver: %w", err)
+	}
+	env.Second = d
+	return d, []string{fmt.Sprintf("second driver %s deployed (%.1fs)", d.Driver, time.Since(begin).Seconds())}, nil
+}
+
+// deployments are the env's installs of the example: the first driver's,
+// and the second's once deployed.
+func (env *RealEnv) deployments() []*framework.RealDeployment {
+	if env.Second == nil {
+		return []*framework.RealDeployment{env.Deployment}
+	}
+	return []*framework.RealDeployment{env.Deployment, env.Second}
 }
 
 // SchedulesOn returns the schedules that run on real nodes (real) or on
@@ -151,6 +205,13 @@ func (t *Trial) runReal(ctx context.Context, res *Result) ([]string, error) {
 		return nil, fmt.Errorf("schedule %s fails %d nodes, the real nodes have %d workers", t.Schedule.Name, n, len(env.Workers))
 	}
 	var steps []string
+	if t.Schedule.SecondDriver {
+		_, more, err := env.secondDriver(ctx)
+		steps = append(steps, more...)
+		if err != nil {
+			return steps, err
+		}
+	}
 	t.ns = fmt.Sprintf("t%d", t.Seed%100000)
 	if _, err := t.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.ns}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
@@ -191,6 +252,13 @@ func (t *Trial) runReal(ctx context.Context, res *Result) ([]string, error) {
 		t.victims = append(t.victims, v)
 	}
 	t.Victim, t.Volume = t.victims[0].node, t.victims[0].volume
+	if t.Schedule.SecondDriver {
+		more, err := t.secondDriverRefuses()
+		steps = append(steps, more...)
+		if err != nil {
+			return steps, err
+		}
+	}
 	if h.Before != nil {
 		more, err := h.Before(ctx, t)
 		steps = append(steps, more...)
@@ -295,6 +363,14 @@ func (t *Trial) startRealWriter(ctx context.Context, i int, node string) (*victi
 	if err := t.c.StaticVolume(ctx, t.real.Deployment, v.volume, t.ns, "data-"+v.pod, realClass); err != nil {
 		return nil, err
 	}
+	sts := framework.WriterStatefulSet(set, realClass)
+	if t.Schedule.SecondDriver {
+		v.volume2 = v.volume + "-2"
+		if err := t.c.StaticVolume(ctx, t.real.Second, v.volume2, t.ns, realClaim2+"-"+v.pod, realClass2); err != nil {
+			return nil, err
+		}
+		withSecondVolume(sts)
+	}
 	others := t.realNodeNames()
 	others = slices.DeleteFunc(others, func(n string) bool { return n == node })
 	for _, o := range others {
@@ -309,7 +385,7 @@ func (t *Trial) startRealWriter(ctx context.Context, i int, node string) (*victi
 		}
 		return errors.Join(errs...)
 	}
-	if _, err := t.c.Client.AppsV1().StatefulSets(t.ns).Create(ctx, framework.WriterStatefulSet(set, realClass), metav1.CreateOptions{}); err != nil {
+	if _, err := t.c.Client.AppsV1().StatefulSets(t.ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		return nil, errors.Join(err, uncordon())
 	}
 	pod, err := t.c.WaitWriterRunning(ctx, t.ns, v.pod, "", 3*time.Minute)
@@ -321,6 +397,51 @@ func (t *Trial) startRealWriter(ctx context.Context, i int, node string) (*victi
 	}
 	v.uid = pod.UID
 	return v, t.c.WaitWrites(ctx, t.ns, v.pod, 5, time.Minute)
+}
+
+// The second driver's volume of a writer (Schedule.SecondDriver): a claim
+// template of a class of its own, mounted beside the records' volume. The
+// writer does not write to it; it is attached, fenced and moved with the
+// pod all the same.
+const (
+	realClass2 = "fence-trial2"
+	realClaim2 = "data2"
+)
+
+// withSecondVolume adds the second driver's volume to the writer sts.
+func withSecondVolume(sts *appsv1.StatefulSet) {
+	claim := *sts.Spec.VolumeClaimTemplates[0].DeepCopy()
+	claim.Name, claim.Spec.StorageClassName = realClaim2, ptr.To(realClass2)
+	sts.Spec.VolumeClaimTemplates = append(sts.Spec.VolumeClaimTemplates, claim)
+	c := &sts.Spec.Template.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: realClaim2, MountPath: "/" + realClaim2})
+}
+
+// secondDriverRefuses has the second driver refuse its next 1 to 3
+// ControllerUnpublishVolume calls (its fault store, in its state dir): the
+// fences of its volumes, the only ones it gets in the trial. At the
+// trial's end, the refusals must have been used up (the volume was fenced
+// after them), and what is left is cleared for the trials after.
+func (t *Trial) secondDriverRefuses() ([]string, error) {
+	d := t.real.Second
+	n := 1 + t.Rng.Intn(3)
+	store := faults.NewStore(d.StateDir)
+	const method = "ControllerUnpublishVolume"
+	if err := store.Set(method, faults.Fault{Code: codes.FailedPrecondition, Count: n}); err != nil {
+		return nil, err
+	}
+	t.atEnd(func(context.Context) error {
+		left, err := store.List()
+		if err != nil {
+			return err
+		}
+		moved := !slices.ContainsFunc(t.victims, func(v *victim) bool { return v.newNode == "" })
+		if f, ok := left[method]; ok && moved {
+			t.broken("the second driver %s refused %d of its %d fences only, yet its volumes moved", d.Driver, n-f.Count, n)
+		}
+		return store.Clear()
+	})
+	return []string{fmt.Sprintf("second driver %s refuses its next %d fences", d.Driver, n)}, nil
 }
 
 // realNodeNames are the names of every real node of the trial's env.
@@ -458,6 +579,9 @@ func (t *Trial) teardownReal(ctx context.Context) error {
 	var volumes []string
 	for _, v := range t.victims {
 		volumes = append(volumes, v.volume)
+		if v.volume2 != "" {
+			volumes = append(volumes, v.volume2)
+		}
 	}
 	err := framework.WaitFor(ctx, teardownTimeout, "namespace "+t.ns+" gone and its volumes detached", func(ctx context.Context) (bool, error) {
 		if _, err := t.c.Client.CoreV1().Namespaces().Get(ctx, t.ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -513,11 +637,30 @@ func (t *Trial) productProcesses(node *framework.RealNode, bin, role string) ([]
 				has = r
 			}
 		}
-		if has == role || role == "" && has == "controller" {
+		if (has == role || role == "" && has == "controller") && !t.ofSecondDriver(pid) {
 			out = append(out, pid)
 		}
 	}
 	return out, nil
+}
+
+// ofSecondDriver says whether process pid runs in a pod of the second
+// driver's install: its host name, the pod's, has the install's prefix.
+// The schedules' faults of the product's processes are the first driver's.
+func (t *Trial) ofSecondDriver(pid int) bool {
+	if t.real.Second == nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if host, ok := strings.CutPrefix(kv, "HOSTNAME="); ok {
+			return strings.HasPrefix(host, t.real.Second.NamePrefix)
+		}
+	}
+	return false
 }
 
 // killProduct kills (SIGKILL) node's processes of bin in role; there must

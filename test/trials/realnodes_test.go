@@ -76,6 +76,7 @@ func TestScheduleOn(t *testing.T) {
 		{name: "power-off", real: true},
 		{name: "power-off", real: false},
 		{name: "partition+skewed-kubelet", real: true, wantErr: "KWOK nodes only"},
+		{name: "power-off+two-drivers", real: true},
 		{name: "power-off+node-plugin-crash-during-cleanup", real: false, wantErr: "real nodes only"},
 		{name: "power-off+node-plugin-crash-during-cleanup", real: true},
 		{name: "no-such", real: true, wantErr: "unknown schedule"},
@@ -114,7 +115,7 @@ func TestSchedulesOn(t *testing.T) {
 	}
 	for _, want := range []string{"power-off", "partition", "power-off+kill-controller", "partition+leader-loss",
 		"power-off+return-mid-fence", "power-off+reboot-during-cleanup", "two-nodes", "power-off+rolling-update",
-		"power-off+node-plugin-crash-during-cleanup"} {
+		"power-off+two-drivers", "power-off+node-plugin-crash-during-cleanup"} {
 		if s, err := ScheduleOn(want, true); err != nil || s.Real == nil {
 			t.Errorf("%s does not run on real nodes: %v", want, err)
 		}

@@ -114,7 +114,7 @@ var Schedules = []Schedule{
 	{Name: "power-off+apiserver-restart", During: restartAPIServer},
 	{Name: "two-nodes", Victims: 2, Real: &RealHooks{}},
 	{Name: "two-nodes+storm-guard", Victims: 2, MaxQuarantined: 1, AttacherArgs: []string{"--max-fenced-nodes=1", "--max-fenced-node-percent=0"}},
-	{Name: "power-off+two-drivers", SecondDriver: true},
+	{Name: "power-off+two-drivers", SecondDriver: true, Real: &RealHooks{}},
 	{Name: "power-off+node-deleted-and-reregistered", During: nodeDeletedAndReregistered, SameNodeOK: true},
 	{Name: "power-off+rolling-update", During: rollingUpdate, Real: &RealHooks{During: realRollingUpdate}},
 	{Name: "power-off+unattached-storage", Before: unattachedStorage, Check: checkUnattached},
@@ -279,8 +279,11 @@ const teardownTimeout = 90 * time.Second
 // victim is a node that fails in a trial, with the replica on it.
 type victim struct {
 	node, volume string
-	replica      int
-	pod          string // the replica's pod name
+	// volume2 is the second driver's volume of the replica on real nodes
+	// (SecondDriver; on KWOK nodes, the scenario's DriverVolumes).
+	volume2 string
+	replica int
+	pod     string // the replica's pod name
 	// On real nodes: uid is the first pod's; down, the node failed and
 	// not back yet; newNode, the replacement's node.
 	uid     types.UID
@@ -613,11 +616,13 @@ func (t *Trial) ready(node string, at time.Time) bool {
 func (t *Trial) counts() (map[string]int64, error) {
 	arrays := map[string]*array.Array{}
 	if t.real != nil {
-		a, err := t.real.Deployment.Array()
-		if err != nil {
-			return nil, err
+		for _, d := range t.real.deployments() {
+			a, err := d.Array()
+			if err != nil {
+				return nil, err
+			}
+			arrays[d.Driver] = a
 		}
-		arrays[framework.DriverName] = a
 	} else {
 		for _, d := range t.p.Drivers {
 			arrays[d.Name] = d.Array
