@@ -17,10 +17,14 @@ limitations under the License.
 package trials
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/images/writer/records"
 )
 
@@ -119,5 +123,26 @@ func TestSchedulesOn(t *testing.T) {
 		if s, err := ScheduleOn(want, true); err != nil || s.Real == nil {
 			t.Errorf("%s does not run on real nodes: %v", want, err)
 		}
+	}
+}
+
+// The second driver's volume is a claim template and a mount of its own,
+// of its own class; the records' volume is left as it was.
+func TestWithSecondVolume(t *testing.T) {
+	sts := framework.WriterStatefulSet("w0", realClass)
+	withSecondVolume(sts)
+	var claims []string
+	for _, c := range sts.Spec.VolumeClaimTemplates {
+		claims = append(claims, c.Name+"="+ptr.Deref(c.Spec.StorageClassName, ""))
+	}
+	if want := []string{"data=" + realClass, realClaim2 + "=" + realClass2}; !slices.Equal(claims, want) {
+		t.Errorf("claim templates %v, want %v", claims, want)
+	}
+	var mounts []string
+	for _, m := range sts.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounts = append(mounts, m.Name+"@"+m.MountPath)
+	}
+	if want := []string{"data@/data", realClaim2 + "@/" + realClaim2}; !slices.Equal(mounts, want) {
+		t.Errorf("writer mounts %v, want %v", mounts, want)
 	}
 }
