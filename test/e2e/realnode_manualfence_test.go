@@ -1,0 +1,199 @@
+//go:build e2e
+
+/*
+Copyright 2026 The fence-attacher Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-fence/fence-attacher/mock-driver/array"
+	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
+	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
+	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
+	"github.com/csi-fence/fence-attacher/test/e2e/framework"
+)
+
+// TestRealNodesManualFence is an admin's fence of a Ready real node under a
+// running pod, then the drain of that pod (docs/failover.md: `kubectl fence
+// fence NODE`, a FencingRequest of origin Manual, fences the storage of a
+// Ready node and deletes no pod):
+//
+//   - `kubectl fence fence` (the plugin built here) quarantines the node and
+//     fences the writer's volume there; the node agent force-unpublishes and
+//     unstages it while the pod runs (nothing is mounted at the kubelet's
+//     paths any more) and records the entry cleaned;
+//   - the admin then deletes the pod as a drain does (its grace period): the
+//     real kubelet tears the volume down with its CSI unmounter, which reads
+//     the publish directory's vol_data.json, and the pod must be gone within
+//     a deadline. An agent that removed that directory under the running pod
+//     leaves the kubelet retrying "UnmountVolume.NewUnmounter failed" and the
+//     pod Terminating until the kubelet restarts;
+//   - `kubectl fence release` withdraws the request: the node leaves
+//     quarantine, the request is Complete, and the replacement (the other
+//     node cordoned) runs on the same node, its volume staged and published
+//     there again, its writes succeeding; the array saw no S1 or S2.
+func TestRealNodesManualFence(t *testing.T) {
+	ctx, c, nodes := startRealNodes(t, framework.RealNodeOptions{ProductImages: true})
+	fenced, other := nodes[0], nodes[1]
+	binDir := t.TempDir()
+	if err := framework.BuildCommands(ctx, binDir, "./cmd/kubectl-fence"); err != nil {
+		t.Fatalf("building kubectl-fence: %v", err)
+	}
+	kubectlFence := func(args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "kubectl-fence"), append(args, "--kubeconfig="+c.Kubeconfig)...)
+		out, err := cmd.CombinedOutput()
+		t.Logf("$ kubectl fence %s\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			t.Fatalf("kubectl fence %s: %v", strings.Join(args, " "), err)
+		}
+	}
+
+	dep := deployMockExample(ctx, t, c, nodes, framework.RealDeployOptions{ControllerNode: other.Name})
+	first := runRealWriter(ctx, t, c, dep, realVolume, realClass, fenced, other)
+	staged, published := kubeletPaths(t, dep, fenced.Name)
+	mounted := func(path string) bool {
+		t.Helper()
+		mi, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hasMountUnder(string(mi), path, path)
+	}
+	if !mounted(staged) || !mounted(published) {
+		t.Fatalf("%s or %s is not a mount point under the running writer", staged, published)
+	}
+
+	// The admin fences the Ready node under the running writer.
+	kubectlFence("fence", fenced.Name, "--reason=e2e: manual fence of a Ready node")
+	if err := waitFenced(ctx, c, fenced.Name, realVolume); err != nil {
+		t.Fatal(err)
+	}
+	frs := fencingv1alpha1.NewClient(c.Dynamic)
+	err := framework.WaitFor(ctx, 2*time.Minute, "the node agent's cleanup of "+realVolume+" recorded", func(ctx context.Context) (bool, error) {
+		fr, err := frs.Get(ctx, fenced.Name)
+		if err != nil {
+			return false, err
+		}
+		v := fencerecord.Find(fr, framework.DriverName, realVolume)
+		if v == nil {
+			return false, fmt.Errorf("no entry in %+v", fr.Status)
+		}
+		return v.CleanedTime != nil, fmt.Errorf("cleanup error %q", v.CleanupError)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cleanup cut the running pod off its volume: nothing is mounted
+	// at the kubelet's paths.
+	if mounted(staged) || mounted(published) {
+		t.Fatalf("the volume was recorded cleaned but %s or %s is still a mount point", staged, published)
+	}
+	_, dataErr := os.Stat(filepath.Join(filepath.Dir(published), kubeletlayout.VolDataFileName))
+	t.Logf("%s recorded cleaned on %s under the running writer %s; the publish directory's vol_data.json: %v", realVolume, fenced.Name, first.Name, dataErr)
+
+	// The drain: the replacement may only come back to the fenced node.
+	if err := c.SetUnschedulable(ctx, other.Name, true); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	if err := c.Client.CoreV1().Pods(realNS).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.WaitFor(ctx, 2*time.Minute, "the old writer "+first.Name+" gone", func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods(realNS).Get(ctx, first.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if p.UID != first.UID {
+			return true, nil
+		}
+		return false, fmt.Errorf("still there, deletion %v, phase %s", p.DeletionTimestamp, p.Status.Phase)
+	})
+	if err != nil {
+		t.Fatalf("%v\nthe kubelet of %s logged (teardown of %s):\n%s", err, fenced.Name, realVolume, kubeletLines(fenced, string(first.UID), 3))
+	}
+	t.Logf("the old writer was gone %.1fs after its delete", time.Since(deleted).Seconds())
+
+	released := time.Now()
+	kubectlFence("release", fenced.Name)
+	if err := waitReleased(ctx, c, fenced.Name, realVolume, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.WaitWriterRunning(ctx, realNS, realSet+"-0", first.UID, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Spec.NodeName != fenced.Name {
+		t.Fatalf("the replacement runs on %s, want %s", second.Spec.NodeName, fenced.Name)
+	}
+	if err := c.WaitWrites(ctx, realNS, second.Name, 3, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s released and the replacement writing on it %.1fs after the release", fenced.Name, time.Since(released).Seconds())
+
+	arr, err := dep.Array()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := arr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := s.CountViolations(); v[array.S1] != 0 || v[array.S2] != 0 {
+		t.Fatalf("safety violations on the array: %v %+v", v, s.Violations)
+	}
+}
+
+// kubeletLines returns the last n lines of node's kubelet log that name the
+// pod's UID and report a failure: the kubelet's own account of why it does
+// not let the pod go.
+func kubeletLines(node *framework.RealNode, podUID string, n int) string {
+	f, err := os.Open(node.KubeletLog())
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, podUID) && strings.Contains(strings.ToLower(l), "fail") {
+			lines = append(lines, l)
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, bufio.ErrTooLong) {
+		lines = append(lines, err.Error())
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
