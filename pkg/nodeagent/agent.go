@@ -44,7 +44,10 @@ limitations under the License.
 //     removed only when named after the recorded PV and nothing in it is
 //     mounted; anything else without metadata is left alone and reported;
 //   - nothing that is still a mount point is removed or entered;
-//   - a cleanup is recorded only after a fresh scan finds nothing left; a
+//   - the publish directory of a pod that still exists on the node, with
+//     its vol_data.json, is left to the kubelet (its unmounter needs it);
+//   - a cleanup is recorded only after a fresh scan finds nothing left but
+//     the unmounted publish directories of running pods (kubeletKept); a
 //     record that cannot be read, a plugin that is down or a kubelet
 //     directory that cannot be read leave the volume unclean, with the reason
 //     in an Event on the Node, the record's cleanupError and the metrics.
@@ -456,39 +459,53 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 	return nil
 }
 
-// livePods returns the UIDs of the pods on this node that are being deleted
-// now (none without Options.Pods).
+// nodePods are the pods of this node that still exist in the API, by UID.
+type nodePods struct {
+	// exist holds every pod of this node in the API: the kubelet still
+	// has to tear each one's volumes down, when it goes, with its CSI
+	// unmounter, which reads the publish directory's vol_data.json.
+	exist sets.Set[string]
+	// deleting holds those being deleted now (a deletionTimestamp).
+	deleting sets.Set[string]
+}
+
+// livePods returns the pods of this node that still exist in the API (none
+// without Options.Pods).
 //
-// A pod still in the API and Terminating (the failover fences the volumes of
-// pods marked for deletion) when its node comes back is one the kubelet
-// tears down itself, with the volumes it reconstructed from the disk at
-// start, and it deletes the pod only once they are unmounted. Its unmounter
-// reads the publish directory's vol_data.json: had the agent removed it, the
-// kubelet would retry forever and the pod would stay Terminating, its
-// replacement never created (seen on real nodes, issue 41: the node back
-// mid-fence). So the agent unpublishes such a pod's volume (force, as
-// always) but leaves the directory to the kubelet, and records the volume
-// clean once the kubelet removed it. A pod that is not being deleted (an
-// admin's FencingRequest fences a Ready node under running pods) would keep
-// its directory, and the node its quarantine, for as long as it runs: its
-// directory is removed as before.
-func (a *Agent) livePods(ctx context.Context) (sets.Set[string], error) {
-	live := sets.New[string]()
+// The kubelet tears down the volumes of every pod it runs, or ran, on this
+// node, with the volumes it knows (those it mounted, or reconstructed from
+// the disk at its start), and deletes a pod only once they are unmounted.
+// Its CSI unmounter (NewUnmounter) reads the publish directory's
+// vol_data.json: had the agent removed it, the kubelet would retry
+// "UnmountVolume.NewUnmounter failed" forever and the pod would stay
+// Terminating until the kubelet restarts. Seen on real nodes for a pod that
+// was Terminating when its node came back (issue 41, the node back
+// mid-fence) and for a running pod of a Ready node an admin fenced, deleted
+// (drained) later (TestRealNodesManualFence). So the agent unpublishes such
+// a pod's volume (force, as always) but leaves its publish directory to the
+// kubelet (leaveToKubelet); when the volume is recorded clean depends on
+// whether the pod is being deleted (kubeletKept).
+func (a *Agent) livePods(ctx context.Context) (nodePods, error) {
+	pods := nodePods{exist: sets.New[string](), deleting: sets.New[string]()}
 	if a.opts.Pods == nil {
-		return live, nil
+		return pods, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
 	defer cancel()
-	pods, err := a.opts.Pods.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName).String()})
+	list, err := a.opts.Pods.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName).String()})
 	if err != nil {
-		return nil, fmt.Errorf("listing the pods of this node, to leave the kubelet the publish directories of those that still exist: %w", err)
+		return nodePods{}, fmt.Errorf("listing the pods of this node, to leave the kubelet the publish directories of those that still exist: %w", err)
 	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == a.opts.NodeName && p.DeletionTimestamp != nil {
-			live.Insert(string(p.UID))
+	for _, p := range list.Items {
+		if p.Spec.NodeName != a.opts.NodeName {
+			continue
+		}
+		pods.exist.Insert(string(p.UID))
+		if p.DeletionTimestamp != nil {
+			pods.deleting.Insert(string(p.UID))
 		}
 	}
-	return live, nil
+	return pods, nil
 }
 
 // pluginState is what the node plugin says about itself.
@@ -567,11 +584,11 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	}
 	a.reportUnattributed(ctx, inv, fr)
 	vol := kubeletlayout.Volume{Driver: a.opts.DriverName, VolumeHandle: entry.VolumeHandle, PVName: entry.PersistentVolumeName}
-	live, err := a.livePods(ctx)
+	pods, err := a.livePods(ctx)
 	if err != nil {
 		return "", err
 	}
-	steps := leaveToKubelet(planCleanup(a.layout, vol, inv.Match(vol), ps.caps.CanStage()), live)
+	steps := leaveToKubelet(planCleanup(a.layout, vol, inv.Match(vol), ps.caps.CanStage()), pods.exist)
 	if err := a.execute(ctx, vol.VolumeHandle, steps, mode); err != nil {
 		switch mode {
 		case modePlain:
@@ -586,17 +603,51 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	if err != nil {
 		return "", fmt.Errorf("scanning the kubelet directory after the cleanup: %w", err)
 	}
-	if m := inv.Match(vol); !m.Empty() {
-		if pods := kubeletsToRemove(m, live); len(pods) > 0 {
-			return "", fmt.Errorf("unpublished, waiting for the kubelet to tear down the publish directories of pods %s, which still exist on this node (it cannot without their vol_data.json): %s", strings.Join(pods, ", "), strings.Join(m.Paths(a.layout), ", "))
+	m, kept := kubeletKept(inv.Match(vol), pods)
+	if err := a.checkKeptUnmounted(kept); err != nil {
+		return "", err
+	}
+	if !m.Empty() {
+		if uids := kubeletsToRemove(m, pods.deleting); len(uids) > 0 {
+			return "", fmt.Errorf("unpublished, waiting for the kubelet to tear down the publish directories of pods %s, which are being deleted on this node (it cannot without their vol_data.json): %s", strings.Join(uids, ", "), strings.Join(m.Paths(a.layout), ", "))
 		}
 		return "", fmt.Errorf("leftovers remain after the cleanup: %s", strings.Join(m.Paths(a.layout), ", "))
 	}
 	summary := summarize(steps, mode)
+	if len(kept) > 0 {
+		var uids []string
+		for _, p := range kept {
+			uids = append(uids, p.PodUID)
+		}
+		summary += fmt.Sprintf("; the unmounted publish directories of running pods %s left with their vol_data.json, for the kubelet to tear down when they go", strings.Join(uids, ", "))
+	}
 	if movedFrom != "" {
 		summary += fmt.Sprintf("; fenced from node ID %q, which this node's plugin no longer uses (its fence at the storage is the driver's to lift)", movedFrom)
 	}
 	return summary, nil
+}
+
+// checkKeptUnmounted checks that nothing is mounted in the publish
+// directories left to the kubelet of pods that are not being deleted (the
+// directory itself and the target path in it): the volume is recorded clean
+// with them in place only once the forced unpublish has cut the pod off its
+// volume.
+func (a *Agent) checkKeptUnmounted(kept []kubeletlayout.PodVolume) error {
+	for _, p := range kept {
+		for _, path := range []string{p.Dir, p.TargetPath} {
+			mounted, err := a.opts.Mounts.IsMountPoint(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("checking whether %s, left to the kubelet for running pod %s, is still a mount point: %w", path, p.PodUID, err)
+			}
+			if mounted {
+				return fmt.Errorf("%s of running pod %s is still a mount point after its NodeUnpublishVolume: %w", path, p.PodUID, kubeletlayout.ErrStillMounted)
+			}
+		}
+	}
+	return nil
 }
 
 // execute runs the steps in order and stops at the first failure: the

@@ -17,6 +17,7 @@ limitations under the License.
 package nodeagent
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,71 +26,169 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/driver"
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 )
 
-// TestLeavesLivePodsDirectoryToKubelet: the node came back while a pod of
-// the fenced volume still exists (Terminating; issue 41, the node back
-// mid-fence on real nodes). The kubelet tears that pod's volume down itself
-// and needs its vol_data.json to: the agent unpublishes it (force) but
-// leaves the directory, and records the volume clean only once the kubelet
-// removed it. The directory of a pod that is gone is removed as before.
+// TestLeavesLivePodsDirectoryToKubelet: a pod of the fenced volume still
+// exists on the node: Terminating when the node came back (issue 41, the
+// node back mid-fence on real nodes), or running on a Ready node an admin
+// fenced, and drained later (TestRealNodesManualFence). The kubelet tears
+// its volume down itself when it goes and needs the publish directory's
+// vol_data.json to: the agent unpublishes it (force) but leaves the
+// directory. A Terminating pod's volume is recorded clean only once the
+// kubelet removed it; a running pod's at once, once nothing is mounted
+// there. The directory of a pod that is gone is removed as before.
 func TestLeavesLivePodsDirectoryToKubelet(t *testing.T) {
-	e := newEnv(t)
-	e.startMockDriver(driver.Config{})
-	e.attach("vol-a")
-	e.mount("vol-a", "pv-a", true, "pod-live", "pod-gone", "pod-running")
-	e.fence("vol-a", "pv-a")
-	pods := e.csiNodes.CoreV1().Pods("ns")
 	deleting := metav1.Now()
-	for _, p := range []*v1.Pod{
-		{ObjectMeta: metav1.ObjectMeta{Name: "live", UID: types.UID("pod-live"), DeletionTimestamp: &deleting, Finalizers: []string{"test"}}, Spec: v1.PodSpec{NodeName: testNode}},
-		// Running, not being deleted (an admin's fence of a Ready node):
-		// nothing would ever remove its directory, so the agent does.
-		{ObjectMeta: metav1.ObjectMeta{Name: "running", UID: types.UID("pod-running")}, Spec: v1.PodSpec{NodeName: testNode}},
-		// Same UID space, another node: not this kubelet's.
-		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", UID: types.UID("pod-gone")}, Spec: v1.PodSpec{NodeName: "other-node"}},
+	for _, tc := range []struct {
+		name string
+		// pod is the API's pod of UID "pod-a" (nil: none).
+		pod *v1.Pod
+		// wantKept: its publish directory stays, with vol_data.json.
+		wantKept bool
+		// wantError is the cleanup error recorded before the kubelet (or
+		// the test) acts; "": recorded clean at once.
+		wantError string
+	}{{
+		name: "terminating pod: left to the kubelet, clean once it removed it",
+		pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "pod-a", DeletionTimestamp: &deleting, Finalizers: []string{"test"}},
+			Spec: v1.PodSpec{NodeName: testNode}},
+		wantKept:  true,
+		wantError: "waiting for the kubelet",
+	}, {
+		// An admin's fence of a Ready node: the pod may run for long; the
+		// kubelet needs the file when it is deleted (drained) later.
+		name:     "running pod: left to the kubelet, clean at once",
+		pod:      &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "pod-a"}, Spec: v1.PodSpec{NodeName: testNode}},
+		wantKept: true,
+	}, {
+		name: "pod gone: removed",
+	}, {
+		// Same UID, another node: not this kubelet's.
+		name: "pod of another node: removed",
+		pod:  &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "pod-a"}, Spec: v1.PodSpec{NodeName: "other-node"}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.startMockDriver(driver.Config{})
+			e.attach("vol-a")
+			e.mount("vol-a", "pv-a", true, "pod-a")
+			e.fence("vol-a", "pv-a")
+			l := e.layout
+			target := l.PublishPath("pod-a", "pv-a")
+			pods := e.csiNodes.CoreV1().Pods("ns")
+			if tc.pod != nil {
+				if _, err := pods.Create(e.ctx, tc.pod, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			opts := e.options()
+			opts.Pods = e.csiNodes.CoreV1().Pods(v1.NamespaceAll)
+			e.run(opts)
+
+			if tc.wantError != "" {
+				e.waitCleanupError("vol-a", tc.wantError)
+			} else {
+				e.waitCleaned("vol-a")
+			}
+			data := filepath.Join(l.PodVolumeDir("pod-a", "pv-a"), kubeletlayout.VolDataFileName)
+			if tc.wantKept {
+				mustExist(t, data)
+			} else {
+				mustBeGone(t, l.PodVolumeDir("pod-a", "pv-a"))
+			}
+			mustBeGone(t, l.StagingDir(testDriver, "vol-a"))
+			if p := e.publication("vol-a"); p != nil && slices.Contains(p.Published, target) {
+				t.Errorf("the pod's volume was not unpublished: %+v", p)
+			}
+
+			if tc.wantKept {
+				// The kubelet tears it down when the pod goes: its
+				// unmounter reads vol_data.json, the plugin has nothing
+				// left to unpublish, the directory goes, then the pod.
+				if _, err := kubeletlayout.ReadVolumeData(filepath.Dir(data)); err != nil {
+					t.Fatalf("the kubelet could not read %s: %v", data, err)
+				}
+				if _, err := e.node().NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-a", TargetPath: target}); err != nil {
+					t.Fatalf("the kubelet's plain NodeUnpublishVolume after the agent's: %v", err)
+				}
+				if err := os.RemoveAll(l.PodVolumeDir("pod-a", "pv-a")); err != nil {
+					t.Fatal(err)
+				}
+				if err := pods.Delete(e.ctx, tc.pod.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.waitCleaned("vol-a")
+			if p := e.publication("vol-a"); p != nil {
+				t.Errorf("vol-a still quarantined on the array: %+v", p)
+			}
+			if v := e.violations(); v["S1"]+v["S2"] != 0 {
+				t.Errorf("safety violations on the array: %v", v)
+			}
+		})
+	}
+}
+
+// TestKubeletKept: after the cleanup, the publish directories of pods that
+// exist and are not being deleted are set apart (the volume may be recorded
+// clean with them in place), once nothing is mounted in them; everything
+// else must be gone first.
+func TestKubeletKept(t *testing.T) {
+	l := kubeletlayout.New(t.TempDir())
+	data := &kubeletlayout.VolumeData{VolumeHandle: "vol-a", DriverName: testDriver}
+	pv := func(uid string, d *kubeletlayout.VolumeData) kubeletlayout.PodVolume {
+		return kubeletlayout.PodVolume{PodUID: uid, SpecName: "pv-a", Dir: l.PodVolumeDir(uid, "pv-a"), TargetPath: l.PublishPath(uid, "pv-a"), Data: d}
+	}
+	pods := nodePods{exist: sets.New("running", "deleting", "running-mounted", "running-dir-mounted"), deleting: sets.New("deleting")}
+	for _, tc := range []struct {
+		name     string
+		found    kubeletlayout.PodVolume
+		mounted  []string // paths that are mount points
+		wantKept bool
+		wantErr  bool
+	}{
+		{name: "running pod, unmounted", found: pv("running", data), wantKept: true},
+		{name: "running pod, target path gone", found: pv("running", data), wantKept: true},
+		{name: "running pod, target still mounted", found: pv("running-mounted", data), mounted: []string{l.PublishPath("running-mounted", "pv-a")}, wantKept: true, wantErr: true},
+		{name: "running pod, directory a mount point", found: pv("running-dir-mounted", data), mounted: []string{l.PodVolumeDir("running-dir-mounted", "pv-a")}, wantKept: true, wantErr: true},
+		{name: "pod being deleted: the kubelet's to remove first", found: pv("deleting", data)},
+		{name: "pod gone", found: pv("gone", data)},
+		{name: "running pod, no metadata", found: pv("running", nil)},
 	} {
-		if _, err := pods.Create(e.ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := e.options()
-	opts.Pods = e.csiNodes.CoreV1().Pods(v1.NamespaceAll)
-	e.run(opts)
-
-	l := e.layout
-	e.waitCleanupError("vol-a", "waiting for the kubelet")
-	liveData := filepath.Join(l.PodVolumeDir("pod-live", "pv-a"), kubeletlayout.VolDataFileName)
-	mustExist(t, liveData)
-	mustBeGone(t, l.PodVolumeDir("pod-gone", "pv-a"), l.PodVolumeDir("pod-running", "pv-a"), l.StagingDir(testDriver, "vol-a"))
-	if p := e.publication("vol-a"); p != nil && slices.Contains(p.Published, l.PublishPath("pod-live", "pv-a")) {
-		t.Errorf("the live pod's volume was not unpublished: %+v", p)
-	}
-
-	// The kubelet tears it down: its unmounter reads vol_data.json, the
-	// plugin has nothing left to unpublish, the directory goes, and then
-	// the pod.
-	if _, err := kubeletlayout.ReadVolumeData(filepath.Dir(liveData)); err != nil {
-		t.Fatalf("the kubelet could not read %s: %v", liveData, err)
-	}
-	if _, err := e.node().NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-a", TargetPath: l.PublishPath("pod-live", "pv-a")}); err != nil {
-		t.Fatalf("the kubelet's plain NodeUnpublishVolume after the agent's: %v", err)
-	}
-	if err := os.RemoveAll(l.PodVolumeDir("pod-live", "pv-a")); err != nil {
-		t.Fatal(err)
-	}
-	if err := pods.Delete(e.ctx, "live", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitCleaned("vol-a")
-	if p := e.publication("vol-a"); p != nil {
-		t.Errorf("vol-a still quarantined on the array: %+v", p)
-	}
-	if v := e.violations(); v["S1"]+v["S2"] != 0 {
-		t.Errorf("safety violations on the array: %v", v)
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.MkdirAll(tc.found.TargetPath, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(l.PodsDir()) })
+			if tc.name == "running pod, target path gone" {
+				if err := os.Remove(tc.found.TargetPath); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mounts := &fakeMounts{paths: map[string]bool{}}
+			for _, p := range tc.mounted {
+				mounts.set(p, true)
+			}
+			m := kubeletlayout.Match{PodVolumes: []kubeletlayout.PodVolume{tc.found}, Staged: []kubeletlayout.StagedVolume{{Dir: "staged"}}}
+			rest, kept := kubeletKept(m, pods)
+			if got := len(kept) == 1; got != tc.wantKept {
+				t.Fatalf("kept %v, want kept %v", kept, tc.wantKept)
+			}
+			if len(rest.PodVolumes)+len(kept) != 1 || len(rest.Staged) != 1 {
+				t.Errorf("rest %+v and kept %+v do not split the match", rest, kept)
+			}
+			a := &Agent{opts: Options{Mounts: mounts}}
+			err := a.checkKeptUnmounted(kept)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("checkKeptUnmounted: %v, want an error: %v", err, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, kubeletlayout.ErrStillMounted) {
+				t.Errorf("checkKeptUnmounted: %v, want ErrStillMounted", err)
+			}
+		})
 	}
 }

@@ -134,21 +134,60 @@ func planCleanup(l kubeletlayout.Layout, vol kubeletlayout.Volume, m kubeletlayo
 	return steps
 }
 
-// leaveToKubelet drops from steps the removal of the publish directories of
-// the pods in live, which the kubelet removes itself (Agent.livePods): their
-// NodeUnpublishVolume stays.
-func leaveToKubelet(steps []step, live sets.Set[string]) []step {
+// leaveToKubelet drops from steps the removal of the publish directories
+// (with their vol_data.json) of the pods in exist, which still exist on this
+// node: the kubelet tears their volumes down itself and cannot without that
+// file (Agent.livePods). Their NodeUnpublishVolume stays: the forced
+// unpublish cuts the pod off the volume either way.
+func leaveToKubelet(steps []step, exist sets.Set[string]) []step {
 	return slices.DeleteFunc(steps, func(s step) bool {
-		return s.kind == stepRemovePodVolume && s.podVolume.Data != nil && live.Has(s.podVolume.PodUID)
+		return s.kind == stepRemovePodVolume && s.podVolume.Data != nil && exist.Has(s.podVolume.PodUID)
 	})
 }
 
-// kubeletsToRemove returns the pods in live whose publish directories, with
-// their vol_data.json, remain in m.
-func kubeletsToRemove(m kubeletlayout.Match, live sets.Set[string]) []string {
+// kubeletKept splits from m, found after the cleanup, the publish
+// directories that leaveToKubelet kept for pods that exist and are not being
+// deleted: the volume may be recorded clean with those in place, once
+// nothing is mounted in them (Agent.checkKeptUnmounted). What is left in
+// rest must be gone before it is; that includes the directories of pods
+// being deleted.
+//
+// Why the two differ. A pod being deleted is one the kubelet tears down now
+// (within its grace period, or as soon as the node is back): waiting for it
+// to remove the directory costs little and keeps the rule that a volume is
+// recorded clean only once a fresh scan finds nothing of it. A pod that is
+// not being deleted (an admin's fence of a Ready node under running pods)
+// may run for months: waiting for the kubelet would hold the node's
+// quarantine, and the admin's release, as long as it runs. What the
+// quarantine waits for is that the node can no longer reach the volume
+// through anything the fence left behind: the forced NodeUnpublishVolume
+// (and NodeUnstageVolume) returned and nothing is mounted there any more.
+// The directory holds no data, only the kubelet's record of the pod's
+// volume: the kubelet's teardown when the pod goes unpublishes an unmounted
+// path (NodeUnpublishVolume is idempotent in CSI) and removes it. A kubelet
+// that restarts meanwhile reconstructs the volume from it as uncertain, then
+// tears it down for a deleted pod, or mounts it again for a running one, as
+// it would without the directory (the pod still wants the volume); while the
+// node is quarantined, that publish goes to a volume fenced there.
+func kubeletKept(m kubeletlayout.Match, pods nodePods) (rest kubeletlayout.Match, kept []kubeletlayout.PodVolume) {
+	rest = m
+	rest.PodVolumes = nil
+	for _, p := range m.PodVolumes {
+		if p.Data != nil && pods.exist.Has(p.PodUID) && !pods.deleting.Has(p.PodUID) {
+			kept = append(kept, p)
+			continue
+		}
+		rest.PodVolumes = append(rest.PodVolumes, p)
+	}
+	return rest, kept
+}
+
+// kubeletsToRemove returns the pods in deleting whose publish directories,
+// with their vol_data.json, remain in m.
+func kubeletsToRemove(m kubeletlayout.Match, deleting sets.Set[string]) []string {
 	pods := sets.New[string]()
 	for _, p := range m.PodVolumes {
-		if live.Has(p.PodUID) {
+		if deleting.Has(p.PodUID) {
 			pods.Insert(p.PodUID)
 		}
 	}
