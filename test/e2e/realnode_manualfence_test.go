@@ -144,23 +144,29 @@ func TestRealNodesManualFence(t *testing.T) {
 		t.Fatalf("%v\nthe kubelet of %s logged (teardown of %s):\n%s", err, fenced.Name, realVolume, kubeletLines(fenced, string(first.UID), 3))
 	}
 	t.Logf("the old writer was gone %.1fs after its delete", time.Since(deleted).Seconds())
+	// Its kubelet tore the volume down: its publish directory is gone.
+	if _, err := os.Lstat(filepath.Dir(published)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old writer's publish directory %s is left on %s: %v", filepath.Dir(published), fenced.Name, err)
+	}
 
 	released := time.Now()
 	kubectlFence("release", fenced.Name)
 	if err := waitReleased(ctx, c, fenced.Name, realVolume, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%s released %.1fs after the release", fenced.Name, time.Since(released).Seconds())
 	second, err := c.WaitWriterRunning(ctx, realNS, realSet+"-0", first.UID, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the replacement %s Running %.1fs after the release", second.Name, time.Since(released).Seconds())
 	if second.Spec.NodeName != fenced.Name {
 		t.Fatalf("the replacement runs on %s, want %s", second.Spec.NodeName, fenced.Name)
 	}
 	if err := c.WaitWrites(ctx, realNS, second.Name, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s released and the replacement writing on it %.1fs after the release", fenced.Name, time.Since(released).Seconds())
+	t.Logf("the replacement writing on %s %.1fs after the release", fenced.Name, time.Since(released).Seconds())
 
 	arr, err := dep.Array()
 	if err != nil {
