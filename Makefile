@@ -100,7 +100,10 @@ test-bench-e2e:
 # (the same writer on the mock's FUSE data path, its node partitioned: the
 # fence turns its writes into EIO), TestRealNodesReturn and
 # TestRealNodesReturnHung (the node comes back, rebooted or resumed, and is
-# cleaned through the real node plugin before it is released) and
+# cleaned through the real node plugin before it is released),
+# TestRealNodesManualFence (kubectl fence fence of a Ready node under a
+# running writer, the writer drained and gone, the node released and the
+# replacement writing there; 40 s to 110 s) and
 # TestRealNodesPowerFencing (the driver without UNPUBLISH_FENCE: the
 # partitioned writer's node powered off by fence_ipmilan, run in the
 # sidecar's container, through a BMC whose machine is the node; the fence
@@ -124,7 +127,7 @@ test-realnodes-deps:
 
 test-realnodes-run:
 	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 5m -run '^TestReclaimStale$$' ./test/e2e/framework/
-	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|PowerFencing|PreStop|FenceByDetachPowerOff|FenceByDetachPartition)?$$' ./test/e2e/
+	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 45m -v -run '^TestRealNodes(Failover|DataPath|Return|ReturnHung|ManualFence|PowerFencing|PreStop|FenceByDetachPowerOff|FenceByDetachPartition)?$$' ./test/e2e/
 	FENCE_E2E_REAL_NODES=1 $(GO) test $(GO_FLAGS) -tags e2e -count=1 -timeout 10m -run '^TestBenchRealNodesSmoke$$' ./test/bench/
 
 # Randomized failover trials (cmd/fence-trials): one trial of every fault
