@@ -219,6 +219,9 @@ func (t *Trial) runReal(ctx context.Context, res *Result) ([]string, error) {
 	stop := make(chan struct{})
 	defer close(stop)
 	t.stop = stop
+	if err := t.pods.watch(t.c.Client, t.ns, stop); err != nil {
+		return nil, err
+	}
 	go t.supervise(ctx, stop)
 	defer t.runAtEnd(ctx, res)
 	// A trial that ended early brings its nodes back all the same: the

@@ -146,3 +146,33 @@ func TestWithSecondVolume(t *testing.T) {
 		t.Errorf("writer mounts %v, want %v", mounts, want)
 	}
 }
+
+// A delete is judged on the node of the pod it removed: the first of that
+// name seen gone after it, not an earlier pod of the same name, nor a
+// replacement that still exists.
+func TestNodeOfDeleted(t *testing.T) {
+	at := time.Date(2026, 12, 6, 11, 12, 57, 210_000_000, time.UTC)
+	var p podNodes
+	p.bound("w0-0", "first", "trial-1")
+	p.deleted("w0-0", "first", "", at.Add(-20*time.Second))
+	p.bound("w0-0", "second", "trial-0")
+	p.deleted("w0-0", "second", "trial-0", at.Add(30*time.Millisecond))
+	p.bound("w0-0", "third", "trial-1")
+	for _, tc := range []struct {
+		name string
+		pod  string
+		at   time.Time
+		want string
+	}{
+		{name: "the pod deleted then", pod: "w0-0", at: at, want: "trial-0"},
+		{name: "the first pod's delete", pod: "w0-0", at: at.Add(-20*time.Second - time.Millisecond), want: "trial-1"},
+		{name: "after every delete seen", pod: "w0-0", at: at.Add(time.Second), want: "fallback"},
+		{name: "a pod never seen", pod: "w1-0", at: at, want: "fallback"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := p.nodeOfDeleted(tc.pod, tc.at, "fallback"); got != tc.want {
+				t.Errorf("nodeOfDeleted(%s, %s) = %s, want %s", tc.pod, tc.at.Format("15:04:05.000"), got, tc.want)
+			}
+		})
+	}
+}

@@ -172,8 +172,10 @@ type Trial struct {
 	victims []*victim
 	// procMu serializes what the schedule and the supervisor do to the
 	// product's processes.
-	procMu      sync.Mutex
-	supervised  []string // what the supervisor did
+	procMu     sync.Mutex
+	supervised []string // what the supervisor did
+	// pods are the nodes the trial's pods were bound to (on real nodes).
+	pods        podNodes
 	mu          sync.Mutex
 	transitions map[string][]transition // by node
 	// quarantined: the failed nodes quarantined now; mostQuarantined: the
@@ -701,11 +703,12 @@ func (t *Trial) check(ctx context.Context, before map[string]int64, started time
 		for _, e := range events {
 			if e.User == productUser && e.Verb == "delete" && e.Resource == "pods" && e.Namespace == t.ns &&
 				e.Name == v.pod && e.Time.After(started) && e.Code < 300 {
+				node := t.pods.nodeOfDeleted(e.Name, e.Time, v.node)
 				switch {
-				case t.ready(v.node, e.Time):
-					problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Time.Format("15:04:05.000"), v.node))
-				case t.alive(v.node, e.Time):
-					problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was alive (%s)", e.Name, e.Time.Format("15:04:05.000"), v.node, t.why(v.node, e.Time)))
+				case t.ready(node, e.Time):
+					problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was Ready", e.Name, e.Time.Format("15:04:05.000"), node))
+				case t.alive(node, e.Time):
+					problems = append(problems, fmt.Sprintf("S3: pod %s force-deleted at %s while node %s was alive (%s)", e.Name, e.Time.Format("15:04:05.000"), node, t.why(node, e.Time)))
 				}
 			}
 		}
