@@ -710,14 +710,31 @@ func realKillController(ctx context.Context, t *Trial) ([]string, error) {
 // realReturnMidFence makes the fence slow and brings the node back while
 // its RPC is in flight.
 func realReturnMidFence(ctx context.Context, t *Trial) ([]string, error) {
-	latency, clear, err := t.slowFence(ctx, 2*time.Second, 5*time.Second)
-	if err != nil {
+	if err := t.waitFenceInFlight(ctx); err != nil {
 		return nil, err
 	}
-	defer clear()
-	steps := []string{fmt.Sprintf("fence latency %.2fs", latency.Seconds()), "node back mid-fence"}
+	steps := []string{"node back mid-fence"}
 	more, err := t.bringBack(ctx, t.victims[0])
 	return append(steps, more...), err
+}
+
+// realSlowFence returns a Before hook that makes the next
+// ControllerUnpublishVolume, the trial's fence, take a random latency in
+// [lo, hi) (Trial.slowLatency), until the trial's end. On real nodes it is
+// set before the node fails: set once the node is NotReady, as on KWOK, a
+// fence that a loaded machine let start before the harness saw NotReady
+// was over at once (seed 12070, at a load of 40), and the schedule never
+// saw it in flight.
+func realSlowFence(lo, hi time.Duration) func(context.Context, *Trial) ([]string, error) {
+	return func(_ context.Context, t *Trial) ([]string, error) {
+		latency, clear, err := t.slowFenceNoWait(lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		t.slowLatency = latency
+		t.atEnd(func(context.Context) error { clear(); return nil })
+		return []string{fmt.Sprintf("fence latency %.2fs", latency.Seconds())}, nil
+	}
 }
 
 // realRebootDuringCleanup reboots the node that came back (power off and
@@ -854,12 +871,10 @@ func (t *Trial) leaderPod(held map[string]string) (string, error) {
 // terminated and hands its Leases over. Its stall is the leader's
 // termination to the Leases held by the new pod.
 func realRollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
-	latency, clear, err := t.slowFence(ctx, 2*time.Second, 4500*time.Millisecond)
-	if err != nil {
+	if err := t.waitFenceInFlight(ctx); err != nil {
 		return nil, err
 	}
-	defer clear()
-	d := t.between(0, latency/2)
+	d := t.between(0, t.slowLatency/2)
 	if err := sleep(ctx, d); err != nil {
 		return nil, err
 	}
@@ -876,7 +891,7 @@ func realRollingUpdate(ctx context.Context, t *Trial) ([]string, error) {
 		return nil, err
 	}
 	rolled := time.Now()
-	steps := []string{fmt.Sprintf("rolling update %.2fs into a %.2fs fence", d.Seconds(), latency.Seconds())}
+	steps := []string{fmt.Sprintf("rolling update %.2fs into a %.2fs fence", d.Seconds(), t.slowLatency.Seconds())}
 	var terminated time.Time
 	err = framework.WaitFor(ctx, 3*time.Minute, "the old leader "+old+" terminating", func(ctx context.Context) (bool, error) {
 		p, err := t.c.Client.CoreV1().Pods(realNamespace).Get(ctx, old, metav1.GetOptions{})

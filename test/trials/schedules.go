@@ -55,26 +55,33 @@ import (
 // until the fence of the trial's volume is in flight: its intent recorded,
 // its outcome not yet. The returned func clears the fault.
 func (t *Trial) slowFence(ctx context.Context, lo, hi time.Duration) (time.Duration, func(), error) {
-	latency := t.between(lo, hi)
-	store := faults.NewStore(t.stateDir())
-	if err := store.Set("ControllerUnpublishVolume", faults.Fault{Latency: latency, Count: 1}); err != nil {
+	latency, clear, err := t.slowFenceNoWait(lo, hi)
+	if err != nil {
 		return 0, nil, err
 	}
-	clear := func() { _ = store.Clear() }
+	if err := t.waitFenceInFlight(ctx); err != nil {
+		clear()
+		return 0, nil, err
+	}
+	return latency, clear, nil
+}
+
+// waitFenceInFlight waits until the fence of the trial's volume is in
+// flight: its intent recorded, its outcome not yet. A fence that is over
+// already is an error that says so: the schedule's fault came too late.
+func (t *Trial) waitFenceInFlight(ctx context.Context) error {
 	frs := fencingv1alpha1.NewClient(t.c.Dynamic)
-	err := framework.WaitFor(ctx, 120*time.Second, "the fence of "+t.Volume+" in flight", func(ctx context.Context) (bool, error) {
+	return framework.WaitFor(ctx, 120*time.Second, "the fence of "+t.Volume+" in flight", func(ctx context.Context) (bool, error) {
 		fr, err := frs.Get(ctx, t.Victim)
 		if err != nil {
 			return false, nil
 		}
 		e := fencerecord.Find(fr, framework.DriverName, t.Volume)
-		return e != nil && e.StartedTime != nil && e.FencedTime == nil, nil
+		if e != nil && e.FencedTime != nil {
+			return false, fmt.Errorf("the fence of %s was over before the trial saw it in flight", t.Volume)
+		}
+		return e != nil && e.StartedTime != nil, nil
 	})
-	if err != nil {
-		clear()
-		return 0, nil, err
-	}
-	return latency, clear, nil
 }
 
 // broken records an invariant a schedule saw broken while it ran.

@@ -107,7 +107,7 @@ var Schedules = []Schedule{
 	{Name: "partition", Partition: true, Real: &RealHooks{}},
 	{Name: "power-off+kill-controller", During: killController, Real: &RealHooks{During: realKillController}},
 	{Name: "partition+kill-controller", Partition: true, During: killController, Real: &RealHooks{During: realKillController}},
-	{Name: "power-off+return-mid-fence", During: returnMidFence, SameNodeOK: true, Real: &RealHooks{During: realReturnMidFence}},
+	{Name: "power-off+return-mid-fence", During: returnMidFence, SameNodeOK: true, Real: &RealHooks{Before: realSlowFence(2*time.Second, 5*time.Second), During: realReturnMidFence}},
 	{Name: "partition+leader-loss", Partition: true, During: leaderLoss, Real: &RealHooks{During: realLeaderLoss}},
 	{Name: "power-off+driver-faults", During: driverFaults, Real: &RealHooks{During: driverFaults}},
 	{Name: "power-off+reboot-during-cleanup", AfterReturn: rebootDuringCleanup, Real: &RealHooks{AfterReturn: realRebootDuringCleanup}},
@@ -116,7 +116,7 @@ var Schedules = []Schedule{
 	{Name: "two-nodes+storm-guard", Victims: 2, MaxQuarantined: 1, AttacherArgs: []string{"--max-fenced-nodes=1", "--max-fenced-node-percent=0"}},
 	{Name: "power-off+two-drivers", SecondDriver: true, Real: &RealHooks{}},
 	{Name: "power-off+node-deleted-and-reregistered", During: nodeDeletedAndReregistered, SameNodeOK: true},
-	{Name: "power-off+rolling-update", During: rollingUpdate, Real: &RealHooks{During: realRollingUpdate}},
+	{Name: "power-off+rolling-update", During: rollingUpdate, Real: &RealHooks{Before: realSlowFence(2*time.Second, 4500*time.Millisecond), During: realRollingUpdate}},
 	{Name: "power-off+unattached-storage", Before: unattachedStorage, Check: checkUnattached},
 	{Name: "partition+skewed-kubelet", Partition: true, During: skewedKubelet, SameNodeOK: true},
 	{Name: "power-off+flap-during-slow-fence", During: flapDuringSlowFence},
@@ -175,7 +175,9 @@ type Trial struct {
 	procMu     sync.Mutex
 	supervised []string // what the supervisor did
 	// pods are the nodes the trial's pods were bound to (on real nodes).
-	pods        podNodes
+	pods podNodes
+	// slowLatency is the fence's latency a realSlowFence hook set.
+	slowLatency time.Duration
 	mu          sync.Mutex
 	transitions map[string][]transition // by node
 	// quarantined: the failed nodes quarantined now; mostQuarantined: the
