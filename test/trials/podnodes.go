@@ -22,6 +22,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -48,7 +49,7 @@ type podLife struct {
 
 // watch follows the pods of namespace until stop is closed.
 func (p *podNodes) watch(client kubernetes.Interface, namespace string, stop <-chan struct{}) error {
-	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", namespace, nil)
+	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", namespace, fields.Everything())
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	seen := func(o interface{}) {
 		if pod, ok := o.(*corev1.Pod); ok {
