@@ -45,9 +45,10 @@ type Remover struct {
 	Mounts MountChecker
 }
 
-// checkUnmounted returns nil when path is not a mount point, fs.ErrNotExist
-// when it is gone, ErrStillMounted (wrapped) when it is a mount point.
-func (r Remover) checkUnmounted(path string) error {
+// CheckUnmounted returns nil when path is not a mount point, fs.ErrNotExist
+// when it is gone, ErrStillMounted (wrapped) when it is a mount point. It
+// does not enter path.
+func (r Remover) CheckUnmounted(path string) error {
 	mounted, err := r.Mounts.IsMountPoint(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -72,7 +73,7 @@ func (r Remover) removeEmpty(path string) error {
 		return err
 	}
 	if fi.Mode()&fs.ModeSymlink == 0 {
-		if err := r.checkUnmounted(path); err != nil {
+		if err := r.CheckUnmounted(path); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
@@ -99,6 +100,16 @@ func (r Remover) removeTree(path string) error {
 	return r.removeChecked(path)
 }
 
+// CheckTreeUnmounted returns nil when nothing at or below path is a mount
+// point, or path is gone, and ErrStillMounted (wrapped) otherwise. It enters
+// no mount point and follows no symlink, as removeTree.
+func (r Remover) CheckTreeUnmounted(path string) error {
+	if err := r.checkTree(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // checkTree returns ErrStillMounted (wrapped) if path or anything below it is
 // a mount point, fs.ErrNotExist if path is gone.
 func (r Remover) checkTree(path string) error {
@@ -109,7 +120,7 @@ func (r Remover) checkTree(path string) error {
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		return nil
 	}
-	if err := r.checkUnmounted(path); err != nil {
+	if err := r.CheckUnmounted(path); err != nil {
 		return err
 	}
 	if !fi.IsDir() {

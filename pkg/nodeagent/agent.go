@@ -45,9 +45,11 @@ limitations under the License.
 //     mounted; anything else without metadata is left alone and reported;
 //   - nothing that is still a mount point is removed or entered;
 //   - the publish directory of a pod that still exists on the node, with
-//     its vol_data.json, is left to the kubelet (its unmounter needs it);
+//     its vol_data.json, and the directory of a block volume such a pod
+//     maps, with its own, are left to the kubelet (its unmounters need
+//     them);
 //   - a cleanup is recorded only after a fresh scan finds nothing left but
-//     the unmounted publish directories of running pods (kubeletKept); a
+//     the unmounted directories left for running pods (kubeletKept); a
 //     record that cannot be read, a plugin that is down or a kubelet
 //     directory that cannot be read leave the volume unclean, with the reason
 //     in an Event on the Node, the record's cleanupError and the metrics.
@@ -588,7 +590,9 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	if err != nil {
 		return "", err
 	}
-	steps := leaveToKubelet(planCleanup(a.layout, vol, inv.Match(vol), ps.caps.CanStage()), pods.exist)
+	found := inv.Match(vol)
+	users := blockUsers(found, pods.exist)
+	steps := leaveToKubelet(planCleanup(a.layout, vol, found, ps.caps.CanStage()), pods.exist, users)
 	if err := a.execute(ctx, vol.VolumeHandle, steps, mode); err != nil {
 		switch mode {
 		case modePlain:
@@ -603,23 +607,26 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	if err != nil {
 		return "", fmt.Errorf("scanning the kubelet directory after the cleanup: %w", err)
 	}
-	m, kept := kubeletKept(inv.Match(vol), pods)
-	if err := a.checkKeptUnmounted(kept); err != nil {
+	m, kept, keptBlock := kubeletKept(inv.Match(vol), pods, users)
+	if err := a.checkKeptUnmounted(kept, keptBlock, users); err != nil {
 		return "", err
 	}
 	if !m.Empty() {
-		if uids := kubeletsToRemove(m, pods.deleting); len(uids) > 0 {
-			return "", fmt.Errorf("unpublished, waiting for the kubelet to tear down the publish directories of pods %s, which are being deleted on this node (it cannot without their vol_data.json): %s", strings.Join(uids, ", "), strings.Join(m.Paths(a.layout), ", "))
+		if uids := kubeletsToRemove(m, pods.deleting, users); len(uids) > 0 {
+			return "", fmt.Errorf("unpublished, waiting for the kubelet to tear down the volume directories of pods %s, which are being deleted on this node (it cannot without their vol_data.json): %s", strings.Join(uids, ", "), strings.Join(m.Paths(a.layout), ", "))
 		}
 		return "", fmt.Errorf("leftovers remain after the cleanup: %s", strings.Join(m.Paths(a.layout), ", "))
 	}
 	summary := summarize(steps, mode)
-	if len(kept) > 0 {
-		var uids []string
+	if len(kept)+len(keptBlock) > 0 {
+		uids := sets.New[string]()
 		for _, p := range kept {
-			uids = append(uids, p.PodUID)
+			uids.Insert(p.PodUID)
 		}
-		summary += fmt.Sprintf("; the unmounted publish directories of running pods %s left with their vol_data.json, for the kubelet to tear down when they go", strings.Join(uids, ", "))
+		for _, b := range keptBlock {
+			uids = uids.Union(users[b.SpecName])
+		}
+		summary += fmt.Sprintf("; the unmounted volume directories of running pods %s left with their vol_data.json, for the kubelet to tear down when they go", strings.Join(sets.List(uids), ", "))
 	}
 	if movedFrom != "" {
 		summary += fmt.Sprintf("; fenced from node ID %q, which this node's plugin no longer uses (its fence at the storage is the driver's to lift)", movedFrom)
@@ -627,23 +634,24 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	return summary, nil
 }
 
-// checkKeptUnmounted checks that nothing is mounted in the publish
-// directories left to the kubelet of pods that are not being deleted (the
-// directory itself and the target path in it): the volume is recorded clean
-// with them in place only once the forced unpublish has cut the pod off its
-// volume.
-func (a *Agent) checkKeptUnmounted(kept []kubeletlayout.PodVolume) error {
+// checkKeptUnmounted checks that nothing is mounted in what is left to the
+// kubelet of pods that are not being deleted (kubeletKept): a publish
+// directory and the target path in it, a block volume's directory, staging
+// path and publish directory. The volume is recorded clean with them in place
+// only once the forced calls have cut the pod off its volume.
+func (a *Agent) checkKeptUnmounted(kept []kubeletlayout.PodVolume, keptBlock []kubeletlayout.BlockVolume, users map[string]sets.Set[string]) error {
 	for _, p := range kept {
 		for _, path := range []string{p.Dir, p.TargetPath} {
-			mounted, err := a.opts.Mounts.IsMountPoint(path)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
+			if err := a.remover.CheckUnmounted(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("left to the kubelet for running pod %s after its NodeUnpublishVolume: %w", p.PodUID, err)
 			}
-			if err != nil {
-				return fmt.Errorf("checking whether %s, left to the kubelet for running pod %s, is still a mount point: %w", path, p.PodUID, err)
-			}
-			if mounted {
-				return fmt.Errorf("%s of running pod %s is still a mount point after its NodeUnpublishVolume: %w", path, p.PodUID, kubeletlayout.ErrStillMounted)
+		}
+	}
+	l := a.layout
+	for _, b := range keptBlock {
+		for _, path := range []string{l.BlockVolumeDir(b.SpecName), l.BlockStagingPath(b.SpecName), l.BlockPublishDir(b.SpecName)} {
+			if err := a.remover.CheckTreeUnmounted(path); err != nil {
+				return fmt.Errorf("left to the kubelet for running pods %s after their NodeUnpublishVolume and NodeUnstageVolume: %w", strings.Join(sets.List(users[b.SpecName]), ", "), err)
 			}
 		}
 	}

@@ -32,22 +32,26 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
 )
 
-// TestLeavesLivePodsDirectoryToKubelet: a pod of the fenced volume still
+// TestLeavesLivePodsVolumeToKubelet: a pod of the fenced volume still
 // exists on the node: Terminating when the node came back (issue 41, the
 // node back mid-fence on real nodes), or running on a Ready node an admin
 // fenced, and drained later (TestRealNodesManualFence). The kubelet tears
-// its volume down itself when it goes and needs the publish directory's
-// vol_data.json to: the agent unpublishes it (force) but leaves the
-// directory. A Terminating pod's volume is recorded clean only once the
-// kubelet removed it; a running pod's at once, once nothing is mounted
-// there. The directory of a pod that is gone is removed as before.
-func TestLeavesLivePodsDirectoryToKubelet(t *testing.T) {
+// its volume down itself when it goes and needs the volume's vol_data.json
+// to: the agent unpublishes it (force) but leaves the directory holding that
+// file. For a filesystem volume that is the pod's publish directory; for a
+// block volume, the volume's directory under volumeDevices/<specName>, which
+// the block unmapper reads to unmap the pod and to unstage the volume (the
+// pod's own device entries go: the kubelet's unmap takes them missing as
+// done). A Terminating pod's volume is recorded clean only once the kubelet
+// removed it; a running pod's at once, once nothing is mounted there. The
+// directory of a pod that is gone is removed as before.
+func TestLeavesLivePodsVolumeToKubelet(t *testing.T) {
 	deleting := metav1.Now()
-	for _, tc := range []struct {
+	pods := []struct {
 		name string
 		// pod is the API's pod of UID "pod-a" (nil: none).
 		pod *v1.Pod
-		// wantKept: its publish directory stays, with vol_data.json.
+		// wantKept: its directory stays, with vol_data.json.
 		wantKept bool
 		// wantError is the cleanup error recorded before the kubelet (or
 		// the test) acts; "": recorded clean at once.
@@ -70,66 +74,129 @@ func TestLeavesLivePodsDirectoryToKubelet(t *testing.T) {
 		// Same UID, another node: not this kubelet's.
 		name: "pod of another node: removed",
 		pod:  &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "pod-a"}, Spec: v1.PodSpec{NodeName: "other-node"}},
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.startMockDriver(driver.Config{})
-			e.attach("vol-a")
-			e.mount("vol-a", "pv-a", true, "pod-a")
-			e.fence("vol-a", "pv-a")
+	}}
+	modes := []struct {
+		name string
+		// use makes vol-a (PV pv-a) used by the pods, as the kubelet does.
+		use func(e *env, pods ...string)
+		// data is the vol_data.json the kubelet needs for pod-a.
+		data func(l kubeletlayout.Layout) string
+		// gone must be gone after the cleanup, whatever the pod.
+		gone func(l kubeletlayout.Layout) []string
+		// removed must be gone when the pod is.
+		removed func(l kubeletlayout.Layout) []string
+		// teardown is the kubelet's, once the pod goes: plain calls,
+		// which must succeed after the agent's, and the removals.
+		teardown func(e *env) error
+	}{{
+		name: "filesystem",
+		use:  func(e *env, pods ...string) { e.mount("vol-a", "pv-a", true, pods...) },
+		data: func(l kubeletlayout.Layout) string {
+			return filepath.Join(l.PodVolumeDir("pod-a", "pv-a"), kubeletlayout.VolDataFileName)
+		},
+		gone: func(l kubeletlayout.Layout) []string {
+			return []string{l.StagingDir(testDriver, "vol-a"), l.PodVolumeDir("pod-gone", "pv-a")}
+		},
+		removed: func(l kubeletlayout.Layout) []string { return []string{l.PodVolumeDir("pod-a", "pv-a")} },
+		teardown: func(e *env) error {
 			l := e.layout
-			target := l.PublishPath("pod-a", "pv-a")
-			pods := e.csiNodes.CoreV1().Pods("ns")
-			if tc.pod != nil {
-				if _, err := pods.Create(e.ctx, tc.pod, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
+			if _, err := e.node().NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-a", TargetPath: l.PublishPath("pod-a", "pv-a")}); err != nil {
+				return err
+			}
+			return os.RemoveAll(l.PodVolumeDir("pod-a", "pv-a"))
+		},
+	}, {
+		name: "block",
+		use:  func(e *env, pods ...string) { e.mapBlock("vol-a", "pv-a", pods...) },
+		data: func(l kubeletlayout.Layout) string {
+			return filepath.Join(l.BlockDataDir("pv-a"), kubeletlayout.VolDataFileName)
+		},
+		gone: func(l kubeletlayout.Layout) []string {
+			var paths []string
+			for _, uid := range []string{"pod-a", "pod-gone"} {
+				paths = append(paths, l.PodDeviceMapPath(uid, "pv-a"), filepath.Join(l.BlockGlobalMapPath("pv-a"), uid), l.BlockPublishPath("pv-a", uid))
+			}
+			return paths
+		},
+		removed: func(l kubeletlayout.Layout) []string {
+			return []string{l.BlockVolumeDir("pv-a"), l.BlockStagingPath("pv-a"), l.BlockPublishDir("pv-a")}
+		},
+		teardown: func(e *env) error {
+			l := e.layout
+			if _, err := e.node().NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-a", TargetPath: l.BlockPublishPath("pv-a", "pod-a")}); err != nil {
+				return err
+			}
+			if _, err := e.node().NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-a", StagingTargetPath: l.BlockStagingPath("pv-a")}); err != nil {
+				return err
+			}
+			for _, p := range []string{l.BlockPublishDir("pv-a"), l.BlockStagingPath("pv-a"), l.BlockVolumeDir("pv-a")} {
+				if err := os.RemoveAll(p); err != nil {
+					return err
 				}
 			}
-			opts := e.options()
-			opts.Pods = e.csiNodes.CoreV1().Pods(v1.NamespaceAll)
-			e.run(opts)
+			return nil
+		},
+	}}
+	for _, mode := range modes {
+		for _, tc := range pods {
+			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
+				e := newEnv(t)
+				e.startMockDriver(driver.Config{})
+				e.attach("vol-a")
+				// pod-gone's leftovers go whatever pod-a's do.
+				mode.use(e, "pod-a", "pod-gone")
+				e.fence("vol-a", "pv-a")
+				l := e.layout
+				pods := e.csiNodes.CoreV1().Pods("ns")
+				if tc.pod != nil {
+					if _, err := pods.Create(e.ctx, tc.pod, metav1.CreateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				opts := e.options()
+				opts.Pods = e.csiNodes.CoreV1().Pods(v1.NamespaceAll)
+				e.run(opts)
 
-			if tc.wantError != "" {
-				e.waitCleanupError("vol-a", tc.wantError)
-			} else {
+				if tc.wantError != "" {
+					e.waitCleanupError("vol-a", tc.wantError)
+				} else {
+					e.waitCleaned("vol-a")
+				}
+				data := mode.data(l)
+				if tc.wantKept {
+					mustExist(t, data)
+				} else {
+					mustBeGone(t, mode.removed(l)...)
+				}
+				mustBeGone(t, mode.gone(l)...)
+				if p := e.publication("vol-a"); p != nil && len(p.Published) > 0 {
+					t.Errorf("the pods' volume was not unpublished: %+v", p)
+				}
+
+				if tc.wantKept {
+					// The kubelet tears it down when the pod goes: its
+					// unmounter reads vol_data.json, the plugin has
+					// nothing left to unpublish, the directory goes,
+					// then the pod.
+					if _, err := kubeletlayout.ReadVolumeData(filepath.Dir(data)); err != nil {
+						t.Fatalf("the kubelet could not read %s: %v", data, err)
+					}
+					if err := mode.teardown(e); err != nil {
+						t.Fatalf("the kubelet's teardown after the agent's: %v", err)
+					}
+					if err := pods.Delete(e.ctx, tc.pod.Name, metav1.DeleteOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
 				e.waitCleaned("vol-a")
-			}
-			data := filepath.Join(l.PodVolumeDir("pod-a", "pv-a"), kubeletlayout.VolDataFileName)
-			if tc.wantKept {
-				mustExist(t, data)
-			} else {
-				mustBeGone(t, l.PodVolumeDir("pod-a", "pv-a"))
-			}
-			mustBeGone(t, l.StagingDir(testDriver, "vol-a"))
-			if p := e.publication("vol-a"); p != nil && slices.Contains(p.Published, target) {
-				t.Errorf("the pod's volume was not unpublished: %+v", p)
-			}
-
-			if tc.wantKept {
-				// The kubelet tears it down when the pod goes: its
-				// unmounter reads vol_data.json, the plugin has nothing
-				// left to unpublish, the directory goes, then the pod.
-				if _, err := kubeletlayout.ReadVolumeData(filepath.Dir(data)); err != nil {
-					t.Fatalf("the kubelet could not read %s: %v", data, err)
+				if p := e.publication("vol-a"); p != nil {
+					t.Errorf("vol-a still quarantined on the array: %+v", p)
 				}
-				if _, err := e.node().NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-a", TargetPath: target}); err != nil {
-					t.Fatalf("the kubelet's plain NodeUnpublishVolume after the agent's: %v", err)
+				if v := e.violations(); v["S1"]+v["S2"] != 0 {
+					t.Errorf("safety violations on the array: %v", v)
 				}
-				if err := os.RemoveAll(l.PodVolumeDir("pod-a", "pv-a")); err != nil {
-					t.Fatal(err)
-				}
-				if err := pods.Delete(e.ctx, tc.pod.Name, metav1.DeleteOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			e.waitCleaned("vol-a")
-			if p := e.publication("vol-a"); p != nil {
-				t.Errorf("vol-a still quarantined on the array: %+v", p)
-			}
-			if v := e.violations(); v["S1"]+v["S2"] != 0 {
-				t.Errorf("safety violations on the array: %v", v)
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -174,15 +241,81 @@ func TestKubeletKept(t *testing.T) {
 				mounts.set(p, true)
 			}
 			m := kubeletlayout.Match{PodVolumes: []kubeletlayout.PodVolume{tc.found}, Staged: []kubeletlayout.StagedVolume{{Dir: "staged"}}}
-			rest, kept := kubeletKept(m, pods)
+			rest, kept, _ := kubeletKept(m, pods, nil)
 			if got := len(kept) == 1; got != tc.wantKept {
 				t.Fatalf("kept %v, want kept %v", kept, tc.wantKept)
 			}
 			if len(rest.PodVolumes)+len(kept) != 1 || len(rest.Staged) != 1 {
 				t.Errorf("rest %+v and kept %+v do not split the match", rest, kept)
 			}
-			a := &Agent{opts: Options{Mounts: mounts}}
-			err := a.checkKeptUnmounted(kept)
+			a := &Agent{layout: l, remover: kubeletlayout.Remover{Layout: l, Mounts: mounts}}
+			err := a.checkKeptUnmounted(kept, nil, nil)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("checkKeptUnmounted: %v, want an error: %v", err, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, kubeletlayout.ErrStillMounted) {
+				t.Errorf("checkKeptUnmounted: %v, want ErrStillMounted", err)
+			}
+		})
+	}
+}
+
+// TestKubeletKeptBlock: after the cleanup, a block volume's directory is set
+// apart when every pod that mapped it exists and is not being deleted, its
+// per-pod entries are gone and nothing under it is mounted; otherwise it
+// must be gone before the volume is recorded clean, and the pods being
+// deleted are named as what it waits for.
+func TestKubeletKeptBlock(t *testing.T) {
+	l := kubeletlayout.New(t.TempDir())
+	data := &kubeletlayout.VolumeData{VolumeHandle: "vol-a", DriverName: testDriver}
+	pods := nodePods{exist: sets.New("running", "running-2", "deleting"), deleting: sets.New("deleting")}
+	for _, tc := range []struct {
+		name      string
+		users     []string // pods of exist that mapped the volume before the cleanup
+		found     kubeletlayout.BlockVolume
+		mounted   []string
+		wantKept  bool
+		wantErr   bool
+		wantNamed []string // kubeletsToRemove
+	}{
+		{name: "running pods, unmounted", users: []string{"running", "running-2"}, found: kubeletlayout.BlockVolume{SpecName: "pv-a", Data: data}, wantKept: true},
+		{name: "running pod, staging path still mounted", users: []string{"running"}, found: kubeletlayout.BlockVolume{SpecName: "pv-a", Data: data},
+			mounted: []string{l.BlockStagingPath("pv-a")}, wantKept: true, wantErr: true},
+		{name: "running pod, a mount under the volume directory", users: []string{"running"}, found: kubeletlayout.BlockVolume{SpecName: "pv-a", Data: data},
+			mounted: []string{l.BlockDataDir("pv-a")}, wantKept: true, wantErr: true},
+		{name: "a pod being deleted maps it: the kubelet's to remove first", users: []string{"running", "deleting"}, found: kubeletlayout.BlockVolume{SpecName: "pv-a", Data: data}, wantNamed: []string{"deleting"}},
+		{name: "per-pod entries left", users: []string{"running"}, found: kubeletlayout.BlockVolume{SpecName: "pv-a", Data: data, PodUIDs: []string{"running"}}},
+		{name: "no pod maps it", found: kubeletlayout.BlockVolume{SpecName: "pv-a", Data: data}},
+		{name: "no metadata", users: []string{"running"}, found: kubeletlayout.BlockVolume{SpecName: "pv-a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, dir := range []string{l.BlockDataDir("pv-a"), l.BlockStagingPath("pv-a"), l.BlockPublishDir("pv-a")} {
+				if err := os.MkdirAll(dir, 0o750); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(l.VolumeDevicesDir()) })
+			mounts := &fakeMounts{paths: map[string]bool{}}
+			for _, p := range tc.mounted {
+				mounts.set(p, true)
+			}
+			users := map[string]sets.Set[string]{}
+			if len(tc.users) > 0 {
+				users["pv-a"] = sets.New(tc.users...)
+			}
+			m := kubeletlayout.Match{Block: []kubeletlayout.BlockVolume{tc.found}}
+			rest, kept, keptBlock := kubeletKept(m, pods, users)
+			if got := len(keptBlock) == 1; got != tc.wantKept {
+				t.Fatalf("kept %v, want kept %v", keptBlock, tc.wantKept)
+			}
+			if len(kept) != 0 || len(rest.Block)+len(keptBlock) != 1 {
+				t.Errorf("rest %+v and kept %+v do not split the match", rest, keptBlock)
+			}
+			if got := kubeletsToRemove(rest, pods.deleting, users); !slices.Equal(got, tc.wantNamed) {
+				t.Errorf("waiting for the kubelet of %v, want %v", got, tc.wantNamed)
+			}
+			a := &Agent{layout: l, remover: kubeletlayout.Remover{Layout: l, Mounts: mounts}}
+			err := a.checkKeptUnmounted(nil, keptBlock, users)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("checkKeptUnmounted: %v, want an error: %v", err, tc.wantErr)
 			}

@@ -134,23 +134,60 @@ func planCleanup(l kubeletlayout.Layout, vol kubeletlayout.Volume, m kubeletlayo
 	return steps
 }
 
-// leaveToKubelet drops from steps the removal of the publish directories
-// (with their vol_data.json) of the pods in exist, which still exist on this
-// node: the kubelet tears their volumes down itself and cannot without that
-// file (Agent.livePods). Their NodeUnpublishVolume stays: the forced
-// unpublish cuts the pod off the volume either way.
-func leaveToKubelet(steps []step, exist sets.Set[string]) []step {
+// blockUsers maps each block volume of m to the pods of exist, which still
+// exist on this node, that map it. While one does, the volume's directory
+// (volumeDevices/<specName>, with data/vol_data.json) is the kubelet's to
+// remove: its block unmapper (NewBlockVolumeUnmapper) reads that file to
+// unmap the pod and to unstage the volume after it, as the filesystem
+// unmounter reads the publish directory's (Agent.livePods).
+func blockUsers(m kubeletlayout.Match, exist sets.Set[string]) map[string]sets.Set[string] {
+	users := map[string]sets.Set[string]{}
+	for _, b := range m.Block {
+		for _, uid := range b.PodUIDs {
+			if !exist.Has(uid) {
+				continue
+			}
+			if users[b.SpecName] == nil {
+				users[b.SpecName] = sets.New[string]()
+			}
+			users[b.SpecName].Insert(uid)
+		}
+	}
+	return users
+}
+
+// leaveToKubelet drops from steps the removal of what the kubelet still
+// needs to tear down the volumes of the pods in exist, which still exist on
+// this node (Agent.livePods): a filesystem volume's publish directory with
+// its vol_data.json, and the directory of a block volume one of them maps
+// (users, from blockUsers), with its own. Every NodeUnpublishVolume and
+// NodeUnstageVolume stays: the forced calls cut the node off the volume
+// either way. So does the removal of a block volume's per-pod entries (the
+// pod's device symlink, its entry under the global map path, its publish
+// path): the kubelet's unmap takes each one missing as done. On a real node
+// the entry under the global map path of a pod that runs is the kubelet's
+// bind mount of the device, which the agent does not unmount in force mode:
+// its removal then fails as still mounted, and the volume waits for the pod
+// to go (the node's release with it).
+func leaveToKubelet(steps []step, exist sets.Set[string], users map[string]sets.Set[string]) []step {
 	return slices.DeleteFunc(steps, func(s step) bool {
-		return s.kind == stepRemovePodVolume && s.podVolume.Data != nil && exist.Has(s.podVolume.PodUID)
+		switch s.kind {
+		case stepRemovePodVolume:
+			return s.podVolume.Data != nil && exist.Has(s.podVolume.PodUID)
+		case stepRemoveBlockVolume:
+			return users[s.specName].Len() > 0
+		}
+		return false
 	})
 }
 
-// kubeletKept splits from m, found after the cleanup, the publish
-// directories that leaveToKubelet kept for pods that exist and are not being
-// deleted: the volume may be recorded clean with those in place, once
-// nothing is mounted in them (Agent.checkKeptUnmounted). What is left in
-// rest must be gone before it is; that includes the directories of pods
-// being deleted.
+// kubeletKept splits from m, found after the cleanup, what leaveToKubelet
+// kept for pods that exist and are not being deleted: the publish
+// directories of filesystem volumes (kept) and the directories of block
+// volumes that only such pods map (keptBlock, once the per-pod entries are
+// gone). The volume may be recorded clean with those in place, once nothing
+// is mounted in them (Agent.checkKeptUnmounted). What is left in rest must
+// be gone before it is; that includes what pods being deleted still need.
 //
 // Why the two differ. A pod being deleted is one the kubelet tears down now
 // (within its grace period, or as soon as the node is back): waiting for it
@@ -168,10 +205,12 @@ func leaveToKubelet(steps []step, exist sets.Set[string]) []step {
 // that restarts meanwhile reconstructs the volume from it as uncertain, then
 // tears it down for a deleted pod, or mounts it again for a running one, as
 // it would without the directory (the pod still wants the volume); while the
-// node is quarantined, that publish goes to a volume fenced there.
-func kubeletKept(m kubeletlayout.Match, pods nodePods) (rest kubeletlayout.Match, kept []kubeletlayout.PodVolume) {
+// node is quarantined, that publish goes to a volume fenced there (real
+// kubelet 1.36, filesystem volume: TestRealNodesManualFence, "kubelet
+// restart, then drain").
+func kubeletKept(m kubeletlayout.Match, pods nodePods, users map[string]sets.Set[string]) (rest kubeletlayout.Match, kept []kubeletlayout.PodVolume, keptBlock []kubeletlayout.BlockVolume) {
 	rest = m
-	rest.PodVolumes = nil
+	rest.PodVolumes, rest.Block = nil, nil
 	for _, p := range m.PodVolumes {
 		if p.Data != nil && pods.exist.Has(p.PodUID) && !pods.deleting.Has(p.PodUID) {
 			kept = append(kept, p)
@@ -179,17 +218,29 @@ func kubeletKept(m kubeletlayout.Match, pods nodePods) (rest kubeletlayout.Match
 		}
 		rest.PodVolumes = append(rest.PodVolumes, p)
 	}
-	return rest, kept
+	for _, b := range m.Block {
+		u := users[b.SpecName]
+		if b.Data != nil && len(b.PodUIDs) == 0 && u.Len() > 0 && !u.HasAny(pods.deleting.UnsortedList()...) {
+			keptBlock = append(keptBlock, b)
+			continue
+		}
+		rest.Block = append(rest.Block, b)
+	}
+	return rest, kept, keptBlock
 }
 
 // kubeletsToRemove returns the pods in deleting whose publish directories,
-// with their vol_data.json, remain in m.
-func kubeletsToRemove(m kubeletlayout.Match, deleting sets.Set[string]) []string {
+// with their vol_data.json, remain in m, or which map a block volume whose
+// directory remains in m.
+func kubeletsToRemove(m kubeletlayout.Match, deleting sets.Set[string], users map[string]sets.Set[string]) []string {
 	pods := sets.New[string]()
 	for _, p := range m.PodVolumes {
 		if deleting.Has(p.PodUID) {
 			pods.Insert(p.PodUID)
 		}
+	}
+	for _, b := range m.Block {
+		pods = pods.Union(users[b.SpecName].Intersection(deleting))
 	}
 	return sets.List(pods)
 }
