@@ -92,6 +92,7 @@ import (
 	"github.com/csi-fence/fence-attacher/pkg/fence"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
+	"github.com/csi-fence/fence-attacher/pkg/liveread"
 )
 
 // Event reasons, on the Node.
@@ -220,6 +221,11 @@ type Agent struct {
 	informer cache.SharedIndexInformer
 	lister   cache.GenericLister
 	queue    workqueue.TypedRateLimitingInterface[string]
+
+	// podReads shares the live pod LIST of this node among the workers
+	// that clean volumes at the same time (a node back with many fenced
+	// volumes), each still getting a LIST begun after it asked.
+	podReads liveread.Group[nodePods]
 
 	mu sync.Mutex
 	// reported holds the unattributed leftovers already reported.
@@ -462,6 +468,8 @@ func (a *Agent) syncVolume(ctx context.Context, handle string) error {
 }
 
 // nodePods are the pods of this node that still exist in the API, by UID.
+// One read is shared by the workers that asked for it (Agent.podReads): it
+// is never modified.
 type nodePods struct {
 	// exist holds every pod of this node in the API: the kubelet still
 	// has to tear each one's volumes down, when it goes, with its CSI
@@ -488,10 +496,15 @@ type nodePods struct {
 // kubelet (leaveToKubelet); when the volume is recorded clean depends on
 // whether the pod is being deleted (kubeletKept).
 func (a *Agent) livePods(ctx context.Context) (nodePods, error) {
-	pods := nodePods{exist: sets.New[string](), deleting: sets.New[string]()}
 	if a.opts.Pods == nil {
-		return pods, nil
+		return nodePods{exist: sets.New[string](), deleting: sets.New[string]()}, nil
 	}
+	return a.podReads.Do(ctx, a.opts.NodeName, a.listPods)
+}
+
+// listPods is the LIST behind livePods.
+func (a *Agent) listPods(ctx context.Context) (nodePods, error) {
+	pods := nodePods{exist: sets.New[string](), deleting: sets.New[string]()}
 	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
 	defer cancel()
 	list, err := a.opts.Pods.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName).String()})
