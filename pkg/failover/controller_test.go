@@ -21,6 +21,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -749,6 +750,67 @@ func TestTerminationReasonRecordedBeforeTheDelete(t *testing.T) {
 			if recorded && (p.Namespace != "ns" || p.Name != "db-0" || p.TerminationReason != contract.TerminationEviction) {
 				t.Errorf("recorded %+v", p)
 			}
+		})
+	}
+}
+
+// The fenced attachment goes before the pod's status write and its delete:
+// when either is refused after it went, the pass fails with the pod still on
+// the node, and nothing it did can let the volume be used there: the node
+// stays quarantined and the volume recorded fenced, the two the attacher
+// refuses a publish on (attacher.TestQuarantineRefusal), so an attachment
+// the attach/detach controller creates again for the pod (it still wants
+// the volume on the node: the pod is not marked Failed) is not published
+// there. The next pass deletes the pod.
+func TestPodWriteRefusedAfterItsAttachmentWent(t *testing.T) {
+	for _, refused := range []string{"patch", "delete"} {
+		t.Run(refused, func(t *testing.T) {
+			e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+			var refuse atomic.Bool
+			refuse.Store(true)
+			e.client.PrependReactor(refused, "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if refused == "patch" && a.GetSubresource() != "status" {
+					return false, nil, nil
+				}
+				if refuse.Load() {
+					return true, nil, apierrors.NewServiceUnavailable("refused by the test")
+				}
+				return false, nil, nil
+			})
+			if err := e.sync(t); err == nil {
+				t.Fatalf("the pass succeeded with the pod's %s refused: %v", refused, e.steps.log)
+			}
+			if _, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("the fenced attachment did not go before the pod's writes: %v (steps %v)", err, e.steps.log)
+			}
+			if _, err := e.client.CoreV1().Pods("ns").Get(context.Background(), "db-0", metav1.GetOptions{}); err != nil {
+				t.Fatalf("db-0 gone although its %s was refused: %v", refused, err)
+			}
+			check := func(when string) {
+				t.Helper()
+				if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+					t.Errorf("%s: n1 not quarantined", when)
+				}
+				if fr := e.record(t); !fencerecord.IsFenced(fr, driver, "h1") || !fencerecord.Pending(fr) {
+					t.Errorf("%s: h1 not recorded fenced and pending cleanup: %+v", when, fr.Status)
+				}
+			}
+			check("after the refused pass")
+
+			// The attach/detach controller attaches the volume to n1 again
+			// for the pod it still sees there.
+			again := volumeUser{node: "n1", driver: driver, pod: "db-0", uid: "u1", claim: "data", pv: "pv1", handle: "h1", va: "va1-again"}.objects()[3].(*storagev1.VolumeAttachment)
+			again.Status.Attached = false
+			if _, err := e.client.StorageV1().VolumeAttachments().Create(context.Background(), again, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			refuse.Store(false)
+			testpoll.Until(t, "db-0 deleted by a later pass", func() bool {
+				_ = e.sync(t)
+				_, err := e.client.CoreV1().Pods("ns").Get(context.Background(), "db-0", metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			})
+			check("after db-0 went")
 		})
 	}
 }

@@ -73,7 +73,7 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 		going      = map[types.UID]bool{}
 		releaseErr error
 	)
-	c.forceDeleteAll(ctx, node.Name, ready, func(*v1.Pod) string { return podgc.ReasonSafeDetach }, func(p *v1.Pod) {
+	deleteErr := c.forceDeleteAll(ctx, node.Name, ready, func(*v1.Pod) string { return podgc.ReasonSafeDetach }, func(p *v1.Pod) {
 		// The pods that share a volume decide under one lock: the
 		// last of them to go frees it.
 		mu.Lock()
@@ -91,7 +91,7 @@ func (c *Controller) deleteFenced(ctx context.Context, node *v1.Node, fr *fencin
 			mu.Unlock()
 		}
 	}, c.eligible.deleted)
-	return errors.Join(cacheErr, releaseErr)
+	return errors.Join(cacheErr, releaseErr, deleteErr)
 }
 
 // nodeFencedLive reports whether the node is confirmed off by the record
@@ -123,7 +123,10 @@ const forceDeleteWorkers = 64
 // reason gives it, forceDeleteWorkers at a time. From the worker that
 // deletes a pod, going is called once the live read found the node down,
 // before the pod is marked Failed (podgc.GC.ForceDelete), and gone after
-// the pod went; either may be nil.
+// the pod went; either may be nil. It returns the errors of the pods that
+// did not go, so that the pass is retried with the queue's backoff: nothing
+// else queues the node again before the resync, since a refused write
+// changes no object.
 //
 // The pods that asked for their termination reason (termreason.OptedIn)
 // get it recorded in the node's FencingRequest first, in one write: their
@@ -131,7 +134,7 @@ const forceDeleteWorkers = 64
 // ServiceAccount token bound to it are gone from the API, and the node's
 // agent serves the reason from the record. A record that cannot be written
 // does not hold up the failover: those hooks get Unknown.
-func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods []*v1.Pod, reason func(*v1.Pod) string, going, gone func(*v1.Pod)) {
+func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods []*v1.Pod, reason func(*v1.Pod) string, going, gone func(*v1.Pod)) error {
 	var record []fencingv1alpha1.ForceDeletedPod
 	for _, pod := range pods {
 		if termreason.OptedIn(pod) {
@@ -142,6 +145,10 @@ func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods [
 	if err := fencerecord.RecordForceDeletedPods(ctx, c.frClient, nodeName, record); err != nil {
 		klog.FromContext(ctx).Error(err, "Termination reasons not recorded; the pods' preStop hooks will get Unknown", "pods", len(record))
 	}
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
 	workqueue.ParallelizeUntil(ctx, forceDeleteWorkers, len(pods), func(i int) {
 		pod, why := pods[i], reason(pods[i])
 		msg := fmt.Sprintf("csi-fence-attacher: node %s is not Ready (%s)", nodeName, why)
@@ -151,10 +158,17 @@ func (c *Controller) forceDeleteAll(ctx context.Context, nodeName string, pods [
 		}
 		if err := c.pgc.ForceDelete(ctx, pod, why, podgc.TerminationReason(pod), msg, before); err != nil {
 			klog.FromContext(ctx).Error(err, "Pod not force-deleted", "pod", klog.KObj(pod), "reason", why)
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
 			return
 		}
 		if gone != nil {
 			gone(pod)
 		}
 	})
+	if len(errs) > 0 {
+		return fmt.Errorf("%d of %d pods not force-deleted: %w", len(errs), len(pods), errors.Join(errs...))
+	}
+	return nil
 }

@@ -154,14 +154,14 @@ func (c *Controller) takeOverLostEvictions(ctx context.Context, node *v1.Node, p
 // honourSignals force-deletes the pods that others' signals free: KEP-2268's
 // out-of-service taint and the Node Fencing KEP's FencingComplete, whoever
 // set them (each delete guarded by a live read, S3).
-func (c *Controller) honourSignals(ctx context.Context, node *v1.Node, pods []*v1.Pod) {
+func (c *Controller) honourSignals(ctx context.Context, node *v1.Node, pods []*v1.Pod) error {
 	var freed []*v1.Pod
 	for _, p := range pods {
 		if podgc.OutOfService(p, node) || podgc.FencingComplete(p, node) {
 			freed = append(freed, p)
 		}
 	}
-	c.forceDeleteAll(ctx, node.Name, freed, func(p *v1.Pod) string {
+	return c.forceDeleteAll(ctx, node.Name, freed, func(p *v1.Pod) string {
 		if podgc.OutOfService(p, node) {
 			return podgc.ReasonOutOfService
 		}

@@ -202,6 +202,7 @@ func (c *Controller) syncOwner(ctx context.Context, o observation, ph phase) err
 		return nil
 	}
 	node := o.node
+	var honourErr error
 	if !o.ready {
 		// Whatever this pass decides, what others signalled is
 		// honoured first, on the signals as they are now.
@@ -209,7 +210,7 @@ func (c *Controller) syncOwner(ctx context.Context, o observation, ph phase) err
 		if node, err = c.takeBackFencingComplete(ctx, node, o.fr); err != nil {
 			return err
 		}
-		c.honourSignals(ctx, node, o.pods)
+		honourErr = c.honourSignals(ctx, node, o.pods)
 		c.takeOverLostEvictions(ctx, node, o.pods)
 	}
 	switch ph {
@@ -217,13 +218,13 @@ func (c *Controller) syncOwner(ctx context.Context, o observation, ph phase) err
 		c.sayHeld(ctx, o, true)
 		// Cluster API cordons the node of a Machine being deleted: a
 		// machine fence already started is followed still.
-		return c.followStartedMachineFence(ctx, node, o.fr)
+		return errors.Join(honourErr, c.followStartedMachineFence(ctx, node, o.fr))
 	case phaseIdle:
 		c.sayTriage(ctx, node, o.triage)
-		return c.signalIdle(ctx, node, o.fr)
+		return errors.Join(honourErr, c.signalIdle(ctx, node, o.fr))
 	}
 	c.sayTriage(ctx, node, o.triage)
-	return c.failOver(ctx, node, o)
+	return errors.Join(honourErr, c.failOver(ctx, node, o))
 }
 
 // syncDriver takes the steps of phase ph of a controller that does not own
