@@ -814,3 +814,58 @@ func TestPodWriteRefusedAfterItsAttachmentWent(t *testing.T) {
 		})
 	}
 }
+
+// The node comes back between the pod GC's live read, which found it down,
+// and the release of the pod's fenced attachment: the pass goes on (the
+// pod's delete was decided on that read) and the attachment goes, since
+// what makes it safe to attach elsewhere is the fence, not the node's
+// state. The node stays quarantined with its volume recorded fenced and
+// not cleaned: the next pass, on a Ready node, does not release it before
+// its agent cleaned up (S6).
+func TestNodeBackBetweenTheLiveReadAndTheRelease(t *testing.T) {
+	e := newEnv(t, objects(v1.ConditionUnknown, true), true)
+	var back atomic.Bool
+	e.client.PrependReactor("delete", "volumeattachments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if back.Swap(true) {
+			return false, nil, nil
+		}
+		// Through the tracker: the clientset's lock is held here.
+		obj, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("nodes"), "", "n1")
+		if err != nil {
+			return true, nil, err
+		}
+		n := obj.(*v1.Node).DeepCopy()
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == v1.NodeReady {
+				n.Status.Conditions[i].Status = v1.ConditionTrue
+			}
+		}
+		e.steps.add("node back")
+		return false, nil, e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("nodes"), n, "")
+	})
+	_ = e.sync(t)
+	if !back.Load() {
+		t.Fatalf("the fenced attachment was never released: %v", e.steps.log)
+	}
+	if _, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the fenced attachment not released: %v (steps %v)", err, e.steps.log)
+	}
+	if _, err := e.client.CoreV1().Pods("ns").Get(context.Background(), "db-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("db-0 not deleted after the live read found n1 down: %v (steps %v)", err, e.steps.log)
+	}
+	for pass := 0; pass < 2; pass++ {
+		if pass > 0 {
+			// A later pass sees the node Ready.
+			_ = e.sync(t)
+		}
+		if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) == nil {
+			t.Fatalf("pass %d: n1 unquarantined before its agent cleaned up (steps %v)", pass, e.steps.log)
+		}
+		if fr := e.record(t); !fencerecord.IsFenced(fr, driver, "h1") || !fencerecord.Pending(fr) {
+			t.Fatalf("pass %d: h1 not recorded fenced and pending cleanup: %+v", pass, fr.Status)
+		}
+	}
+	if e.csi.fenced("h1") != 1 {
+		t.Errorf("h1 fenced %d times, want 1", e.csi.fenced("h1"))
+	}
+}
