@@ -55,6 +55,42 @@ func TestCrashAtEveryWriteOfTheRelease(t *testing.T) {
 		func(t *testing.T, e *env, _ *killSwitch) { expectReleased(t, e) })
 }
 
+// The same for an admin's release that lets a fenced attachment stay,
+// which the release marks not attached for its driver to publish again
+// (republishFencedAttachments): at no crash is the attachment marked while
+// the node is still quarantined (its publish would be refused, and the
+// mark comes after the taint by design), and after the restart the node is
+// released and the attachment marked.
+func TestCrashAtEveryWriteOfAReleaseThatRepublishes(t *testing.T) {
+	setup := func(t *testing.T) *env {
+		e := readyToRelease(t)
+		e.releaseByAdmin(t)
+		e.podAndAttachment(t, true, true)
+		e.restart(t)
+		return e
+	}
+	marked := func(t *testing.T, e *env) bool {
+		t.Helper()
+		va, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), "va1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !va.Status.Attached
+	}
+	crashAtEveryWrite(t, "release", setup,
+		func(t *testing.T, e *env, kill *killSwitch) {
+			if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil && marked(t, e) {
+				t.Fatalf("killed after %d writes (%v): the attachment marked for publishing while the node is quarantined", kill.after, kill.done())
+			}
+		},
+		func(t *testing.T, e *env, _ *killSwitch) {
+			expectReleased(t, e)
+			if !marked(t, e) {
+				t.Errorf("the released node's fenced attachment still says attached")
+			}
+		})
+}
+
 // crashAtEveryWrite runs the step of n1 that what names (a sync of a
 // controller on the env setup returns) once for every k from 0 up: the
 // process is killed after its first k writes, atCrash checks what reached

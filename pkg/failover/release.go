@@ -18,6 +18,8 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -101,6 +104,11 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	if err := c.removeFencingConditions(ctx, node.Name); err != nil {
 		return err
 	}
+	if active {
+		if err := c.republishFencedAttachments(ctx, node.Name, fr, vas); err != nil {
+			return err
+		}
+	}
 	// The request's completion is the last write: until it is done, the
 	// record is active and a pass after a crash anywhere above comes back
 	// here, so that no admission or finalizer outlives the release. The
@@ -147,6 +155,56 @@ func (c *Controller) release(ctx context.Context, node *v1.Node, fr *fencingv1al
 	klog.FromContext(ctx).V(2).Info("Node released from quarantine")
 	c.recorder.Eventf(node, v1.EventTypeNormal, "NodeReleased", "Node %s is back and cleaned: quarantine lifted", node.Name)
 	return nil
+}
+
+// republishFencedAttachments marks not attached each VolumeAttachment left
+// on the released node that says attached although its volume was fenced
+// there (an admin's release: Release lets such attachments stay): the
+// driver's attacher then publishes it at once. Left as it is, it stays
+// published in name only until external-attacher's reconciler compares it
+// with the driver's ListVolumes (--reconcile-sync, a minute by default) and
+// publishes it then; until then the kubelet's NodeStageVolume of it fails.
+// On real nodes with the mock driver a drained pod's replacement, bound to
+// the node as soon as its quarantine taint went, ran 65 s after an admin's
+// release. Whether a
+// pod wants it is not asked: at the release the replacement is often not
+// bound yet, and publishing it is what the reconciler would do anyway (the
+// attach/detach controller detaches it if nothing wants it). It runs after
+// the quarantine taint went, so that the publish is not refused, and before
+// the request completes: a crash in between comes back here, at worst for
+// one more publish of an attachment already published again. Only while the
+// request is active: a Complete one keeps its entries, and an attachment
+// made since is attached for real.
+func (c *Controller) republishFencedAttachments(ctx context.Context, node string, fr *fencingv1alpha1.FencingRequest, vas []*storagev1.VolumeAttachment) error {
+	var errs error
+	for _, va := range vas {
+		if !va.Status.Attached || va.DeletionTimestamp != nil || va.Spec.Source.PersistentVolumeName == nil {
+			continue
+		}
+		driver, handle := c.pvHandle(*va.Spec.Source.PersistentVolumeName)
+		if driver != va.Spec.Attacher || fencerecord.Find(fr, driver, handle) == nil {
+			continue
+		}
+		patch, err := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": va.UID},
+			{"op": "test", "path": "/status/attached", "value": true},
+			{"op": "replace", "path": "/status/attached", "value": false},
+		})
+		if err == nil {
+			_, err = c.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
+		}
+		if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+			continue // gone, or changed since: no longer this attachment
+		}
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("marking the fenced VolumeAttachment %s not attached, for its driver to publish it again: %w", va.Name, err))
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Fenced attachment marked not attached for its driver to publish it again", "VolumeAttachment", va.Name, "volume", handle)
+		c.recorder.Eventf(va, v1.EventTypeNormal, "AttachmentRepublished",
+			"Node %s is released and volume %s, fenced there, is still attached to it in name: marked not attached for %s to publish it again", node, handle, driver)
+	}
+	return errs
 }
 
 // wantedOnNode reports whether a pod on node, not terminating, uses the

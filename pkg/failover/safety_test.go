@@ -1229,32 +1229,9 @@ func TestNewAttachmentOnAReturnedNodeDoesNotHoldItsRelease(t *testing.T) {
 			// The fenced attachment went, the node is back and Ready,
 			// its agent cleaned the volume.
 			e := readyToRelease(t)
-			ctx := context.Background()
 			// The claim's PV is bound; the StatefulSet's new pod and
 			// its attachment to the node, under the same name.
-			pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, "pv1", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pv.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "data"}
-			if _, err := e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			node := "n1"
-			if !tc.podOnNode {
-				node = "n2"
-			}
-			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns", UID: "u2"},
-				Spec: v1.PodSpec{NodeName: node, Volumes: []v1.Volume{pvcVol("data")}}}
-			if _, err := e.client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1"},
-				Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv1")}},
-				Status: storagev1.VolumeAttachmentStatus{Attached: tc.attached}}
-			if _, err := e.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			e.podAndAttachment(t, tc.podOnNode, tc.attached)
 			e.restart(t)
 			if err := e.sync(t); err != nil {
 				t.Fatal(err)
@@ -1264,6 +1241,49 @@ func TestNewAttachmentOnAReturnedNodeDoesNotHoldItsRelease(t *testing.T) {
 				t.Errorf("released = %v, want %v (taints %v, conditions %v)", released, tc.wantReleased, n.Spec.Taints, n.Status.Conditions)
 			}
 		})
+	}
+}
+
+// releaseByAdmin sets spec.released on n1's record, as kubectl fence
+// release does: the release may then let attachments stay (Release).
+func (e *env) releaseByAdmin(t *testing.T) {
+	t.Helper()
+	fr := e.record(t)
+	fr.Spec.Released = true
+	if _, err := e.fr.Update(context.Background(), fr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podAndAttachment binds claim data's PV, runs the StatefulSet's new pod
+// db-0 on n1 (onNode) or n2, and makes an attachment va1 of pv1 to n1,
+// attached or not: what a node back from a failover finds.
+func (e *env) podAndAttachment(t *testing.T, onNode, attached bool) {
+	t.Helper()
+	ctx := context.Background()
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, "pv1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "data"}
+	if _, err := e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node := "n1"
+	if !onNode {
+		node = "n2"
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns", UID: "u2"},
+		Spec: v1.PodSpec{NodeName: node, Volumes: []v1.Volume{pvcVol("data")}}}
+	if _, err := e.client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The UID, as the apiserver sets it: the release's patch tests it.
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va1", UID: "va1-uid"},
+		Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv1")}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: attached}}
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -1605,5 +1625,109 @@ func TestLostEvictionTakenOver(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An admin's release lets a fenced attachment stay (Release): the node's
+// pod ran on, or its replacement came back to the node. That attachment says
+// attached while the driver no longer publishes the volume, and the
+// kubelet's staging of it fails until external-attacher's reconciler
+// notices (a minute: on real nodes the replacement ran 65 s after the
+// release). The release marks it not attached, after the quarantine taint
+// went, so that the driver's attacher publishes it again at once, whether or
+// not a pod on the node wants it yet (the replacement is often bound only
+// once the taint went).
+func TestReleaseRepublishesFencedAttachmentsLeftAttached(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		attached      bool
+		podOnNode     bool
+		wantRepublish bool
+	}{
+		{"attached in name, wanted by a pod on the node", true, true, true},
+		{"attached in name, no pod on the node wants it yet", true, false, true},
+		{"not attached: the attacher publishes it anyway", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := readyToRelease(t)
+			ctx := context.Background()
+			e.releaseByAdmin(t)
+			e.podAndAttachment(t, tc.podOnNode, tc.attached)
+			e.client.PrependReactor("patch", "volumeattachments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "status" {
+					e.steps.add("republish " + a.(k8stesting.PatchAction).GetName())
+				}
+				return false, nil, nil
+			})
+			e.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if p := string(a.(k8stesting.PatchAction).GetPatch()); a.GetSubresource() == "" && strings.Contains(p, "taints") && !strings.Contains(p, contract.QuarantineTaintKey) {
+					e.steps.add("quarantine lifted")
+				}
+				return false, nil, nil
+			})
+			e.restart(t)
+			if err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+			if nodestate.Taint(e.node(t, "n1"), contract.QuarantineTaintKey) != nil {
+				t.Fatalf("n1 not released (steps %v)", e.steps.log)
+			}
+			got, err := e.client.StorageV1().VolumeAttachments().Get(ctx, "va1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			republished := e.steps.index("republish va1") >= 0
+			if republished != tc.wantRepublish {
+				t.Fatalf("marked for publishing again: %v, want %v (steps %v)", republished, tc.wantRepublish, e.steps.log)
+			}
+			if tc.wantRepublish {
+				if got.Status.Attached {
+					t.Errorf("va1 still says attached: %+v", got.Status)
+				}
+				if q := e.steps.index("quarantine lifted"); q < 0 || q > e.steps.index("republish va1") {
+					t.Errorf("want the quarantine lifted before the attachment is published again: %v", e.steps.log)
+				}
+			} else if got.Status.Attached != tc.attached {
+				t.Errorf("va1's status changed: %+v", got.Status)
+			}
+		})
+	}
+}
+
+// Once the request is Complete its entries stay as the record, and an
+// attachment of one of those volumes made since is attached for real: a
+// later pass through the release (here for a FencingTriaged taint left on
+// the node) does not mark it for publishing again.
+func TestCompleteRequestRepublishesNothing(t *testing.T) {
+	e := readyToRelease(t)
+	ctx := context.Background()
+	// An admin's release, which lets attachments stay.
+	e.releaseByAdmin(t)
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if fr := e.record(t); fr.Status.Phase != fencingv1alpha1.PhaseComplete {
+		t.Fatalf("the release did not complete the request: %s", fr.Status.Phase)
+	}
+	e.podAndAttachment(t, true, true)
+	n := e.node(t, "n1")
+	n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: contract.FencingTriagedTaintKey, Effect: v1.TaintEffectNoSchedule})
+	if _, err := e.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	if err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if nodestate.Taint(e.node(t, "n1"), contract.FencingTriagedTaintKey) != nil {
+		t.Fatalf("the pass did not go through the release (the taint is still there)")
+	}
+	va, err := e.client.StorageV1().VolumeAttachments().Get(ctx, "va1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !va.Status.Attached {
+		t.Errorf("an attachment made after the request completed was marked not attached: %+v", va.Status)
 	}
 }
