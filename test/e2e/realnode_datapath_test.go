@@ -219,14 +219,7 @@ func TestRealNodesDataPath(t *testing.T) {
 	if len(recs) < fromCut+3 {
 		t.Errorf("the volume holds %d records of %s, want the replacement's 3 at least", len(recs)-fromCut, on.Name)
 	}
-	v := s.CountViolations()
-	if v[array.S1] != 0 || v[array.S2] != 0 {
-		var first []string
-		for _, r := range s.Violations {
-			first = append(first, fmt.Sprintf("%s %s %s: %s", r.Time.Format(time.RFC3339Nano), r.Invariant, r.Node, r.Message))
-		}
-		t.Errorf("safety violations on the array: %v:\n%s", v, strings.Join(head(first, 4), "\n"))
-	}
+	expectArraySafe(t, s, "")
 	t.Logf("volume %s: %d records of %s (%d accepted by the array, last acknowledged %d), %d of %s; %d writes of %s refused since the fence",
 		volume, fromCut, cut.Name, accepted, lastOK, len(recs)-fromCut, on.Name, s.Refused["write-fenced"], cut.Name)
 
@@ -272,6 +265,25 @@ func logText(log []framework.LogLine) string {
 		fmt.Fprintf(&b, "%s %s %s\n", l.Time.Format(time.RFC3339Nano), l.Stream, l.Text)
 	}
 	return b.String()
+}
+
+// expectArraySafe reports an S1 or S2 violation the array counted, with the
+// first few (time, node, what), as an error of t: the check of the array
+// every real-node test makes. when says at which point, if not at the end.
+func expectArraySafe(t *testing.T, s *array.State, when string) {
+	t.Helper()
+	v := s.CountViolations()
+	if v[array.S1] == 0 && v[array.S2] == 0 {
+		return
+	}
+	var first []string
+	for _, r := range s.Violations {
+		first = append(first, fmt.Sprintf("%s %s %s: %s", r.Time.Format(time.RFC3339Nano), r.Invariant, r.Node, r.Message))
+	}
+	if when != "" {
+		when = " " + when
+	}
+	t.Errorf("safety violations on the array%s: %v:\n%s", when, v, strings.Join(head(first, 6), "\n"))
 }
 
 func head(s []string, n int) []string {

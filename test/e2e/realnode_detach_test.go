@@ -368,13 +368,7 @@ func checkDetachRecords(t *testing.T, data []byte, s *array.State, volume, oldNo
 	if last := s.Volumes[volume].LastWrite[oldNode]; !last.Before(recs[fromOld].Time) {
 		t.Errorf("the array accepted a write of %s at %s, after the replacement's first record (%s)", oldNode, last.Format(time.RFC3339Nano), recs[fromOld].Time.Format(time.RFC3339Nano))
 	}
-	if v := s.CountViolations(); v[array.S1] != 0 || v[array.S2] != 0 {
-		var first []string
-		for _, r := range s.Violations {
-			first = append(first, fmt.Sprintf("%s %s %s: %s", r.Time.Format(time.RFC3339Nano), r.Invariant, r.Node, r.Message))
-		}
-		t.Errorf("safety violations on the array: %v:\n%s", v, strings.Join(head(first, 4), "\n"))
-	}
+	expectArraySafe(t, s, "")
 	t.Logf("volume %s: %d records of %s (%d accepted by the array, last acknowledged %d), %d of %s; %d writes and %d reads of %s refused since the detach",
 		volume, fromOld, oldNode, accepted, lastOK, len(recs)-fromOld, newNode, s.Refused["write-detached"], s.Refused["read-detached"], oldNode)
 }

@@ -163,10 +163,7 @@ func TestRealNodesFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := s.CountViolations()
-	if v[array.S1] != 0 || v[array.S2] != 0 {
-		t.Fatalf("safety violations on the array: %v", v)
-	}
+	expectArraySafe(t, s, "")
 	if p := s.Volumes[volume].Publications[off.Name]; p == nil || p.Access != array.AccessFenced {
 		t.Fatalf("the array does not hold %s fenced on %s: %+v", volume, off.Name, p)
 	}

@@ -325,13 +325,7 @@ func TestRealNodesPowerFencing(t *testing.T) {
 		t.Errorf("the array published %s to %s at %s, before %s was off at %s", volume, on.Name,
 			p.Since.Format(time.RFC3339Nano), victim.Name, off.Done.Format(time.RFC3339Nano))
 	}
-	if v := s.CountViolations(); v[array.S1] != 0 || v[array.S2] != 0 {
-		var first []string
-		for _, r := range s.Violations {
-			first = append(first, fmt.Sprintf("%s %s %s: %s", r.Time.Format(time.RFC3339Nano), r.Invariant, r.Node, r.Message))
-		}
-		t.Errorf("safety violations on the array: %v:\n%s", v, strings.Join(head(first, 6), "\n"))
-	}
+	expectArraySafe(t, s, "")
 	if e := fencerecord.Find(fr, framework.DriverName, volume); e != nil {
 		t.Logf("the record's entry of %s: fenced %v, error %q", volume, e.FencedTime != nil, e.FenceError)
 	}
@@ -362,9 +356,7 @@ func TestRealNodesPowerFencing(t *testing.T) {
 	}
 	t.Logf("%s powered on through its BMC: Ready %.1fs later, released %.1fs after that; the replacement wrote %.1fs after the partition; the test took %.1fs",
 		victim.Name, ready.Sub(poweredOn).Seconds(), time.Since(ready).Seconds(), wrote.Sub(partitioned).Seconds(), time.Since(begin).Seconds())
-	if v := mustSnapshot(t, dep).CountViolations(); v[array.S1] != 0 || v[array.S2] != 0 {
-		t.Errorf("safety violations on the array after the node came back: %v", v)
-	}
+	expectArraySafe(t, mustSnapshot(t, dep), "after the node came back")
 }
 
 func firstOff(events []framework.PowerEvent) framework.PowerEvent {
