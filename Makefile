@@ -103,7 +103,8 @@ test-bench-e2e:
 # cleaned through the real node plugin before it is released),
 # TestRealNodesManualFence (kubectl fence fence of a Ready node under a
 # running writer, the writer drained and gone, the node released and the
-# replacement writing there; 40 s to 110 s) and
+# replacement writing there; again with the kubelet restarted before the
+# drain; 35 s to 110 s each) and
 # TestRealNodesPowerFencing (the driver without UNPUBLISH_FENCE: the
 # partitioned writer's node powered off by fence_ipmilan, run in the
 # sidecar's container, through a BMC whose machine is the node; the fence

@@ -32,8 +32,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/csi-fence/fence-attacher/mock-driver/array"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
 	"github.com/csi-fence/fence-attacher/pkg/fencerecord"
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
@@ -59,7 +59,28 @@ import (
 //     quarantine, the request is Complete, and the replacement (the other
 //     node cordoned) runs on the same node, its volume staged and published
 //     there again, its writes succeeding; the array saw no S1 or S2.
+//
+// With restartKubelet, the node's kubelet is killed and started again
+// between the cleanup and the drain (a crash, or an upgrade): it rebuilds
+// the running pod's volume from the publish directory the agent kept (the
+// kubelet's reconstruction, which reads vol_data.json and marks the volume
+// uncertain) and mounts it again for the running pod, on a node still
+// quarantined; the drain, after that try, the release and the replacement
+// must then go as without the restart (pkg/nodeagent kubeletKept: the
+// restart it describes, run here).
 func TestRealNodesManualFence(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		restartKubelet bool
+	}{
+		{name: "drain"},
+		{name: "kubelet restart, then drain", restartKubelet: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRealNodesManualFence(t, tc.restartKubelet) })
+	}
+}
+
+func testRealNodesManualFence(t *testing.T, restartKubelet bool) {
 	ctx, c, nodes := startRealNodes(t, framework.RealNodeOptions{ProductImages: true})
 	fenced, other := nodes[0], nodes[1]
 	binDir := t.TempDir()
@@ -119,6 +140,47 @@ func TestRealNodesManualFence(t *testing.T) {
 	_, dataErr := os.Stat(filepath.Join(filepath.Dir(published), kubeletlayout.VolDataFileName))
 	t.Logf("%s recorded cleaned on %s under the running writer %s; the publish directory's vol_data.json: %v", realVolume, fenced.Name, first.Name, dataErr)
 
+	if restartKubelet {
+		logFrom := fileSize(t, fenced.KubeletLog())
+		if err := c.RestartKubelet(ctx, fenced); err != nil {
+			t.Fatal(err)
+		}
+		var log string
+		err := framework.WaitFor(ctx, time.Minute, "the new kubelet of "+fenced.Name+" to finish its volume reconstruction", func(context.Context) (bool, error) {
+			log = readFrom(t, fenced.KubeletLog(), logFrom)
+			return strings.Contains(log, "Volume reconstruction finished"), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Rebuilt from the kept directory, for the running pod.
+		// The kubelet logs the pod by its UID there (its name is not
+		// known yet at reconstruction).
+		want := fmt.Sprintf("\"Volume is marked as uncertain and added into the actual state\" pod=\"\" podName=%q volumeName=%q",
+			first.UID, kubeletlayout.UniqueVolumeName(framework.DriverName, realVolume))
+		if !strings.Contains(log, want) {
+			t.Fatalf("the restarted kubelet did not rebuild %s's volume from its kept publish directory (no %s in its log)", first.Name, want)
+		}
+		// The pod still wants the volume: the kubelet mounts it again,
+		// on a node still quarantined. The drain comes after that try.
+		tried := fmt.Sprintf("\"operationExecutor.MountVolume started for volume \\\"%s\\\"", realVolume)
+		err = framework.WaitFor(ctx, time.Minute, "the new kubelet of "+fenced.Name+" to mount "+realVolume+" again for the running pod", func(context.Context) (bool, error) {
+			return strings.Contains(readFrom(t, fenced.KubeletLog(), logFrom), tried), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the kubelet of %s restarted, rebuilt %s's volume from its kept publish directory and mounts it again", fenced.Name, first.Name)
+	}
+
+	// The fenced attachment, which may outlive the drain (the attach/detach
+	// controller keeps it for the replacement bound to the node).
+	vaName := kubeletlayout.AttachmentName(realVolume, framework.DriverName, fenced.Name)
+	fencedVA, err := c.Client.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// The drain: the replacement may only come back to the fenced node.
 	if err := c.SetUnschedulable(ctx, other.Name, true); err != nil {
 		t.Fatal(err)
@@ -167,6 +229,32 @@ func TestRealNodesManualFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("the replacement writing on %s %.1fs after the release", fenced.Name, time.Since(released).Seconds())
+	// When the fenced attachment outlived the drain, the release published
+	// the volume there again itself: that attachment still said attached,
+	// and without it external-attacher's reconciler would have published
+	// it only at its next sync (the replacement ran 65 s after the
+	// release). The attach/detach controller may also have detached it
+	// before the release (the replacement not bound yet): then the
+	// replacement's attachment is a new one.
+	va, err := c.Client.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if va.UID != fencedVA.UID {
+		t.Logf("the fenced attachment %s was detached before the release; the replacement's is a new one", vaName)
+	} else {
+		evs, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.kind": "VolumeAttachment", "involvedObject.name": vaName, "reason": "AttachmentRepublished"}.String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs.Items) == 0 {
+			t.Errorf("the fenced attachment %s outlived the drain, but the release did not mark it for publishing again (no AttachmentRepublished Event)", vaName)
+		}
+		for _, e := range evs.Items {
+			t.Logf("%s on %s: %s", e.Reason, vaName, e.Message)
+		}
+	}
 
 	arr, err := dep.Array()
 	if err != nil {
@@ -176,9 +264,7 @@ func TestRealNodesManualFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := s.CountViolations(); v[array.S1] != 0 || v[array.S2] != 0 {
-		t.Fatalf("safety violations on the array: %v %+v", v, s.Violations)
-	}
+	expectArraySafe(t, s, "")
 }
 
 // kubeletLines returns the last n lines of node's kubelet log that name the
@@ -202,4 +288,27 @@ func kubeletLines(node *framework.RealNode, podUID string, n int) string {
 		lines = append(lines, err.Error())
 	}
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// fileSize returns the size of path (its log so far).
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// readFrom returns what path holds from offset on.
+func readFrom(t *testing.T, path string, offset int64) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) < offset {
+		return ""
+	}
+	return string(b[offset:])
 }

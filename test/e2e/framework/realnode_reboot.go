@@ -216,3 +216,40 @@ func (c *Cluster) setFreezer(ctx context.Context, n *RealNode, to string) error 
 	c.log.Logf("real node %s %s in %.2fs", n.Name, map[string]string{"FROZEN": "hung", "THAWED": "resumed"}[to], time.Since(begin).Seconds())
 	return nil
 }
+
+// RestartKubelet kills the node's kubelet (SIGKILL, as a crash or an
+// upgrade's restart past its stop timeout) and starts it again with the same
+// configuration and root directory, while containerd and the containers run
+// on: the new kubelet finds its pods' containers running and rebuilds its
+// volumes from its directory (the kubelet's volume reconstruction). It
+// returns once the new kubelet answers on its healthz port and the Node is
+// Ready.
+func (c *Cluster) RestartKubelet(ctx context.Context, n *RealNode) error {
+	c.mu.Lock()
+	rn := c.realNet
+	c.mu.Unlock()
+	if rn == nil {
+		return fmt.Errorf("restart the kubelet of %s: the cluster has no real nodes (stopped?)", n.Name)
+	}
+	n.mu.Lock()
+	off, old := n.poweredOff, n.kubelet
+	n.mu.Unlock()
+	if off || old == nil {
+		return fmt.Errorf("restart the kubelet of %s: the node is powered off", n.Name)
+	}
+	begin := time.Now()
+	old.Kill()
+	// The daemons' cgroup exists: createCgroup only returns its procs files.
+	procs, err := rn.createCgroup(n.cgroup + "/daemons")
+	if err != nil {
+		return fmt.Errorf("restart the kubelet of %s: %w", n.Name, err)
+	}
+	if err := c.startKubelet(ctx, rn, n, procs); err != nil {
+		return fmt.Errorf("restart the kubelet of %s: %w", n.Name, err)
+	}
+	if err := c.waitRealNodeReady(ctx, n, 120*time.Second); err != nil {
+		return fmt.Errorf("restart the kubelet of %s: %w", n.Name, err)
+	}
+	c.log.Logf("real node %s: kubelet restarted and the node Ready in %.1fs", n.Name, time.Since(begin).Seconds())
+	return nil
+}
