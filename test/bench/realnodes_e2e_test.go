@@ -48,6 +48,7 @@ func TestBenchRealNodesSmoke(t *testing.T) {
 	for _, want := range []string{
 		`(?m)^automatic +1 [^\n]*\n(?s:.*)^automatic +1 `, // both tables
 		`(?m)^out-of-service +1 [^\n]*\n(?s:.*)^out-of-service +1 `,
+		`(?m)^of which the cluster's own [^\n]*\n[^\n]*\n^automatic +1 `,
 		`Where the time goes, automatic path \(1 trials; from the node down\)`,
 		`Where the time goes, out-of-service path \(1 trials; from the node down\)`,
 		`(?m)^  kubelet: volume published `,

@@ -105,6 +105,8 @@ func TestRealTables(t *testing.T) {
 		"automatic             2    0.30s    0.40s    0.30s    0.40s",
 		"node down -> replacement writing (real nodes; goal 13.5s: grace period 10s + toleration 2s + 1.5s):",
 		"automatic             2   12.50s   13.00s   12.50s   13.00s",
+		"of which the cluster's own (node down -> replacement writing less eligible -> attached, trial by trial):",
+		"automatic             2   12.20s   12.60s   12.20s   12.60s",
 		"Where the time goes, automatic path (1 trials; from the node down):",
 		"node NotReady                     9.50s    9.50s |    9.50s    9.50s",
 		"pod evicted (Terminating)        11.50s   11.50s |    2.00s    2.00s",
