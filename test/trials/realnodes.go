@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
+	"github.com/csi-fence/fence-attacher/pkg/contract"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/images/writer/records"
 	"github.com/csi-fence/fence-attacher/test/e2e/timeline"
@@ -854,13 +855,21 @@ func realLeaderLoss(ctx context.Context, t *Trial) ([]string, error) {
 	return append(steps, fmt.Sprintf("Leases taken over %.2fs after the deletion", t.stall.Seconds())), nil
 }
 
-// leaderPod returns the pod of the holder of the leader-election Lease in
-// held: its identity is the pod's host name, then "_" and the driver.
+// leaderPod returns the controller pod that holds the Leases in held
+// (handedOverLeases): the holder of the node-fencing Lease, whose identity
+// is the pod's host name, then "_" and the driver, when this driver's
+// controller holds it; else the holder of external-attacher's Lease, whose
+// identity is the host name alone. The node-fencing Lease may be the second
+// driver's (a power-off+two-drivers trial before this one installed it),
+// and then is not in held.
 func (t *Trial) leaderPod(held map[string]string) (string, error) {
 	for _, holder := range held {
 		if pod, _, ok := strings.Cut(holder, "_"); ok && pod != "" {
 			return pod, nil
 		}
+	}
+	if pod := held["default/"+contract.AttacherLeaseName(framework.DriverName)]; pod != "" {
+		return pod, nil
 	}
 	return "", fmt.Errorf("no leader pod among the Lease holders %v", held)
 }

@@ -24,6 +24,8 @@ import (
 
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-fence/fence-attacher/pkg/contract"
+	"github.com/csi-fence/fence-attacher/pkg/sidecar"
 	"github.com/csi-fence/fence-attacher/test/e2e/framework"
 	"github.com/csi-fence/fence-attacher/test/e2e/images/writer/records"
 )
@@ -172,6 +174,38 @@ func TestNodeOfDeleted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := p.nodeOfDeleted(tc.pod, tc.at, "fallback"); got != tc.want {
 				t.Errorf("nodeOfDeleted(%s, %s) = %s, want %s", tc.pod, tc.at.Format("15:04:05.000"), got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLeaderPod: the controller pod a leader-loss or rolling-update trial
+// takes down is the node-fencing Lease's holder when this driver's
+// controller holds it (handedOverLeases keeps it only then), else
+// external-attacher's Lease's holder, whose identity is the pod alone
+// (seed 14022: the second driver's controller held the node-fencing Lease).
+func TestLeaderPod(t *testing.T) {
+	attacher := "default/" + contract.AttacherLeaseName(framework.DriverName)
+	fencing := sidecar.DefaultStormGuardNamespace + "/" + contract.NodeFencingLeaseName
+	for _, tc := range []struct {
+		name string
+		held map[string]string
+		want string // "": an error
+	}{
+		{name: "both Leases of this driver's controller", held: map[string]string{attacher: "ctrl-a", fencing: "ctrl-a_fence-csi-fence-io"}, want: "ctrl-a"},
+		{name: "the node-fencing Lease another driver's", held: map[string]string{attacher: "ctrl-a"}, want: "ctrl-a"},
+		{name: "no Lease held", held: map[string]string{attacher: ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := (&Trial{}).leaderPod(tc.held)
+			if tc.want == "" {
+				if err == nil {
+					t.Fatalf("leaderPod = %q, want an error", got)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("leaderPod = %q, %v; want %q", got, err, tc.want)
 			}
 		})
 	}
