@@ -45,6 +45,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/faults"
 	fencingv1alpha1 "github.com/csi-fence/fence-attacher/pkg/apis/fencing/v1alpha1"
@@ -196,9 +197,14 @@ func (t *Trial) detachEntry(ctx context.Context) (*fencingv1alpha1.FencedVolume,
 //   - S2: the node not quarantined (the Node, read first) while the driver
 //     had detached the volume (the log, read before it) and the entry is
 //     not cleaned (the record, read after): the node still holds stale
-//     mounts of a volume taken away under it.
+//     mounts of a volume taken away under it. Not for a Node registered
+//     again since the watch began (another UID): it comes without the
+//     taint, which the product puts back a moment later, and meanwhile the
+//     record alone keeps the volume from being published there (the
+//     array's S2, every trial's check).
 func (t *Trial) watchDetach(ctx context.Context) {
 	r := t.detach
+	var first types.UID
 	go func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -218,6 +224,9 @@ func (t *Trial) watchDetach(ctx context.Context) {
 			if err != nil {
 				continue
 			}
+			if first == "" {
+				first = node.UID
+			}
 			e, err := t.detachEntry(ctx)
 			if err != nil {
 				continue
@@ -234,7 +243,7 @@ func (t *Trial) watchDetach(ctx context.Context) {
 				t.reportDetach("S1", "S1, S8: %s recorded fenced from %s at %s before the driver carried out any unpublish of it (%d sent): an unpublish that failed, hung or outlasted --timeout is no fence",
 					r.volume, t.Victim, e.FencedTime.Format("15:04:05"), len(after.requests))
 			}
-			if len(before.applied) > 0 && !framework.HasTaint(node, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule) && e != nil && e.CleanedTime == nil {
+			if len(before.applied) > 0 && node.UID == first && !framework.HasTaint(node, contract.QuarantineTaintKey, corev1.TaintEffectNoSchedule) && e != nil && e.CleanedTime == nil {
 				t.reportDetach("S2", "S2: %s not quarantined while %s, detached from it at %s, was not cleaned there: the node holds stale mounts of a volume taken away under it",
 					t.Victim, r.volume, before.applied[0].Format("15:04:05.000"))
 			}
@@ -401,6 +410,31 @@ func detachKillAfterIntent(ctx context.Context, t *Trial) ([]string, error) {
 	return append(steps, fmt.Sprintf("detach carried out %.2fs after the restart", calls.applied[0].Sub(restarted).Seconds())), nil
 }
 
+// detachInFlight starts following the fence by detach (watchDetach), makes
+// the detach slow (3 to 4.5 s, below --timeout) and returns once it is in
+// flight at the driver, with its latency and the func that clears the
+// fault (nil when none was set).
+func (t *Trial) detachInFlight(ctx context.Context) (time.Duration, func(), error) {
+	r := t.detach
+	if r == nil {
+		return 0, nil, fmt.Errorf("the schedule cannot reach its path: no volume of %s on the node", detachDriverName)
+	}
+	t.watchDetach(ctx)
+	latency := t.between(3*time.Second, 4500*time.Millisecond)
+	clear, err := t.slowDetach(latency, 1)
+	if err != nil {
+		return latency, nil, err
+	}
+	err = framework.WaitFor(ctx, 90*time.Second, "the detach of "+r.volume+" in flight at the driver", func(context.Context) (bool, error) {
+		c, err := r.calls(t.Victim)
+		return err == nil && len(c.requests) > 0, nil
+	})
+	if err != nil {
+		return latency, clear, fmt.Errorf("the schedule cannot reach its path: %w", err)
+	}
+	return latency, clear, nil
+}
+
 // detachReturnMidUnpublish powers the node on while the detach that fences
 // the volume is in flight at the driver (slow, below --timeout), a random
 // moment after it arrived: the detach is carried out and answered with the
@@ -409,25 +443,15 @@ func detachKillAfterIntent(ctx context.Context, t *Trial) ([]string, error) {
 // it, the node quarantined meanwhile (watchDetach), and the pod, on a node
 // that is back, not force-deleted (S3, every trial's check).
 func detachReturnMidUnpublish(ctx context.Context, t *Trial) ([]string, error) {
-	r := t.detach
-	if r == nil {
-		return nil, fmt.Errorf("the schedule cannot reach its path: no volume of %s on the node", detachDriverName)
+	latency, clear, err := t.detachInFlight(ctx)
+	if clear != nil {
+		defer clear()
 	}
-	t.watchDetach(ctx)
-	latency := t.between(3*time.Second, 4500*time.Millisecond)
-	clear, err := t.slowDetach(latency, 1)
-	if err != nil {
-		return nil, err
-	}
-	defer clear()
 	steps := []string{fmt.Sprintf("detach latency %.2fs", latency.Seconds())}
-	err = framework.WaitFor(ctx, 90*time.Second, "the detach of "+r.volume+" in flight at the driver", func(context.Context) (bool, error) {
-		c, err := r.calls(t.Victim)
-		return err == nil && len(c.requests) > 0, nil
-	})
 	if err != nil {
-		return steps, fmt.Errorf("the schedule cannot reach its path: %w", err)
+		return steps, err
 	}
+	r := t.detach
 	d := t.between(0, time.Second)
 	if err := sleep(ctx, d); err != nil {
 		return steps, err
@@ -449,19 +473,75 @@ func detachReturnMidUnpublish(ctx context.Context, t *Trial) ([]string, error) {
 	}
 	// A detach carried out is a fence, answered while the node is back or
 	// not: the record must say so (watchDetach reports an entry dropped).
+	return append(steps, t.detachRecorded(ctx, calls)...), nil
+}
+
+// detachNodeDeletedMidUnpublish deletes the Node (and its CSINode) while
+// the detach that fences the volume is in flight at the driver (slow,
+// below --timeout), a random moment after it arrived, as an admin does who
+// takes the machine for gone; the node registers again a random moment
+// later and boots. The record must keep the entry throughout (S8), the
+// detach carried out must be recorded as the fence, nothing may move before
+// it (watchDetach, checkDetachFence), and the node's cleanup must complete
+// (the trial's own end).
+func detachNodeDeletedMidUnpublish(ctx context.Context, t *Trial) ([]string, error) {
+	latency, clear, err := t.detachInFlight(ctx)
+	if clear != nil {
+		defer clear()
+	}
+	steps := []string{fmt.Sprintf("detach latency %.2fs", latency.Seconds())}
+	if err != nil {
+		return steps, err
+	}
+	r := t.detach
+	d := t.between(0, latency/2)
+	if err := sleep(ctx, d); err != nil {
+		return steps, err
+	}
+	more, err := t.reregisterVictim(ctx, fmt.Sprintf("%.2fs into the detach", d.Seconds()), t.detachSurvives)
+	steps = append(steps, more...)
+	if err != nil {
+		return steps, err
+	}
+	calls, err := t.waitDetached(ctx, 60*time.Second, "the detach of "+r.volume+" carried out")
+	if err != nil {
+		return steps, err
+	}
+	steps = append(steps, fmt.Sprintf("detach carried out at %s", calls.applied[0].Format("15:04:05.000")))
+	return append(steps, t.detachRecorded(ctx, calls)...), nil
+}
+
+// detachSurvives checks that the victim's record still holds the entry of
+// the detach volume, once its intent was recorded (S8: deleting a Node
+// loses no record).
+func (t *Trial) detachSurvives(ctx context.Context, when string) {
+	e, err := t.detachEntry(ctx)
+	if err != nil {
+		t.reportDetach("S8", "S8: the FencingRequest of %s %s: %v", t.Victim, when, err)
+		return
+	}
+	if c, cerr := t.detach.calls(t.Victim); cerr == nil && len(c.requests) > 0 && e == nil {
+		t.reportDetach("S8", "S8: the FencingRequest of %s lost the entry of %s %s, its detach sent", t.Victim, t.detach.volume, when)
+	}
+}
+
+// detachRecorded waits until the detach the driver carried out (calls) is
+// recorded as the fence of the detach volume, and reports S8 if it never is.
+func (t *Trial) detachRecorded(ctx context.Context, calls detachCalls) []string {
+	r := t.detach
 	var e *fencingv1alpha1.FencedVolume
-	err = framework.WaitFor(ctx, 30*time.Second, "the detach of "+r.volume+" recorded as its fence", func(ctx context.Context) (bool, error) {
+	err := framework.WaitFor(ctx, 30*time.Second, "the detach of "+r.volume+" recorded as its fence", func(ctx context.Context) (bool, error) {
 		var err error
 		e, err = t.detachEntry(ctx)
 		return err == nil && (e == nil || e.FencedTime != nil), nil
 	})
 	switch {
 	case err != nil:
-		t.reportDetach("S8", "S8: the detach of %s from %s, carried out at %s with the node back, was never recorded as its fence", r.volume, t.Victim, calls.applied[0].Format("15:04:05.000"))
+		t.reportDetach("S8", "S8: the detach of %s from %s, carried out at %s, was never recorded as its fence", r.volume, t.Victim, calls.applied[0].Format("15:04:05.000"))
 	case e != nil:
-		steps = append(steps, "recorded fenced")
+		return []string{"recorded fenced"}
 	}
-	return steps, nil
+	return nil
 }
 
 // detachHangsPastTimeout makes the detach hang past the controller's

@@ -103,23 +103,33 @@ func nodeDeletedAndReregistered(ctx context.Context, t *Trial) ([]string, error)
 		return nil, err
 	}
 	defer clear()
-	d1, d2 := t.between(0, latency), t.between(0, 3*time.Second)
+	d1 := t.between(0, latency)
 	steps := []string{fmt.Sprintf("fence latency %.2fs", latency.Seconds())}
 	if err := sleep(ctx, d1); err != nil {
 		return steps, err
 	}
+	more, err := t.reregisterVictim(ctx, fmt.Sprintf("%.2fs into the fence", d1.Seconds()), t.recordSurvives)
+	return append(steps, more...), err
+}
+
+// reregisterVictim deletes the victim's Node and CSINode (when says when),
+// checks with survives that its record kept what it must, registers the
+// Node again a random moment later (up to 3 s) with its group label and the
+// CSINode of its drivers, checks again, and powers the node on.
+func (t *Trial) reregisterVictim(ctx context.Context, when string, survives func(ctx context.Context, when string)) ([]string, error) {
+	d2 := t.between(0, 3*time.Second)
 	old, err := t.c.Client.CoreV1().Nodes().Get(ctx, t.Victim, metav1.GetOptions{})
 	if err != nil {
-		return steps, err
+		return nil, err
 	}
 	if err := t.c.Client.CoreV1().Nodes().Delete(ctx, t.Victim, metav1.DeleteOptions{}); err != nil {
-		return steps, err
+		return nil, err
 	}
 	if err := t.c.Client.StorageV1().CSINodes().Delete(ctx, t.Victim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return steps, err
+		return nil, err
 	}
-	steps = append(steps, fmt.Sprintf("Node deleted %.2fs into the fence", d1.Seconds()))
-	t.recordSurvives(ctx, "after the Node was deleted")
+	steps := []string{"Node deleted " + when}
+	survives(ctx, "after the Node was deleted")
 	if err := sleep(ctx, d2); err != nil {
 		return steps, err
 	}
@@ -138,7 +148,7 @@ func nodeDeletedAndReregistered(ctx context.Context, t *Trial) ([]string, error)
 	if err := t.p.Node(t.Victim).PowerOn(ctx); err != nil {
 		return steps, err
 	}
-	t.recordSurvives(ctx, "once the Node was back")
+	survives(ctx, "once the Node was back")
 	return steps, nil
 }
 

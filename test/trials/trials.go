@@ -133,6 +133,7 @@ var Schedules = []Schedule{
 	{Name: "power-off+detach-fence-kill-after-intent", DetachDriver: true, During: detachKillAfterIntent, Check: checkDetachFence},
 	{Name: "power-off+detach-fence-return-mid-unpublish", DetachDriver: true, During: detachReturnMidUnpublish, Check: checkDetachFence, SameNodeOK: true},
 	{Name: "power-off+detach-fence-hangs-past-timeout", DetachDriver: true, During: detachHangsPastTimeout, Check: checkDetachFence},
+	{Name: "power-off+detach-fence-node-deleted-mid-unpublish", DetachDriver: true, During: detachNodeDeletedMidUnpublish, Check: checkDetachFence, SameNodeOK: true},
 	{Name: "power-off+node-plugin-crash-during-cleanup", RealOnly: true, Real: &RealHooks{AfterReturn: realNodePluginCrash}},
 }
 
