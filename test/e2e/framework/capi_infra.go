@@ -252,6 +252,11 @@ func (p *InfraProvider) sync(ctx context.Context, key string) error {
 	}
 	node, _, _ := unstructured.NestedString(m.Object, "spec", "nodeName")
 	if node == "" && m.GetDeletionTimestamp() == nil {
+		if !ownedByMachine(m) {
+			// Its Machine's ownerReference, when the Machine controller
+			// sets it, is an update that queues it again.
+			return nil
+		}
 		if m, node, err = p.give(ctx, res, m); err != nil {
 			return err
 		}
@@ -264,6 +269,23 @@ func (p *InfraProvider) sync(ctx context.Context, key string) error {
 		return p.release(ctx, res, m, key, "")
 	}
 	return p.deleteInstance(ctx, res, m, key, node)
+}
+
+// ownedByMachine reports whether a Machine owns m. Before it does, the
+// provider gives m no instance, as Cluster API's contract asks of an
+// infrastructure provider: a MachineSet creates the InfraMachine before its
+// Machine and deletes it again when it cannot go on (an update of it that
+// conflicts, say), and an instance given meanwhile would be deleted with
+// it. Under load that took a pool node away before a test began (the
+// MachineSet's update of a fresh InfraMachine conflicted with this
+// provider's, and a launched node without the drivers replaced it).
+func ownedByMachine(m *unstructured.Unstructured) bool {
+	for _, ref := range m.GetOwnerReferences() {
+		if ref.Kind == "Machine" && strings.HasPrefix(ref.APIVersion, "cluster.x-k8s.io/") {
+			return true
+		}
+	}
+	return false
 }
 
 // give gives an InfraMachine that names no node one: the next node of the
