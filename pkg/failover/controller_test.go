@@ -754,6 +754,59 @@ func TestTerminationReasonRecordedBeforeTheDelete(t *testing.T) {
 	}
 }
 
+// The reason recorded for a pod is the one its status write put on it. A
+// pass that marked the pod (its DisruptionTarget condition replaces the
+// taint manager's) and did not delete it is retried, and a pass running
+// beside it may still see the pod after its delete: neither takes the
+// reason back to Eviction, which the pod's hooks would get instead of the
+// IntolerableTaint the pod was deleted for.
+func TestTerminationReasonKeptAcrossARetriedDelete(t *testing.T) {
+	objs := objects(v1.ConditionUnknown, true)
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); ok {
+			p.Labels = map[string]string{termreason.OptInKey: termreason.OptInEnabled}
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: termreason.DisruptionTaintManager}}
+		}
+	}
+	e := newEnv(t, objs, true)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	e.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refuse.Load() {
+			return true, nil, apierrors.NewServiceUnavailable("refused by the test")
+		}
+		return false, nil, nil
+	})
+	if err := e.sync(t); err == nil {
+		t.Fatalf("the pass succeeded with the pod's delete refused: %v", e.steps.log)
+	}
+	reason := func() string {
+		t.Helper()
+		p, ok := fencerecord.ForceDeletedPodReason(e.record(t), "u1")
+		if !ok {
+			t.Fatalf("no reason recorded for db-0: %+v", e.record(t).Status.ForceDeletedPods)
+		}
+		return p.TerminationReason
+	}
+	if got := reason(); got != contract.TerminationIntolerableTaint {
+		t.Fatalf("first pass recorded %q, want %q", got, contract.TerminationIntolerableTaint)
+	}
+	// The retry decides from the cache, which now has the pod as marked.
+	testpoll.Until(t, "db-0 seen marked Failed by the controller's cache", func() bool {
+		pods, err := e.c.podsOn("n1")
+		return err == nil && len(pods) == 1 && pods[0].Status.Phase == v1.PodFailed
+	})
+	refuse.Store(false)
+	testpoll.Until(t, "db-0 deleted by a later pass", func() bool {
+		_ = e.sync(t)
+		_, err := e.client.CoreV1().Pods("ns").Get(context.Background(), "db-0", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if got := reason(); got != contract.TerminationIntolerableTaint {
+		t.Fatalf("after the retried delete the record says %q, want %q", got, contract.TerminationIntolerableTaint)
+	}
+}
+
 // The fenced attachment goes before the pod's status write and its delete:
 // when either is refused after it went, the pass fails with the pod still on
 // the node, and nothing it did can let the volume be used there: the node

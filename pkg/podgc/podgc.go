@@ -350,11 +350,24 @@ func (g *GC) failed(pod *v1.Pod, reason string, err error) error {
 
 // TerminationReason is the seed's termination reason for a pod this GC
 // deletes: IntolerableTaint when the taint manager marked it for deletion,
-// Eviction otherwise.
+// Eviction otherwise. A pod this GC marked already keeps the reason it was
+// marked with: ForceDelete's status write replaces the taint manager's
+// DisruptionTarget with its own, so a pass that retries the delete, or one
+// beside it that still sees the pod in its cache, would otherwise record
+// Eviction for a pod deleted for IntolerableTaint (the reason its preStop
+// hooks get from the node's FencingRequest when the node is back).
 func TerminationReason(pod *v1.Pod) string {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.DisruptionTarget && c.Reason == DisruptionReasonTaintManager {
+		if c.Type != v1.DisruptionTarget {
+			continue
+		}
+		switch c.Reason {
+		case DisruptionReasonTaintManager:
 			return contract.TerminationIntolerableTaint
+		case DisruptionReasonPodGC:
+			if r := pod.Annotations[contract.TerminationReasonAnnotation]; r != "" {
+				return r
+			}
 		}
 	}
 	return contract.TerminationEviction

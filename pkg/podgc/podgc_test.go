@@ -175,6 +175,36 @@ func TestTolerates(t *testing.T) {
 	}
 }
 
+// The reason a pod is deleted for comes from who marked it; once this GC
+// marked it, the reason it wrote stays, though its condition replaced the
+// taint manager's.
+func TestTerminationReason(t *testing.T) {
+	marked := func(reason string, anns map[string]string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: anns}, Status: v1.PodStatus{Conditions: []v1.PodCondition{
+			{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: DisruptionReasonTaintManager},
+			{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: reason}}}}
+	}
+	recorded := func(r string) map[string]string { return map[string]string{contract.TerminationReasonAnnotation: r} }
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want string
+	}{
+		{"unmarked", &v1.Pod{}, contract.TerminationEviction},
+		{"marked by the taint manager", marked(DisruptionReasonTaintManager, nil), contract.TerminationIntolerableTaint},
+		{"marked by the eviction API", marked("EvictionByEvictionAPI", recorded("Decommissioned")), contract.TerminationEviction},
+		{"marked by this GC for a taint", marked(DisruptionReasonPodGC, recorded(contract.TerminationIntolerableTaint)), contract.TerminationIntolerableTaint},
+		{"marked by this GC for an eviction", marked(DisruptionReasonPodGC, recorded(contract.TerminationEviction)), contract.TerminationEviction},
+		{"marked by a pod GC that recorded nothing", marked(DisruptionReasonPodGC, nil), contract.TerminationEviction},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := TerminationReason(tc.pod); got != tc.want {
+				t.Errorf("TerminationReason = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // A decision made from a cache may be about a pod that is gone and replaced
 // under the same name: every write of ForceDelete names the pod's UID, so
 // that the apiserver refuses it for the replacement.
