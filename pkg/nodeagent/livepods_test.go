@@ -17,16 +17,21 @@ limitations under the License.
 package nodeagent
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/csi-fence/fence-attacher/mock-driver/driver"
 	"github.com/csi-fence/fence-attacher/pkg/kubeletlayout"
@@ -198,6 +203,73 @@ func TestLeavesLivePodsVolumeToKubelet(t *testing.T) {
 			})
 		}
 	}
+}
+
+// firstListHeld is the API's pods, whose first LIST returns only once
+// release is closed, with what it read before started was closed.
+type firstListHeld struct {
+	corev1client.PodInterface
+	first            sync.Once
+	started, release chan struct{}
+}
+
+func (p *firstListHeld) List(ctx context.Context, opts metav1.ListOptions) (*v1.PodList, error) {
+	held := false
+	p.first.Do(func() { held = true })
+	list, err := p.PodInterface.List(ctx, opts)
+	if held {
+		close(p.started)
+		select {
+		case <-p.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return list, err
+}
+
+// TestWorkersShareOnlyLaterPodLists: the workers share the live LIST of the
+// node's pods (Agent.podReads), and a worker that asks while one is under
+// way waits for the next one rather than taking a read begun before it
+// asked. Here pod-b, which used vol-b, is deleted while a worker cleaning
+// vol-a holds a LIST that still has it; vol-b is fenced after that and
+// cleaned by the other worker, whose LIST must not show pod-b: else its
+// publish directory would be kept for a kubelet that no longer has the pod
+// to tear it down, and left on the node for good.
+func TestWorkersShareOnlyLaterPodLists(t *testing.T) {
+	e := newEnv(t)
+	e.startMockDriver(driver.Config{})
+	for _, v := range []string{"a", "b"} {
+		e.attach("vol-" + v)
+		e.mount("vol-"+v, "pv-"+v, true, "pod-"+v)
+	}
+	api := kubefake.NewClientset(
+		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "pod-a"}, Spec: v1.PodSpec{NodeName: testNode}},
+		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", UID: "pod-b"}, Spec: v1.PodSpec{NodeName: testNode}},
+	)
+	held := &firstListHeld{PodInterface: api.CoreV1().Pods(v1.NamespaceAll), started: make(chan struct{}), release: make(chan struct{})}
+	opts := e.options()
+	opts.Pods, opts.Workers = held, 2
+	e.fence("vol-a", "pv-a")
+	a := e.run(opts)
+
+	select {
+	case <-held.started:
+	case <-time.After(waitTimeout):
+		t.Fatal("no LIST of the node's pods for vol-a's cleanup")
+	}
+	if err := api.CoreV1().Pods("ns").Delete(e.ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.fence("vol-b", "pv-b")
+	e.waitFor("vol-b's worker waiting for the next LIST", func() bool { return a.podReads.Gathering(testNode) == 1 })
+	close(held.release)
+
+	e.waitCleaned("vol-a")
+	e.waitCleaned("vol-b")
+	l := e.layout
+	mustExist(t, filepath.Join(l.PodVolumeDir("pod-a", "pv-a"), kubeletlayout.VolDataFileName))
+	mustBeGone(t, l.PodVolumeDir("pod-b", "pv-b"))
 }
 
 // TestKubeletKept: after the cleanup, the publish directories of pods that
