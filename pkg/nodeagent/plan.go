@@ -220,7 +220,7 @@ func kubeletKept(m kubeletlayout.Match, pods nodePods, users map[string]sets.Set
 	}
 	for _, b := range m.Block {
 		u := users[b.SpecName]
-		if b.Data != nil && len(b.PodUIDs) == 0 && u.Len() > 0 && !u.HasAny(pods.deleting.UnsortedList()...) {
+		if b.Data != nil && len(b.PodUIDs) == 0 && u.Len() > 0 && u.Intersection(pods.deleting).Len() == 0 {
 			keptBlock = append(keptBlock, b)
 			continue
 		}
