@@ -412,27 +412,29 @@ func detachKillAfterIntent(ctx context.Context, t *Trial) ([]string, error) {
 
 // detachInFlight starts following the fence by detach (watchDetach), makes
 // the detach slow (3 to 4.5 s, below --timeout) and returns once it is in
-// flight at the driver, with its latency and the func that clears the
-// fault (nil when none was set).
-func (t *Trial) detachInFlight(ctx context.Context) (time.Duration, func(), error) {
+// flight at the driver, with its latency, the trial's first step that says
+// it, and the func that clears the fault (never nil: defer it at once).
+func (t *Trial) detachInFlight(ctx context.Context) ([]string, time.Duration, func(), error) {
+	noFault := func() {}
 	r := t.detach
 	if r == nil {
-		return 0, nil, fmt.Errorf("the schedule cannot reach its path: no volume of %s on the node", detachDriverName)
+		return nil, 0, noFault, fmt.Errorf("the schedule cannot reach its path: no volume of %s on the node", detachDriverName)
 	}
 	t.watchDetach(ctx)
 	latency := t.between(3*time.Second, 4500*time.Millisecond)
+	steps := []string{fmt.Sprintf("detach latency %.2fs", latency.Seconds())}
 	clear, err := t.slowDetach(latency, 1)
 	if err != nil {
-		return latency, nil, err
+		return steps, latency, noFault, err
 	}
 	err = framework.WaitFor(ctx, 90*time.Second, "the detach of "+r.volume+" in flight at the driver", func(context.Context) (bool, error) {
 		c, err := r.calls(t.Victim)
 		return err == nil && len(c.requests) > 0, nil
 	})
 	if err != nil {
-		return latency, clear, fmt.Errorf("the schedule cannot reach its path: %w", err)
+		return steps, latency, clear, fmt.Errorf("the schedule cannot reach its path: %w", err)
 	}
-	return latency, clear, nil
+	return steps, latency, clear, nil
 }
 
 // detachReturnMidUnpublish powers the node on while the detach that fences
@@ -443,11 +445,8 @@ func (t *Trial) detachInFlight(ctx context.Context) (time.Duration, func(), erro
 // it, the node quarantined meanwhile (watchDetach), and the pod, on a node
 // that is back, not force-deleted (S3, every trial's check).
 func detachReturnMidUnpublish(ctx context.Context, t *Trial) ([]string, error) {
-	latency, clear, err := t.detachInFlight(ctx)
-	if clear != nil {
-		defer clear()
-	}
-	steps := []string{fmt.Sprintf("detach latency %.2fs", latency.Seconds())}
+	steps, _, clear, err := t.detachInFlight(ctx)
+	defer clear()
 	if err != nil {
 		return steps, err
 	}
@@ -485,11 +484,8 @@ func detachReturnMidUnpublish(ctx context.Context, t *Trial) ([]string, error) {
 // it (watchDetach, checkDetachFence), and the node's cleanup must complete
 // (the trial's own end).
 func detachNodeDeletedMidUnpublish(ctx context.Context, t *Trial) ([]string, error) {
-	latency, clear, err := t.detachInFlight(ctx)
-	if clear != nil {
-		defer clear()
-	}
-	steps := []string{fmt.Sprintf("detach latency %.2fs", latency.Seconds())}
+	steps, latency, clear, err := t.detachInFlight(ctx)
+	defer clear()
 	if err != nil {
 		return steps, err
 	}
