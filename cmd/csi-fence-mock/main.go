@@ -190,6 +190,7 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 		"fuse (NodeStageVolume mounts a FUSE file system over that directory, served by this process, whose every change asks the array first: EIO once the node is fenced, each accepted write counted; needs /dev/fuse). "+
 		"bind and fuse need privileges and mountPropagation Bidirectional on the kubelet's directory")
 	bindMounts := fs.Bool("bind-mounts", false, "Same as --data-path=bind")
+	fs.BoolVar(&cfg.BlockDevices, "block-devices", false, "With --data-path bind or fuse: a block volume is staged as a filesystem volume is, and published as a loop device over the file "+driver.BlockFileName+" on that path, bind-mounted on the target (a container runtime gives pods devices only); needs the host's /dev")
 	fs.BoolVar(&cfg.AnyNode, "any-node", false, "Publish to node IDs that no node instance registered (default: NotFound)")
 	policy := fs.String("fence-policy", string(array.FenceRevoke), "What a fence does while the node shows recent I/O: revoke (succeed), refuse (FAILED_PRECONDITION) or unknown (UNAVAILABLE)")
 	fs.DurationVar(&arr.RecentIO, "recent-io", array.DefaultRecentIO, "I/O within this window counts as recent for --fence-policy and --plain-unpublish")
@@ -223,6 +224,9 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) error {
 		cfg.FUSE = *dataPath == dataPathFUSE
 	default:
 		return usageErr("--data-path must be none, bind or fuse, not %q", *dataPath)
+	}
+	if cfg.BlockDevices && cfg.MountDataDir == "" {
+		return usageErr("--block-devices needs --data-path bind or fuse: the devices are over a file on the volume's data path")
 	}
 	arr.FencePolicy = array.FencePolicy(*policy)
 	arr.PlainUnpublish = array.PlainUnpublishMode(*plain)

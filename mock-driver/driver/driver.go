@@ -82,6 +82,12 @@ type Config struct {
 	// process: if it ends, the volume's mounts on this node answer
 	// ENOTCONN until the kubelet unstages them.
 	FUSE bool
+	// BlockDevices, with MountDataDir, makes block volumes devices: each
+	// is staged as a filesystem volume is, and NodePublishVolume
+	// bind-mounts onto the target a loop device over a file on the staged
+	// path (loop.go), which a container runtime accepts as a pod's device.
+	// Needs the host's /dev (the loop devices) and CAP_SYS_ADMIN.
+	BlockDevices bool
 
 	// Detach, if set, plays a driver whose owner declares that a plain
 	// ControllerUnpublishVolume revokes the node's access (the CSIDriver

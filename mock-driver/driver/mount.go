@@ -33,10 +33,10 @@ import (
 )
 
 // realMounts says whether a volume of capability c gets real mounts
-// (Config.MountDataDir set, a filesystem volume; block volumes keep their
-// marker file).
+// (Config.MountDataDir set, a filesystem volume, or a block volume with
+// Config.BlockDevices; other block volumes keep their marker file).
 func (d *Driver) realMounts(c *csi.VolumeCapability) bool {
-	return d.cfg.MountDataDir != "" && c.GetBlock() == nil
+	return d.cfg.MountDataDir != "" && (c.GetBlock() == nil || d.cfg.BlockDevices)
 }
 
 // dataDir returns, creating it, the directory that holds volume id's files.

@@ -154,6 +154,12 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 				return nil, status.Error(codes.Internal, err.Error())
 			}
 		}
+		if req.GetVolumeCapability().GetBlock() != nil {
+			if err := publishBlockDevice(source, req.GetTargetPath()); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
 		if err := makeMountPoint(req.GetTargetPath()); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
@@ -180,6 +186,11 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	}
 	if err := d.array.NodeUnpublish(req.GetVolumeId(), d.cfg.NodeID, req.GetTargetPath(), force && !d.cfg.NoForce); err != nil {
 		return nil, toStatus(err)
+	}
+	if d.cfg.BlockDevices {
+		if err := unpublishBlockDevice(req.GetTargetPath()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
 	if err := d.unmountIfMounted(req.GetTargetPath(), force); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
