@@ -137,9 +137,12 @@ func TestAgentRun(t *testing.T) {
 func TestAgentCallTimeoutKillsProcessGroup(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFakeAgent(t, map[Action][]int{ActionOff: {-1}}, "")
-	a := &Agent{Path: f.path, CallTimeout: 300 * time.Millisecond, Retries: 1, RetryInterval: time.Millisecond}
+	// The script runs a dozen commands before it starts its grandchild:
+	// long enough a timeout that it gets there on a loaded machine (with
+	// 300 ms, CI's four lanes once killed both runs before it did).
+	a := &Agent{Path: f.path, CallTimeout: 3 * time.Second, Retries: 1, RetryInterval: time.Millisecond}
 	steps, err := a.Run(ctx, ActionOff)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 300ms") {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 3s") {
 		t.Fatalf("error %v, want a timeout", err)
 	}
 	if len(steps) != 2 || steps[0].ExitCode != -1 || steps[1].ExitCode != -1 {
