@@ -120,6 +120,7 @@ func runNode(ctx context.Context, opts *sidecar.Options, nodeOpts *sidecar.NodeO
 		CSINodes:           client.StorageV1().CSINodes(),
 		CSIDrivers:         client.StorageV1().CSIDrivers(),
 		Pods:               client.CoreV1().Pods(v1.NamespaceAll),
+		Nodes:              client.CoreV1().Nodes(),
 		Recorder:           recorder,
 		Timeout:            opts.Timeout,
 		RetryIntervalStart: opts.RetryIntervalStart,

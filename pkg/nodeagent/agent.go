@@ -64,6 +64,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -135,6 +136,10 @@ type Options struct {
 	// kubelet's to remove, see livePods). Without it every pod is taken
 	// as gone.
 	Pods corev1client.PodInterface
+	// Nodes reads this node, live, to tell whether its kubelet still holds
+	// a block volume (status.volumesInUse): its directory is then the
+	// kubelet's to remove (kubeletHolds). Without it no volume is held.
+	Nodes corev1client.NodeInterface
 	// Recorder records Events on the Node. Required.
 	Recorder record.EventRecorder
 	// Mounts tells mount points apart; default mount.New("").
@@ -523,6 +528,41 @@ func (a *Agent) listPods(ctx context.Context) (nodePods, error) {
 	return pods, nil
 }
 
+// kubeletHolds reads this node live and returns the block volumes of found
+// whose volume its kubelet still lists in status.volumesInUse (none when m
+// has no block volume, or without Options.Nodes).
+//
+// The kubelet unmaps a block volume's device (NodeUnstageVolume, then the
+// volume's directories) after the pods that mapped it are gone, with an
+// unmapper that reads the volume's vol_data.json (NewBlockVolumeUnmapper):
+// had the agent removed that file, the kubelet would retry
+// "UnmapDevice.NewUnmapper failed" for ever. Seen on a real node when an
+// admin drained the pod of a block volume fenced under it
+// (TestRealNodesManualFence, block volume): the pod went, the agent's retry
+// removed the directory before the kubelet's unmap, which had failed on
+// the fenced volume's plain NodeUnstageVolume until then. The kubelet lists
+// a volume in use until it is done with its device; a kubelet that never
+// knew the volume (a node that booted without reconstructing it) does not,
+// and the agent removes the directory itself.
+func (a *Agent) kubeletHolds(ctx context.Context, vol kubeletlayout.Volume, found kubeletlayout.Match) (sets.Set[string], error) {
+	held := sets.New[string]()
+	if len(found.Block) == 0 || a.opts.Nodes == nil {
+		return held, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
+	defer cancel()
+	node, err := a.opts.Nodes.Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading this node, to leave the kubelet the block volumes it still holds: %w", err)
+	}
+	if slices.Contains(node.Status.VolumesInUse, kubeletlayout.UniqueVolumeName(vol.Driver, vol.VolumeHandle)) {
+		for _, b := range found.Block {
+			held.Insert(b.SpecName)
+		}
+	}
+	return held, nil
+}
+
 // pluginState is what the node plugin says about itself.
 type pluginState struct {
 	caps   fence.NodeCapabilitySet
@@ -605,7 +645,11 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 	}
 	found := inv.Match(vol)
 	users := blockUsers(found, pods.exist)
-	steps := leaveToKubelet(planCleanup(a.layout, vol, found, ps.caps.CanStage()), pods.exist, users)
+	held, err := a.kubeletHolds(ctx, vol, found)
+	if err != nil {
+		return "", err
+	}
+	steps := leaveToKubelet(planCleanup(a.layout, vol, found, ps.caps.CanStage()), pods.exist, users, held)
 	if err := a.execute(ctx, vol.VolumeHandle, steps, mode); err != nil {
 		switch mode {
 		case modePlain:
@@ -625,6 +669,9 @@ func (a *Agent) cleanVolume(ctx context.Context, fr *fencingv1alpha1.FencingRequ
 		return "", err
 	}
 	if !m.Empty() {
+		if specs := heldBlock(m, held); len(specs) > 0 {
+			return "", fmt.Errorf("unpublished and unstaged, waiting for the kubelet to unmap block volume %s, which it still lists in use on this node (it cannot without its vol_data.json): %s", strings.Join(specs, ", "), strings.Join(m.Paths(a.layout), ", "))
+		}
 		if uids := kubeletsToRemove(m, pods.deleting, users); len(uids) > 0 {
 			return "", fmt.Errorf("unpublished, waiting for the kubelet to tear down the volume directories of pods %s, which are being deleted on this node (it cannot without their vol_data.json): %s", strings.Join(uids, ", "), strings.Join(m.Paths(a.layout), ", "))
 		}

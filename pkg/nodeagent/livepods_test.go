@@ -205,6 +205,69 @@ func TestLeavesLivePodsVolumeToKubelet(t *testing.T) {
 	}
 }
 
+// TestLeavesHeldBlockVolumeToKubelet: the pods of a fenced block volume
+// are gone, but the kubelet still lists the volume in use on the node: it
+// has yet to unmap the device, with an unmapper that reads the volume's
+// vol_data.json (seen on a real node: TestRealNodesManualFence, block
+// volume). The agent unpublishes and unstages it, and leaves it the
+// volume's directory; the volume is recorded clean once the kubelet's
+// unmap removed it. A volume the kubelet does not list is removed by the
+// agent, as before.
+func TestLeavesHeldBlockVolumeToKubelet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		held bool
+	}{
+		{name: "listed in use: left to the kubelet", held: true},
+		{name: "not listed: removed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.startMockDriver(driver.Config{})
+			e.attach("vol-a")
+			e.mapBlock("vol-a", "pv-a", "pod-gone")
+			e.fence("vol-a", "pv-a")
+			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}
+			if tc.held {
+				node.Status.VolumesInUse = []v1.UniqueVolumeName{kubeletlayout.UniqueVolumeName(testDriver, "vol-a")}
+			}
+			if _, err := e.csiNodes.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			opts := e.options()
+			opts.Pods = e.csiNodes.CoreV1().Pods(v1.NamespaceAll)
+			opts.Nodes = e.csiNodes.CoreV1().Nodes()
+			e.run(opts)
+
+			l := e.layout
+			data := filepath.Join(l.BlockDataDir("pv-a"), kubeletlayout.VolDataFileName)
+			if !tc.held {
+				e.waitCleaned("vol-a")
+				mustBeGone(t, l.BlockVolumeDir("pv-a"), l.BlockStagingPath("pv-a"), l.BlockPublishDir("pv-a"))
+				return
+			}
+			e.waitCleanupError("vol-a", "waiting for the kubelet to unmap block volume pv-a")
+			mustExist(t, data)
+			mustBeGone(t, l.BlockStagingPath("pv-a"), l.PodDeviceMapPath("pod-gone", "pv-a"), filepath.Join(l.BlockGlobalMapPath("pv-a"), "pod-gone"))
+			if p := e.publication("vol-a"); p != nil && (p.Staged != "" || len(p.Published) > 0) {
+				t.Errorf("the volume was not unpublished and unstaged: %+v", p)
+			}
+			// The kubelet's unmap: the unmapper reads vol_data.json, the
+			// staging path is gone (no NodeUnstageVolume), its
+			// directories go.
+			if _, err := kubeletlayout.ReadVolumeData(filepath.Dir(data)); err != nil {
+				t.Fatalf("the kubelet's unmapper could not read %s: %v", data, err)
+			}
+			for _, p := range []string{l.BlockPublishDir("pv-a"), l.BlockVolumeDir("pv-a")} {
+				if err := os.RemoveAll(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.waitCleaned("vol-a")
+		})
+	}
+}
+
 // firstListHeld is the API's pods, whose first LIST returns only once
 // release is closed, with what it read before started was closed.
 type firstListHeld struct {

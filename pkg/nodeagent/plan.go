@@ -160,7 +160,8 @@ func blockUsers(m kubeletlayout.Match, exist sets.Set[string]) map[string]sets.S
 // needs to tear down the volumes of the pods in exist, which still exist on
 // this node (Agent.livePods): a filesystem volume's publish directory with
 // its vol_data.json, and the directory of a block volume one of them maps
-// (users, from blockUsers), with its own. Every NodeUnpublishVolume and
+// (users, from blockUsers) or that the kubelet still holds (held, from
+// Agent.kubeletHolds), with its own. Every NodeUnpublishVolume and
 // NodeUnstageVolume stays: the forced calls cut the node off the volume
 // either way. So does the removal of a block volume's per-pod entries (the
 // pod's device symlink, its entry under the global map path, its publish
@@ -169,16 +170,27 @@ func blockUsers(m kubeletlayout.Match, exist sets.Set[string]) map[string]sets.S
 // bind mount of the device, which the agent does not unmount in force mode:
 // its removal then fails as still mounted, and the volume waits for the pod
 // to go (the node's release with it).
-func leaveToKubelet(steps []step, exist sets.Set[string], users map[string]sets.Set[string]) []step {
+func leaveToKubelet(steps []step, exist sets.Set[string], users map[string]sets.Set[string], held sets.Set[string]) []step {
 	return slices.DeleteFunc(steps, func(s step) bool {
 		switch s.kind {
 		case stepRemovePodVolume:
 			return s.podVolume.Data != nil && exist.Has(s.podVolume.PodUID)
 		case stepRemoveBlockVolume:
-			return users[s.specName].Len() > 0
+			return users[s.specName].Len() > 0 || held.Has(s.specName)
 		}
 		return false
 	})
+}
+
+// heldBlock returns the block volumes of m that the kubelet still holds.
+func heldBlock(m kubeletlayout.Match, held sets.Set[string]) []string {
+	var specs []string
+	for _, b := range m.Block {
+		if held.Has(b.SpecName) {
+			specs = append(specs, b.SpecName)
+		}
+	}
+	return specs
 }
 
 // kubeletKept splits from m, found after the cleanup, what leaveToKubelet

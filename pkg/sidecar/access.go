@@ -103,8 +103,10 @@ var (
 	// read the CSINodes live to clean a volume fenced under its node's
 	// previous CSI node ID, read a driver's CSIDriver live to clean a
 	// volume its detach fenced (contract.UnpublishRevokesAccessAnnotation),
-	// and list its node's pods live: a pod still there keeps its publish
-	// directories, which only the kubelet may remove.
+	// list its node's pods live: a pod still there keeps its publish
+	// directories, which only the kubelet may remove; and read its Node
+	// live: a block volume its kubelet still lists in use keeps its
+	// directory, which the kubelet's unmap needs.
 	NodeAgentRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{contract.FencingGroup}, Resources: []string{contract.FencingResource + "/status"}, Verbs: []string{"update"}},
@@ -112,6 +114,7 @@ var (
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 	}
 )
 
