@@ -55,6 +55,7 @@ import (
 
 func main() {
 	path := flag.String("path", "/data/writes.log", "file to append to")
+	block := flag.Bool("block", false, "path is a block device: record N goes in its N-th slot of records.SlotSize bytes")
 	interval := flag.Duration("interval", time.Second, "time between two writes")
 	node := flag.String("node", os.Getenv("NODE_NAME"), "node name written in each record (default $NODE_NAME, else the host name)")
 	prestop := flag.Bool("prestop", false, "run as the container's preStop hook: log the termination reason to the container's log and exit")
@@ -74,11 +75,15 @@ func main() {
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	seq := resume(*path)
+	rw := fileLog
+	if *block {
+		rw = deviceLog
+	}
+	seq := resume(*path, rw)
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for n := 1; ; n++ {
-		if err := write(*path, records.Record{Seq: seq, Node: *node, Time: time.Now()}); err != nil {
+		if err := rw.write(*path, records.Record{Seq: seq, Node: *node, Time: time.Now()}); err != nil {
 			fmt.Printf("write %d to %s failed: errno=%s: %v\n", seq, *path, errnoOf(err), err)
 		} else {
 			fmt.Printf("write %d to %s ok\n", seq, *path)
@@ -142,8 +147,20 @@ func logPreStop(env, done string) error {
 // record of the file, 1 for a new file. A file it cannot read or whose
 // records are broken is said on stdout; the writer goes on after what it
 // could read, and the test that checks the file will say the rest.
-func resume(path string) int64 {
-	b, err := os.ReadFile(path)
+// recordLog is where the records go: a file's end, or a device's slots.
+type recordLog struct {
+	// read returns the records' bytes as records.Check reads them.
+	read  func(path string) ([]byte, error)
+	write func(path string, r records.Record) error
+}
+
+var (
+	fileLog   = recordLog{read: os.ReadFile, write: write}
+	deviceLog = recordLog{read: readSlots, write: writeSlot}
+)
+
+func resume(path string, rw recordLog) int64 {
+	b, err := rw.read(path)
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Printf("writer: %s is new, starting at record 1\n", path)
 		return 1
@@ -167,6 +184,29 @@ func resume(path string) int64 {
 // write appends one record in one write(2) and syncs it, so that a write
 // reported ok has reached the file system (and, on a real volume, its
 // storage).
+// readSlots reads the records from a block device's slots.
+func readSlots(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return records.FromSlots(b), nil
+}
+
+// writeSlot writes r in its slot of the block device at path, through to
+// the device (O_SYNC: the error of a fenced device comes back here).
+func writeSlot(path string, r records.Record) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_SYNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(r.Slot(), (r.Seq-1)*records.SlotSize); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 func write(path string, r records.Record) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -113,3 +113,32 @@ func Check(data []byte) ([]Record, error) {
 	}
 	return out, nil
 }
+
+// SlotSize is the size of a record's slot on a block device (a sector): the
+// writer's -block mode writes record N, padded with zero bytes, in the
+// N-th slot, since a device has no end to append at.
+const SlotSize = 512
+
+// Slot returns r as written in its slot on a block device.
+func (r Record) Slot() []byte {
+	b := make([]byte, SlotSize)
+	copy(b, r.Line())
+	return b
+}
+
+// FromSlots returns the records of a block device's slots as the lines a
+// file would hold, up to the first slot that is empty (all zero), so that
+// Check reads them: a slot whose line is cut short, or that holds anything
+// after it, is returned as it is and fails Check.
+func FromSlots(device []byte) []byte {
+	var out []byte
+	for off := 0; off+SlotSize <= len(device); off += SlotSize {
+		slot := device[off : off+SlotSize]
+		line := bytes.TrimRight(slot, "\x00")
+		if len(line) == 0 {
+			break
+		}
+		out = append(out, line...)
+	}
+	return out
+}

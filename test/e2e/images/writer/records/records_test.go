@@ -61,3 +61,50 @@ func TestCheck(t *testing.T) {
 		t.Errorf("parsed %+v", recs[2])
 	}
 }
+
+// A block device's slots read as the file of the same records would; a
+// slot cut short or with bytes after its line fails Check.
+func TestFromSlots(t *testing.T) {
+	at := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
+	slot := func(seq int64) []byte { return Record{Seq: seq, Node: "a", Time: at}.Slot() }
+	device := func(slots ...[]byte) []byte {
+		var b []byte
+		for _, s := range slots {
+			b = append(b, s...)
+		}
+		return append(b, make([]byte, 4*SlotSize)...) // the rest of the device
+	}
+	torn := slot(2)
+	for i := 20; i < SlotSize; i++ {
+		torn[i] = 0
+	}
+	trailing := slot(2)
+	trailing[SlotSize-1] = 'x'
+	tests := []struct {
+		name    string
+		device  []byte
+		n       int
+		wantErr string
+	}{
+		{"empty device", device(), 0, ""},
+		{"three records", device(slot(1), slot(2), slot(3)), 3, ""},
+		{"stops at the first empty slot", device(slot(1), make([]byte, SlotSize), slot(3)), 1, ""},
+		{"gap", device(slot(1), slot(3)), 1, "record 3 where 2 was due"},
+		{"torn slot", device(slot(1), torn), 1, "torn record"},
+		{"bytes after the line", device(slot(1), trailing, slot(3)), 2, "line 3: checksum mismatch"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := Check(FromSlots(tc.device))
+			if len(recs) != tc.n {
+				t.Errorf("%d records, want %d", len(recs), tc.n)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("unexpected error %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
