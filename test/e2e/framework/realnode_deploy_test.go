@@ -110,7 +110,7 @@ func TestRealNodeOverlay(t *testing.T) {
 		byName[c.Name] = strings.Join(c.Args, " ") + " | " + c.Image + " | " + strings.Join(mounts, " ")
 	}
 	for name, wants := range map[string][]string{
-		"csi-fence-mock": {"--data-path=fuse", "--v=2", "dev-fuse@/dev/fuse::", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
+		"csi-fence-mock": {"--data-path=fuse", "--block-devices", "--v=2", "dev@/dev::", "dev-fuse@/dev/fuse::", "kubelet-dir@" + nodes + "::Bidirectional", "socket-dir@/csi:$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io:"},
 		"node-driver-registrar": {"--role=registrar", AttacherImage,
 			"--kubelet-registration-path=" + nodes + "/$(NODE_NAME)/kubelet/plugins/fence.csi-fence.io/csi.sock",
 			"registration-dir@/registration:$(NODE_NAME)/kubelet/plugins_registry:"},
