@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -68,19 +69,30 @@ import (
 // quarantined; the drain, after that try, the release and the replacement
 // must then go as without the restart (pkg/nodeagent kubeletKept: the
 // restart it describes, run here).
+//
+// With block, the writer's volume is a block volume (volumeMode Block, the
+// mock's loop device, the writer's records in the device's slots): the
+// fence turns the container's writes to the device into EIO, the agent
+// leaves the kubelet the volume's volumeDevices/<pv> directory, whose
+// vol_data.json its block unmapper reads to unmap and unstage at the drain,
+// and the replacement resumes the records on the device.
 func TestRealNodesManualFence(t *testing.T) {
-	for _, tc := range []struct {
-		name           string
-		restartKubelet bool
-	}{
+	for _, tc := range []manualFenceCase{
 		{name: "drain"},
 		{name: "kubelet restart, then drain", restartKubelet: true},
+		{name: "block volume, drain", block: true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testRealNodesManualFence(t, tc.restartKubelet) })
+		t.Run(tc.name, func(t *testing.T) { testRealNodesManualFence(t, tc) })
 	}
 }
 
-func testRealNodesManualFence(t *testing.T, restartKubelet bool) {
+type manualFenceCase struct {
+	name           string
+	restartKubelet bool
+	block          bool
+}
+
+func testRealNodesManualFence(t *testing.T, tc manualFenceCase) {
 	ctx, c, nodes := startRealNodes(t, framework.RealNodeOptions{ProductImages: true})
 	fenced, other := nodes[0], nodes[1]
 	binDir := t.TempDir()
@@ -98,7 +110,13 @@ func testRealNodesManualFence(t *testing.T, restartKubelet bool) {
 	}
 
 	dep := deployMockExample(ctx, t, c, nodes, framework.RealDeployOptions{ControllerNode: other.Name})
-	first := runRealWriter(ctx, t, c, dep, realVolume, realClass, fenced, other)
+	var first *corev1.Pod
+	if tc.block {
+		first = runRealBlockWriter(ctx, t, c, dep, fenced, other)
+		compareKubeletBlockLayout(ctx, t, c, dep, fenced, first, realVolume)
+	} else {
+		first = runRealWriter(ctx, t, c, dep, realVolume, realClass, fenced, other)
+	}
 	staged, published := kubeletPaths(t, dep, fenced.Name)
 	mounted := func(path string) bool {
 		t.Helper()
@@ -118,29 +136,63 @@ func testRealNodesManualFence(t *testing.T, restartKubelet bool) {
 		t.Fatal(err)
 	}
 	frs := fencingv1alpha1.NewClient(c.Dynamic)
-	err := framework.WaitFor(ctx, 2*time.Minute, "the node agent's cleanup of "+realVolume+" recorded", func(ctx context.Context) (bool, error) {
-		fr, err := frs.Get(ctx, fenced.Name)
+	// cleanup returns the node agent's outcome for the volume once it has
+	// one: recorded clean, or an error containing wantErr.
+	cleanup := func(what, wantErr string) error {
+		return framework.WaitFor(ctx, 2*time.Minute, what, func(ctx context.Context) (bool, error) {
+			fr, err := frs.Get(ctx, fenced.Name)
+			if err != nil {
+				return false, err
+			}
+			v := fencerecord.Find(fr, framework.DriverName, realVolume)
+			if v == nil {
+				return false, fmt.Errorf("no entry in %+v", fr.Status)
+			}
+			if wantErr != "" {
+				return v.CleanedTime == nil && strings.Contains(v.CleanupError, wantErr), fmt.Errorf("cleaned at %v, cleanup error %q", v.CleanedTime, v.CleanupError)
+			}
+			return v.CleanedTime != nil, fmt.Errorf("cleanup error %q", v.CleanupError)
+		})
+	}
+	l := kubeletlayout.New(fenced.KubeletDir())
+	if !tc.block {
+		if err := cleanup("the node agent's cleanup of "+realVolume+" recorded", ""); err != nil {
+			t.Fatal(err)
+		}
+		// The cleanup cut the running pod off its volume: nothing is
+		// mounted at the kubelet's paths.
+		if mounted(staged) || mounted(published) {
+			t.Fatalf("the volume was recorded cleaned but %s or %s is still a mount point", staged, published)
+		}
+		_, dataErr := os.Stat(filepath.Join(filepath.Dir(published), kubeletlayout.VolDataFileName))
+		t.Logf("%s recorded cleaned on %s under the running writer %s; the publish directory's vol_data.json: %v", realVolume, fenced.Name, first.Name, dataErr)
+	} else {
+		// A running pod's block volume waits for the pod: its entry
+		// under the global map path is the kubelet's bind mount of the
+		// device, which the agent leaves mounted (pkg/nodeagent
+		// leaveToKubelet). The forced unpublish cut it off all the same.
+		globalEntry := filepath.Join(l.BlockGlobalMapPath(realVolume), string(first.UID))
+		if err := cleanup("the node agent's cleanup of "+realVolume+" waiting for the kubelet's "+globalEntry, globalEntry+": still a mount point"); err != nil {
+			t.Fatal(err)
+		}
+		if mounted(published) {
+			t.Fatalf("%s is still a mount point after the forced NodeUnpublishVolume", published)
+		}
+		// EIO from the fenced data path; ENXIO once the loop device is
+		// detached and nothing holds it any more.
+		failed, err := waitFailedWrite(ctx, c, realNS, first.Name, 30*time.Second)
 		if err != nil {
-			return false, err
+			t.Fatalf("the writer's writes to its fenced block device did not fail: %v", err)
 		}
-		v := fencerecord.Find(fr, framework.DriverName, realVolume)
-		if v == nil {
-			return false, fmt.Errorf("no entry in %+v", fr.Status)
+		t.Logf("the writer on the fenced block device: %s", failed)
+		data := filepath.Join(l.BlockDataDir(realVolume), kubeletlayout.VolDataFileName)
+		if _, err := os.Stat(data); err != nil {
+			t.Fatalf("the agent did not leave the kubelet the block volume's %s: %v", data, err)
 		}
-		return v.CleanedTime != nil, fmt.Errorf("cleanup error %q", v.CleanupError)
-	})
-	if err != nil {
-		t.Fatal(err)
+		t.Logf("%s fenced on %s under the running writer %s, its writes failing; the cleanup waits for the pod, %s kept", realVolume, fenced.Name, first.Name, data)
 	}
-	// The cleanup cut the running pod off its volume: nothing is mounted
-	// at the kubelet's paths.
-	if mounted(staged) || mounted(published) {
-		t.Fatalf("the volume was recorded cleaned but %s or %s is still a mount point", staged, published)
-	}
-	_, dataErr := os.Stat(filepath.Join(filepath.Dir(published), kubeletlayout.VolDataFileName))
-	t.Logf("%s recorded cleaned on %s under the running writer %s; the publish directory's vol_data.json: %v", realVolume, fenced.Name, first.Name, dataErr)
 
-	if restartKubelet {
+	if tc.restartKubelet {
 		logFrom := fileSize(t, fenced.KubeletLog())
 		if err := c.RestartKubelet(ctx, fenced); err != nil {
 			t.Fatal(err)
@@ -185,7 +237,7 @@ func testRealNodesManualFence(t *testing.T, restartKubelet bool) {
 	if err := c.SetUnschedulable(ctx, other.Name, true); err != nil {
 		t.Fatal(err)
 	}
-	deleted := time.Now()
+	deleted, drainLog := time.Now(), fileSize(t, fenced.KubeletLog())
 	if err := c.Client.CoreV1().Pods(realNS).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,9 +258,26 @@ func testRealNodesManualFence(t *testing.T, restartKubelet bool) {
 		t.Fatalf("%v\nthe kubelet of %s logged (teardown of %s):\n%s", err, fenced.Name, realVolume, kubeletLines(fenced, string(first.UID), 3))
 	}
 	t.Logf("the old writer was gone %.1fs after its delete", time.Since(deleted).Seconds())
-	// Its kubelet tore the volume down: its publish directory is gone.
-	if _, err := os.Lstat(filepath.Dir(published)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the old writer's publish directory %s is left on %s: %v", filepath.Dir(published), fenced.Name, err)
+	if tc.block {
+		// The kubelet unmapped the pod: the agent's retry finishes.
+		if err := cleanup("the node agent's cleanup of "+realVolume+" recorded after the drain", ""); err != nil {
+			t.Fatal(err)
+		}
+		// The kubelet's own teardown of the device (NodeUnstageVolume,
+		// then its directories) needs the volume's vol_data.json to the
+		// end, after the pod is gone: it must finish.
+		if err := waitKubeletUnmapDevice(ctx, fenced, drainLog, realVolume); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its kubelet tore the volume down: its publish directory (a block
+	// volume's directory) is gone.
+	gone := filepath.Dir(published)
+	if tc.block {
+		gone = l.BlockVolumeDir(realVolume)
+	}
+	if _, err := os.Lstat(gone); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old writer's %s is left on %s: %v", gone, fenced.Name, err)
 	}
 
 	released := time.Now()
@@ -265,6 +334,9 @@ func testRealNodesManualFence(t *testing.T, restartKubelet bool) {
 		t.Fatal(err)
 	}
 	expectArraySafe(t, s, "")
+	if tc.block {
+		checkBlockRecords(t, dep, realVolume, first, second)
+	}
 }
 
 // kubeletLines returns the last n lines of node's kubelet log that name the

@@ -525,6 +525,16 @@ func (d *RealDeployment) DataDir(id string) string {
 // StaticVolume makes a volume of the mock's array and a PersistentVolume of
 // it, pre-bound to the claim namespace/claim, of storageClass.
 func (c *Cluster) StaticVolume(ctx context.Context, d *RealDeployment, id, namespace, claim, storageClass string) error {
+	return c.staticVolume(ctx, d, id, namespace, claim, storageClass, corev1.PersistentVolumeFilesystem)
+}
+
+// StaticBlockVolume is StaticVolume for a claim of volumeMode Block (the
+// mock example's node plugin publishes it as a loop device).
+func (c *Cluster) StaticBlockVolume(ctx context.Context, d *RealDeployment, id, namespace, claim, storageClass string) error {
+	return c.staticVolume(ctx, d, id, namespace, claim, storageClass, corev1.PersistentVolumeBlock)
+}
+
+func (c *Cluster) staticVolume(ctx context.Context, d *RealDeployment, id, namespace, claim, storageClass string, mode corev1.PersistentVolumeMode) error {
 	arr, err := d.Array()
 	if err != nil {
 		return err
@@ -539,6 +549,7 @@ func (c *Cluster) StaticVolume(ctx context.Context, d *RealDeployment, id, names
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			VolumeMode:                    &mode,
 			StorageClassName:              storageClass,
 			ClaimRef:                      &corev1.ObjectReference{Namespace: namespace, Name: claim},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{

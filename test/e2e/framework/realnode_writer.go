@@ -72,6 +72,22 @@ func WriterStatefulSet(name, class string) *appsv1.StatefulSet {
 	}
 }
 
+// BlockDevicePath is where a block writer's container has its volume.
+const BlockDevicePath = "/dev/data"
+
+// AsBlockWriter makes a WriterStatefulSet's pods write to a block volume:
+// the claim asks for volumeMode Block, the container gets the volume as
+// the device BlockDevicePath and writes its records in the device's slots
+// (the writer's -block).
+func AsBlockWriter(sts *appsv1.StatefulSet) *appsv1.StatefulSet {
+	c := &sts.Spec.Template.Spec.Containers[0]
+	c.Args = []string{"-path=" + BlockDevicePath, "-block", "-interval=200ms"}
+	c.VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: BlockDevicePath}}
+	c.VolumeMounts = nil
+	sts.Spec.VolumeClaimTemplates[0].Spec.VolumeMode = ptr.To(corev1.PersistentVolumeBlock)
+	return sts
+}
+
 // SetUnschedulable cordons node (on) or uncordons it, so that a writer
 // starts on the node a test or the demo chose.
 func (c *Cluster) SetUnschedulable(ctx context.Context, node string, on bool) error {
