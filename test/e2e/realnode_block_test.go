@@ -136,17 +136,8 @@ func lineWith(log, s string) string {
 // of block volumes (what it leaves the kubelet) rests on this reading.
 func compareKubeletBlockLayout(ctx context.Context, t *testing.T, c *framework.Cluster, dep *framework.RealDeployment, node *framework.RealNode, pod *corev1.Pod, volume string) {
 	t.Helper()
-	l := kubeletlayout.New(node.KubeletDir())
-	inv, err := l.Scan()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, m := scanKubeletVolume(t, node, volume, 0, 0, 1)
 	uid := string(pod.UID)
-	m := inv.Match(kubeletlayout.Volume{Driver: framework.DriverName, VolumeHandle: volume, PVName: volume})
-	if len(m.Block) != 1 || len(m.PodVolumes) != 0 || len(m.UnverifiedPodVolumes) != 0 || len(m.Staged) != 0 {
-		t.Fatalf("kubeletlayout found %d block, %d publish (%d unverified) and %d staging directories of %s; want 1, 0, 0, 0:\n%v",
-			len(m.Block), len(m.PodVolumes), len(m.UnverifiedPodVolumes), len(m.Staged), volume, m.Paths(l))
-	}
 	va := kubeletlayout.AttachmentName(volume, framework.DriverName, node.Name)
 	if _, err := c.Client.StorageV1().VolumeAttachments().Get(ctx, va, metav1.GetOptions{}); err != nil {
 		t.Errorf("the VolumeAttachment kubeletlayout.AttachmentName names: %v", err)

@@ -225,6 +225,30 @@ func hasMountUnder(mountinfo, dir, suffix string) bool {
 	return false
 }
 
+// scanKubeletVolume scans node's kubelet directory with pkg/kubeletlayout
+// and returns what it attributes to volume (a PV named as its handle),
+// failing unless that is publish verified publish directories, staged
+// staging directories and block block volumes, and everything found is
+// attributed.
+func scanKubeletVolume(t *testing.T, node *framework.RealNode, volume string, publish, staged, block int) (kubeletlayout.Layout, kubeletlayout.Match) {
+	t.Helper()
+	l := kubeletlayout.New(node.KubeletDir())
+	inv, err := l.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := kubeletlayout.Volume{Driver: framework.DriverName, VolumeHandle: volume, PVName: volume}
+	m := inv.Match(vol)
+	if len(m.PodVolumes) != publish || len(m.UnverifiedPodVolumes) != 0 || len(m.Staged) != staged || len(m.Block) != block {
+		t.Fatalf("kubeletlayout found %d publish (%d unverified), %d staging and %d block directories of %s; want %d, 0, %d, %d:\n%v",
+			len(m.PodVolumes), len(m.UnverifiedPodVolumes), len(m.Staged), len(m.Block), volume, publish, staged, block, m.Paths(l))
+	}
+	if left := inv.Unattributed(l, framework.DriverName, []kubeletlayout.Volume{vol}); len(left) > 0 {
+		t.Errorf("kubeletlayout cannot attribute %v", left)
+	}
+	return l, m
+}
+
 // compareKubeletLayout checks pkg/kubeletlayout against what the real
 // kubelet of node made for pod's volume (a PV named as its handle): Scan
 // finds exactly one publish directory and one staging directory, attributed
@@ -234,20 +258,8 @@ func hasMountUnder(mountinfo, dir, suffix string) bool {
 // NodeStageVolume and NodePublishVolume (the array recorded them), and both
 // are mount points on the host.
 func compareKubeletLayout(ctx context.Context, t *testing.T, c *framework.Cluster, dep *framework.RealDeployment, node *framework.RealNode, pod *corev1.Pod, volume string) {
-	l := kubeletlayout.New(node.KubeletDir())
-	inv, err := l.Scan()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, m := scanKubeletVolume(t, node, volume, 1, 1, 0)
 	uid := string(pod.UID)
-	m := inv.Match(kubeletlayout.Volume{Driver: framework.DriverName, VolumeHandle: volume, PVName: volume})
-	if len(m.PodVolumes) != 1 || len(m.UnverifiedPodVolumes) != 0 || len(m.Staged) != 1 || len(m.Block) != 0 {
-		t.Fatalf("kubeletlayout found %d publish (%d unverified), %d staging and %d block directories of %s; want 1, 0, 1, 0:\n%v",
-			len(m.PodVolumes), len(m.UnverifiedPodVolumes), len(m.Staged), len(m.Block), volume, m.Paths(l))
-	}
-	if left := inv.Unattributed(l, framework.DriverName, []kubeletlayout.Volume{{Driver: framework.DriverName, VolumeHandle: volume, PVName: volume}}); len(left) > 0 {
-		t.Errorf("kubeletlayout cannot attribute %v", left)
-	}
 	vas, err := c.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
